@@ -1,0 +1,385 @@
+#include "core/message.h"
+
+#include <cstring>
+#include <type_traits>
+
+namespace voltlock {
+
+namespace {
+
+template <typename... Ts>
+struct Overloaded : Ts... {
+    using Ts::operator()...;
+};
+
+// Appends little-endian fields to a bounded buffer; remembers if anything did not fit.
+class Writer {
+public:
+    explicit Writer(std::span<uint8_t> out) : out_(out) {}
+
+    void u16(uint16_t v) { put(&v, sizeof v); }
+    void u64(uint64_t v) { put(&v, sizeof v); }
+    void bytes(const Bytes& b) { put(b.data(), b.size()); }
+    void entry(const Entry& e)
+    {
+        if (e.payload.size() > UINT16_MAX) {
+            ok_ = false;
+            return;
+        }
+        u64(e.timestamp_ms);
+        u64(e.client_id);
+        u64(e.request_number);
+        u16(static_cast<uint16_t>(e.payload.size()));
+        bytes(e.payload);
+    }
+    bool ok() const { return ok_; }
+    size_t size() const { return size_; }
+
+private:
+    void put(const void* p, size_t n)
+    {
+        if (!ok_ || n > out_.size() - size_) {
+            ok_ = false;
+            return;
+        }
+        if (n > 0) std::memcpy(out_.data() + size_, p, n);
+        size_ += n;
+    }
+
+    std::span<uint8_t> out_;
+    size_t size_ = 0;
+    bool ok_ = true;
+};
+
+// Reads little-endian fields from a bounded buffer; every read is checked against what is left.
+class Reader {
+public:
+    explicit Reader(std::span<const uint8_t> in) : in_(in) {}
+
+    bool u16(uint16_t& v) { return get(&v, sizeof v); }
+    bool u64(uint64_t& v) { return get(&v, sizeof v); }
+    bool bytes(Bytes& b, size_t n)
+    {
+        if (n > in_.size() - pos_) return false;
+        b.assign(reinterpret_cast<const char*>(in_.data() + pos_), n);
+        pos_ += n;
+        return true;
+    }
+    bool rest(Bytes& b) { return bytes(b, in_.size() - pos_); }
+    bool entry(Entry& e)
+    {
+        uint16_t len = 0;
+        return u64(e.timestamp_ms) && u64(e.client_id) && u64(e.request_number) && u16(len) &&
+               bytes(e.payload, len);
+    }
+    bool entries(std::vector<Entry>& out, uint16_t count)
+    {
+        // Each entry takes at least VL_ENTRY_FIXED_BYTES, so a count that cannot fit is a lie
+        // caught before anything is allocated for it.
+        if (static_cast<size_t>(count) * VL_ENTRY_FIXED_BYTES > in_.size() - pos_) return false;
+        out.resize(count);
+        for (Entry& e : out)
+            if (!entry(e)) return false;
+        return true;
+    }
+    bool done() const { return pos_ == in_.size(); }
+
+private:
+    bool get(void* p, size_t n)
+    {
+        if (n > in_.size() - pos_) return false;
+        std::memcpy(p, in_.data() + pos_, n);
+        pos_ += n;
+        return true;
+    }
+
+    std::span<const uint8_t> in_;
+    size_t pos_ = 0;
+};
+
+struct HeaderFields {
+    ReplicaIndex replica = 0;
+    View view = 0;
+    Op op = 0;
+    Op commit = 0;
+    uint16_t batch_count = 0;
+};
+
+HeaderFields header_fields(const Message& message)
+{
+    return std::visit(
+        Overloaded{
+            [](const Request& m) { return HeaderFields{VL_CLIENT_SENDER, m.view, 0, 0, 0}; },
+            [](const Reply& m) { return HeaderFields{m.replica, m.view, 0, 0, 0}; },
+            [](const Prepare& m) {
+                return HeaderFields{m.replica, m.view, m.op, m.commit,
+                                    static_cast<uint16_t>(m.entries.size())};
+            },
+            [](const PrepareOk& m) { return HeaderFields{m.replica, m.view, m.op, 0, 0}; },
+            [](const Commit& m) { return HeaderFields{m.replica, m.view, 0, m.commit, 0}; },
+            [](const StartViewChange& m) { return HeaderFields{m.replica, m.view, 0, 0, 0}; },
+            [](const DoViewChange& m) {
+                return HeaderFields{m.replica, m.view, m.op, m.commit, 0};
+            },
+            [](const StartView& m) {
+                return HeaderFields{m.replica, m.view, m.op, m.commit,
+                                    static_cast<uint16_t>(m.entries.size())};
+            },
+            [](const Recovery& m) { return HeaderFields{m.replica, 0, 0, 0, 0}; },
+            [](const RecoveryResponse& m) {
+                return HeaderFields{m.replica, m.view, m.op, m.commit, 0};
+            },
+            [](const GetState& m) { return HeaderFields{m.replica, m.view, m.op, 0, 0}; },
+            [](const NewState& m) {
+                return HeaderFields{m.replica, m.view, m.op, m.commit,
+                                    static_cast<uint16_t>(m.entries.size())};
+            },
+        },
+        message);
+}
+
+void write_body(const Message& message, Writer& w)
+{
+    std::visit(Overloaded{
+                   [&](const Request& m) {
+                       w.u64(m.client_id);
+                       w.u64(m.request_number);
+                       w.bytes(m.payload);
+                   },
+                   [&](const Reply& m) {
+                       w.u64(m.client_id);
+                       w.u64(m.request_number);
+                       w.bytes(m.result);
+                   },
+                   [&](const Prepare& m) {
+                       for (const Entry& e : m.entries) w.entry(e);
+                   },
+                   [](const PrepareOk&) {},
+                   [](const Commit&) {},
+                   [](const StartViewChange&) {},
+                   [&](const DoViewChange& m) { w.u64(m.last_normal_view); },
+                   [&](const StartView& m) {
+                       w.u64(m.first_op);
+                       for (const Entry& e : m.entries) w.entry(e);
+                   },
+                   [&](const Recovery& m) { w.u64(m.nonce); },
+                   [&](const RecoveryResponse& m) { w.u64(m.nonce); },
+                   [](const GetState&) {},
+                   [&](const NewState& m) {
+                       w.u64(m.first_op);
+                       for (const Entry& e : m.entries) w.entry(e);
+                   },
+               },
+               message);
+}
+
+size_t entries_bytes(const std::vector<Entry>& entries)
+{
+    size_t n = 0;
+    for (const Entry& e : entries) n += entry_wire_bytes(e);
+    return n;
+}
+
+size_t body_size(const Message& message)
+{
+    return std::visit(Overloaded{
+                          [](const Request& m) { return VL_REQUEST_FIXED_BYTES + m.payload.size(); },
+                          [](const Reply& m) { return VL_REPLY_FIXED_BYTES + m.result.size(); },
+                          [](const Prepare& m) { return entries_bytes(m.entries); },
+                          [](const PrepareOk&) { return size_t{0}; },
+                          [](const Commit&) { return size_t{0}; },
+                          [](const StartViewChange&) { return size_t{0}; },
+                          [](const DoViewChange&) { return size_t{8}; },
+                          [](const StartView& m) { return 8 + entries_bytes(m.entries); },
+                          [](const Recovery&) { return size_t{8}; },
+                          [](const RecoveryResponse&) { return size_t{8}; },
+                          [](const GetState&) { return size_t{0}; },
+                          [](const NewState& m) { return 8 + entries_bytes(m.entries); },
+                      },
+                      message);
+}
+
+// Parses the body of a message of `type` whose header fields are `h`.
+bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& out)
+{
+    switch (type) {
+    case VL_MSG_REQUEST: {
+        Request m{.view = h.view};
+        if (!(r.u64(m.client_id) && r.u64(m.request_number) && r.rest(m.payload))) return false;
+        out = std::move(m);
+        return true;
+    }
+    case VL_MSG_REPLY: {
+        Reply m{.view = h.view, .replica = h.replica};
+        if (!(r.u64(m.client_id) && r.u64(m.request_number) && r.rest(m.result))) return false;
+        out = std::move(m);
+        return true;
+    }
+    case VL_MSG_PREPARE: {
+        Prepare m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
+        // A Prepare holds ops (op - count, op]: at least one, and none below op 1.
+        if (h.batch_count == 0 || h.op < h.batch_count) return false;
+        if (!r.entries(m.entries, h.batch_count)) return false;
+        out = std::move(m);
+        return true;
+    }
+    case VL_MSG_PREPARE_OK:
+        out = PrepareOk{.view = h.view, .replica = h.replica, .op = h.op};
+        return true;
+    case VL_MSG_COMMIT:
+        out = Commit{.view = h.view, .replica = h.replica, .commit = h.commit};
+        return true;
+    case VL_MSG_START_VIEW_CHANGE:
+        out = StartViewChange{.view = h.view, .replica = h.replica};
+        return true;
+    case VL_MSG_DO_VIEW_CHANGE: {
+        DoViewChange m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
+        if (!r.u64(m.last_normal_view) || m.last_normal_view > m.view || m.commit > m.op)
+            return false;
+        out = m;
+        return true;
+    }
+    case VL_MSG_START_VIEW: {
+        StartView m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
+        if (!(r.u64(m.first_op) && r.entries(m.entries, h.batch_count))) return false;
+        if (m.commit > m.op || m.first_op > m.op || m.op - m.first_op < m.entries.size())
+            return false;
+        out = std::move(m);
+        return true;
+    }
+    case VL_MSG_RECOVERY: {
+        Recovery m{.replica = h.replica};
+        if (!r.u64(m.nonce)) return false;
+        out = m;
+        return true;
+    }
+    case VL_MSG_RECOVERY_RESPONSE: {
+        RecoveryResponse m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
+        if (!r.u64(m.nonce) || m.commit > m.op) return false;
+        out = m;
+        return true;
+    }
+    case VL_MSG_GET_STATE:
+        out = GetState{.view = h.view, .replica = h.replica, .op = h.op};
+        return true;
+    case VL_MSG_NEW_STATE: {
+        NewState m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
+        if (!(r.u64(m.first_op) && r.entries(m.entries, h.batch_count))) return false;
+        if (m.commit > m.op || m.first_op > m.op || m.op - m.first_op < m.entries.size())
+            return false;
+        out = std::move(m);
+        return true;
+    }
+    }
+    return false;
+}
+
+bool type_has_entries(uint8_t type)
+{
+    return type == VL_MSG_PREPARE || type == VL_MSG_START_VIEW || type == VL_MSG_NEW_STATE;
+}
+
+}  // namespace
+
+const char* message_name(const Message& message)
+{
+    static constexpr const char* names[] = {
+        "request",     "reply",           "prepare",    "prepare_ok",        "commit",
+        "start_view_change", "do_view_change", "start_view", "recovery", "recovery_response",
+        "get_state",   "new_state",
+    };
+    static_assert(std::size(names) == std::variant_size_v<Message>);
+    return names[message.index()];
+}
+
+vl_message_type message_type(const Message& message)
+{
+    // The variant's alternatives are declared in the order of enum vl_message_type.
+    return static_cast<vl_message_type>(VL_MSG_TYPE_MIN + message.index());
+}
+
+size_t encoded_size(const Message& message) { return VL_HEADER_BYTES + body_size(message); }
+
+size_t encode(const Message& message, uint32_t cluster_id, uint16_t flags,
+              std::span<uint8_t> out)
+{
+    // The size bound also bounds the entry count far below the 16-bit batch_count field:
+    // every entry takes at least VL_ENTRY_FIXED_BYTES.
+    static_assert(VL_MAX_BODY_BYTES / VL_ENTRY_FIXED_BYTES < UINT16_MAX);
+    const size_t total = encoded_size(message);
+    if (total > out.size() || total > VL_MAX_MESSAGE_BYTES) return 0;
+    const HeaderFields h = header_fields(message);
+
+    vl_header header{};
+    header.magic = VL_MAGIC;
+    header.version = VL_WIRE_VERSION;
+    header.type = static_cast<uint8_t>(message_type(message));
+    header.flags = flags;
+    header.cluster_id = cluster_id;
+    header.replica = h.replica;
+    header.batch_count = h.batch_count;
+    header.view = h.view;
+    header.op = h.op;
+    header.commit = h.commit;
+    header.body_len = static_cast<uint32_t>(total - VL_HEADER_BYTES);
+    std::memcpy(out.data(), &header, sizeof header);
+
+    Writer body(out.subspan(VL_HEADER_BYTES, total - VL_HEADER_BYTES));
+    write_body(message, body);
+    if (!body.ok() || body.size() != header.body_len) return 0;
+
+    header.checksum = vl_checksum(out.data(), static_cast<uint32_t>(total));
+    std::memcpy(out.data() + offsetof(vl_header, checksum), &header.checksum,
+                sizeof header.checksum);
+    return total;
+}
+
+std::vector<uint8_t> encode(const Message& message, uint32_t cluster_id, uint16_t flags)
+{
+    std::vector<uint8_t> out(encoded_size(message));
+    out.resize(encode(message, cluster_id, flags, out));
+    return out;
+}
+
+DecodeResult decode(std::span<const uint8_t> datagram, uint32_t cluster_id)
+{
+    if (datagram.size() < VL_HEADER_BYTES) return DecodeError::truncated;
+    vl_header header;
+    std::memcpy(&header, datagram.data(), sizeof header);
+    if (header.magic != VL_MAGIC) return DecodeError::bad_magic;
+    if (header.version != VL_WIRE_VERSION) return DecodeError::bad_version;
+    if (header.type < VL_MSG_TYPE_MIN || header.type > VL_MSG_TYPE_MAX)
+        return DecodeError::unknown_type;
+    if (header.cluster_id != cluster_id) return DecodeError::wrong_cluster;
+    if (header.body_len != datagram.size() - VL_HEADER_BYTES) return DecodeError::bad_length;
+    if (header.checksum != vl_checksum(datagram.data(), static_cast<uint32_t>(datagram.size())))
+        return DecodeError::bad_checksum;
+    if (header.flags & ~VL_FLAGS_KNOWN) return DecodeError::bad_flags;
+    if (header.reserved0 != 0 || header.reserved1 != 0) return DecodeError::bad_reserved;
+
+    const auto type = static_cast<vl_message_type>(header.type);
+    const bool from_client = type == VL_MSG_REQUEST;
+    if (from_client ? header.replica != VL_CLIENT_SENDER : header.replica >= VL_MAX_REPLICAS)
+        return DecodeError::bad_replica;
+    if (!type_has_entries(type) && header.batch_count != 0) return DecodeError::bad_body;
+
+    const HeaderFields h{header.replica, header.view, header.op, header.commit,
+                         header.batch_count};
+    Reader reader(datagram.subspan(VL_HEADER_BYTES));
+    Decoded decoded{.message = Request{}, .flags = header.flags};
+    if (!read_body(type, h, reader, decoded.message) || !reader.done())
+        return DecodeError::bad_body;
+    return decoded;
+}
+
+const char* decode_error_name(DecodeError error)
+{
+    static constexpr const char* names[] = {
+        "truncated",   "bad_magic", "bad_version",  "unknown_type", "wrong_cluster", "bad_length",
+        "bad_checksum", "bad_flags", "bad_reserved", "bad_replica", "bad_body",
+    };
+    static_assert(std::size(names) == decode_error_count);
+    return names[static_cast<size_t>(error)];
+}
+
+}  // namespace voltlock

@@ -1,0 +1,193 @@
+// The VR messages as values, and their encoding into one datagram each (bpf/include/voltlock/
+// wire.h describes the bytes). Decoding never trusts the input: every length is checked against
+// the buffer before it is used, and anything unexpected is rejected with a named reason.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <variant>
+#include <vector>
+
+#include "core/types.h"
+#include "voltlock/wire.h"
+
+namespace voltlock {
+
+// §4.1 step 1: a client asks the leader to execute an operation.
+struct Request {
+    View view = 0;  // the view the client believes current
+    ClientId client_id = 0;
+    RequestNumber request_number = 0;
+    Bytes payload;
+    bool operator==(const Request&) const = default;
+};
+
+// §4.1 step 5: the result of a request, from the leader of `view`.
+struct Reply {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    ClientId client_id = 0;
+    RequestNumber request_number = 0;
+    Bytes result;
+    bool operator==(const Reply&) const = default;
+};
+
+// §4.1 step 3, batched: `entries` hold ops (op - entries.size(), op].
+struct Prepare {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    Op op = 0;
+    Op commit = 0;
+    std::vector<Entry> entries;
+    bool operator==(const Prepare&) const = default;
+};
+
+// §4.1 step 4: the sender holds every op up to `op` of view `view`.
+struct PrepareOk {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    Op op = 0;
+    bool operator==(const PrepareOk&) const = default;
+};
+
+// §4.1 step 6.
+struct Commit {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    Op commit = 0;
+    bool operator==(const Commit&) const = default;
+};
+
+// §4.2 step 1.
+struct StartViewChange {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    bool operator==(const StartViewChange&) const = default;
+};
+
+// §4.2 step 2. The log itself is not carried: the new leader fetches what it lacks from the
+// replica whose log it selects (GetState/NewState), so every message fits one datagram.
+struct DoViewChange {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    View last_normal_view = 0;
+    Op op = 0;
+    Op commit = 0;
+    bool operator==(const DoViewChange&) const = default;
+};
+
+// §4.2 step 3, with the log suffix after `first_op` as far as it fits; a follower fetches the
+// rest with GetState.
+struct StartView {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    Op op = 0;
+    Op commit = 0;
+    Op first_op = 0;
+    std::vector<Entry> entries;  // ops (first_op, first_op + entries.size()]
+    bool operator==(const StartView&) const = default;
+};
+
+// §4.3 step 1.
+struct Recovery {
+    ReplicaIndex replica = 0;
+    uint64_t nonce = 0;
+    bool operator==(const Recovery&) const = default;
+};
+
+// §4.3 step 2. The leader's log is fetched afterwards with GetState, as in StartView.
+struct RecoveryResponse {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    uint64_t nonce = 0;
+    Op op = 0;
+    Op commit = 0;
+    bool operator==(const RecoveryResponse&) const = default;
+};
+
+// §5.2: send me the entries of view `view` after `op`.
+struct GetState {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    Op op = 0;
+    bool operator==(const GetState&) const = default;
+};
+
+// §5.2: entries after `first_op`, as many as fit; `op` and `commit` are the sender's.
+struct NewState {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    Op op = 0;
+    Op commit = 0;
+    Op first_op = 0;
+    std::vector<Entry> entries;
+    bool operator==(const NewState&) const = default;
+};
+
+using Message = std::variant<Request, Reply, Prepare, PrepareOk, Commit, StartViewChange,
+                             DoViewChange, StartView, Recovery, RecoveryResponse, GetState,
+                             NewState>;
+
+const char* message_name(const Message& message);
+vl_message_type message_type(const Message& message);
+
+// ---- Encoding -------------------------------------------------------------------------------
+
+// Bytes an entry takes inside a body.
+inline size_t entry_wire_bytes(const Entry& entry)
+{
+    return VL_ENTRY_FIXED_BYTES + entry.payload.size();
+}
+
+// Bytes the whole datagram of `message` takes.
+size_t encoded_size(const Message& message);
+
+// Writes `message` into `out` and returns the datagram's length, or 0 if it does not fit in
+// `out` or an entry's payload exceeds the 16-bit length field. `flags` are enum vl_flag bits.
+size_t encode(const Message& message, uint32_t cluster_id, uint16_t flags,
+              std::span<uint8_t> out);
+
+// Convenience for tests and the simulator.
+std::vector<uint8_t> encode(const Message& message, uint32_t cluster_id, uint16_t flags = 0);
+
+// ---- Decoding -------------------------------------------------------------------------------
+
+enum class DecodeError : uint8_t {
+    truncated,         // shorter than a header
+    bad_magic,
+    bad_version,
+    unknown_type,
+    wrong_cluster,
+    bad_length,        // body_len disagrees with the datagram's length
+    bad_checksum,
+    bad_flags,         // unknown flag bits
+    bad_reserved,      // reserved fields not zero
+    bad_replica,       // replica index out of range for the sender's role
+    bad_body,          // the body does not parse as the type's body
+};
+const char* decode_error_name(DecodeError error);
+inline constexpr size_t decode_error_count = 11;
+
+struct Decoded {
+    Message message;
+    uint16_t flags = 0;
+};
+
+// Either a decoded message or the reason it was rejected.
+class DecodeResult {
+public:
+    DecodeResult(Decoded decoded) : value_(std::move(decoded)) {}
+    DecodeResult(DecodeError error) : value_(error) {}
+    bool ok() const { return std::holds_alternative<Decoded>(value_); }
+    const Decoded& value() const { return std::get<Decoded>(value_); }
+    Decoded& value() { return std::get<Decoded>(value_); }
+    DecodeError error() const { return std::get<DecodeError>(value_); }
+
+private:
+    std::variant<Decoded, DecodeError> value_;
+};
+
+DecodeResult decode(std::span<const uint8_t> datagram, uint32_t cluster_id);
+
+}  // namespace voltlock
