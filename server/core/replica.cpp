@@ -1,0 +1,744 @@
+#include "core/replica.h"
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include "core/assert.h"
+
+namespace voltlock {
+
+namespace {
+
+template <typename... Ts>
+struct Overloaded : Ts... {
+    using Ts::operator()...;
+};
+
+}  // namespace
+
+const char* status_name(Status status)
+{
+    switch (status) {
+    case Status::normal: return "normal";
+    case Status::view_change: return "view_change";
+    case Status::recovering: return "recovering";
+    }
+    return "unknown";
+}
+
+Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start)
+    : config_(config),
+      machine_(machine),
+      acked_(config.replica_count, 0),
+      start_view_change_from_(config.replica_count, false)
+{
+    VL_ASSERT(config.replica_count >= 1 && config.replica_count <= VL_MAX_REPLICAS &&
+                  config.replica_count % 2 == 1,
+              "a cell has an odd number of replicas, 1 to VL_MAX_REPLICAS");
+    VL_ASSERT(config.replica < config.replica_count, "replica index within the cell");
+    VL_ASSERT(config.max_message_bytes >= VL_MIN_MESSAGE_BYTES &&
+                  config.max_message_bytes <= VL_MAX_MESSAGE_BYTES,
+              "message size within the wire limits");
+    VL_ASSERT(config.heartbeat_ticks < config.view_change_timeout_ticks,
+              "the leader speaks more often than followers lose patience");
+    VL_ASSERT(config.retransmit_ticks >= 1 && config.pipeline_ops >= 1, "positive timers");
+    if (const auto* recovering = std::get_if<StartRecovering>(&start)) {
+        status_ = Status::recovering;
+        recovery_nonce_base_ = recovering->nonce;
+    }
+}
+
+size_t Replica::max_payload_bytes() const
+{
+    // Every entry must fit alone into the largest-overhead message that carries entries
+    // (StartView/NewState: header + first_op), or it could never be transferred.
+    return config_.max_message_bytes - VL_HEADER_BYTES - 8 - VL_ENTRY_FIXED_BYTES;
+}
+
+void Replica::step(const Input& input, Effects& out)
+{
+    out_ = &out;
+    std::visit(Overloaded{
+                   [&](const Tick& tick) { on_tick(tick); },
+                   [&](const Flush&) { on_flush(); },
+                   [&](const Receive& receive) { on_receive(receive.message); },
+               },
+               input);
+    emit_kernel_state();
+    check_invariants();
+    out_ = nullptr;
+}
+
+void Replica::on_receive(const Message& message)
+{
+    if (const auto* request = std::get_if<Request>(&message)) {
+        on_request(*request);
+        return;
+    }
+    // Everything else comes from a replica of this cell other than us.
+    const ReplicaIndex sender = std::visit(
+        Overloaded{[](const Request&) { return ReplicaIndex{VL_CLIENT_SENDER}; },
+                   [](const auto& m) { return m.replica; }},
+        message);
+    if (sender >= config_.replica_count || sender == config_.replica) return;
+    std::visit(Overloaded{
+                   [](const Request&) {},
+                   [](const Reply&) {},  // replicas do not act on replies
+                   [&](const Prepare& m) { on_prepare(m); },
+                   [&](const PrepareOk& m) { on_prepare_ok(m); },
+                   [&](const Commit& m) { on_commit(m); },
+                   [&](const StartViewChange& m) { on_start_view_change(m); },
+                   [&](const DoViewChange& m) { on_do_view_change(m); },
+                   [&](const StartView& m) { on_start_view(m); },
+                   [&](const Recovery& m) { on_recovery(m); },
+                   [&](const RecoveryResponse& m) { on_recovery_response(m); },
+                   [&](const GetState& m) { on_get_state(m); },
+                   [&](const NewState& m) { on_new_state(m); },
+               },
+               message);
+}
+
+// ---- Time ---------------------------------------------------------------------------------
+
+void Replica::on_tick(const Tick& tick)
+{
+    tick_ += 1;
+    now_ms_ = tick.now_ms;
+    switch (status_) {
+    case Status::normal:
+        if (is_leader()) {
+            if (tick_ - last_sent_to_followers_tick_ >= config_.heartbeat_ticks &&
+                config_.replica_count > 1) {
+                broadcast(Commit{.view = view_, .replica = config_.replica, .commit = commit_});
+                last_sent_to_followers_tick_ = tick_;
+            }
+            retransmit_prepares();
+        } else if (tick_ - last_heard_from_leader_tick_ >= config_.view_change_timeout_ticks) {
+            start_view_change(view_ + 1);  // §4.2: the leader went quiet
+        } else {
+            retransmit_get_state();
+        }
+        break;
+    case Status::view_change:
+        if (tick_ - status_since_tick_ >= view_change_timeout_ticks()) {
+            failed_view_changes_ += 1;
+            start_view_change(view_ + 1);  // §4.2: this view change did not finish in time
+        } else if (tick_ - status_messages_sent_tick_ >= config_.retransmit_ticks) {
+            counters_.retransmissions += 1;
+            status_messages_sent_tick_ = tick_;
+            broadcast(StartViewChange{.view = view_, .replica = config_.replica});
+            if (do_view_change_sent_ && leader() != config_.replica)
+                send(leader(), own_do_view_change());
+            retransmit_get_state();
+        }
+        break;
+    case Status::recovering:
+        if (recovery_round_ == 0 ||
+            tick_ - status_since_tick_ >= config_.view_change_timeout_ticks) {
+            start_recovery_round();
+        } else if (!recovery_target_ &&
+                   tick_ - status_messages_sent_tick_ >= config_.retransmit_ticks) {
+            counters_.retransmissions += 1;
+            status_messages_sent_tick_ = tick_;
+            broadcast(Recovery{.replica = config_.replica, .nonce = recovery_nonce()});
+        } else {
+            retransmit_get_state();
+        }
+        break;
+    }
+}
+
+// ---- Normal operation (§4.1) ----------------------------------------------------------------
+
+void Replica::on_request(const Request& m)
+{
+    if (!is_leader()) {
+        counters_.requests_dropped += 1;  // §4.1: only the leader handles requests
+        return;
+    }
+    if (m.payload.size() > max_payload_bytes()) {
+        counters_.requests_dropped += 1;  // could never be replicated in one datagram
+        return;
+    }
+    // §4.1 step 2: the client table gives at-most-once execution.
+    if (const auto it = client_table_.find(m.client_id); it != client_table_.end()) {
+        if (m.request_number < it->second.request_number) {
+            counters_.requests_dropped += 1;
+            return;
+        }
+        if (m.request_number == it->second.request_number) {
+            reply(m.client_id, it->second);
+            return;
+        }
+    }
+    if (const auto it = requests_in_flight_.find(m.client_id);
+        it != requests_in_flight_.end() && it->second >= m.request_number) {
+        return;  // a retry of a request already on its way through the log
+    }
+    if (pending_requests_.size() >= config_.request_queue_limit) {
+        counters_.requests_dropped += 1;
+        return;
+    }
+    requests_in_flight_[m.client_id] = m.request_number;
+    pending_requests_.push_back(m);
+    send_prepares(false);
+}
+
+void Replica::on_flush()
+{
+    if (is_leader()) send_prepares(true);
+}
+
+void Replica::send_prepares(bool flush_partial)
+{
+    const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES;
+    while (!pending_requests_.empty() && op() - commit_ < config_.pipeline_ops) {
+        const size_t room = config_.pipeline_ops - (op() - commit_);
+        size_t count = 0;
+        size_t bytes = 0;
+        while (count < pending_requests_.size() && count < room) {
+            const size_t entry_bytes =
+                VL_ENTRY_FIXED_BYTES + pending_requests_[count].payload.size();
+            if (bytes + entry_bytes > budget) break;
+            bytes += entry_bytes;
+            count += 1;
+        }
+        const bool full = count < pending_requests_.size() || count == room;
+        if (!full && !flush_partial) return;  // wait for more requests or the shell's Flush
+
+        Prepare prepare{.view = view_, .replica = config_.replica, .commit = commit_};
+        prepare.entries.reserve(count);
+        for (size_t i = 0; i < count; i++) {
+            Request& request = pending_requests_.front();
+            log_.push_back(Entry{.timestamp_ms = now_ms_,
+                                 .client_id = request.client_id,
+                                 .request_number = request.request_number,
+                                 .payload = std::move(request.payload)});
+            prepare.entries.push_back(log_.back());
+            pending_requests_.pop_front();
+        }
+        prepare.op = op();
+        prepares_in_flight_.push_back({op() - count + 1, op(), tick_});
+        last_sent_to_followers_tick_ = tick_;
+        if (config_.replica_count > 1) broadcast(std::move(prepare));
+        advance_commit_as_leader();
+    }
+}
+
+void Replica::on_prepare(const Prepare& m)
+{
+    if (status_ == Status::recovering || m.view < view_) return;
+    if (m.replica != leader_of(m.view)) return;
+    if (m.view > view_ || status_ == Status::view_change) {
+        enter_view_behind(m.view);  // the StartView for this view never reached us
+        return;
+    }
+    if (is_leader()) return;
+    last_heard_from_leader_tick_ = tick_;
+    const Op first_op = m.op - m.entries.size();  // the op before the batch
+    if (!install_entries(first_op, m.entries)) {
+        // §5.2: ops are missing before this batch; fetch them rather than wait.
+        if (!fetch_) request_state(leader(), m.op);
+        adopt_commit_as_follower(m.commit);
+        return;
+    }
+    send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
+    adopt_commit_as_follower(m.commit);
+}
+
+void Replica::on_prepare_ok(const PrepareOk& m)
+{
+    if (!is_leader() || m.view != view_) return;
+    acked_[m.replica] = std::max(acked_[m.replica], std::min(m.op, op()));
+    advance_commit_as_leader();
+    send_prepares(false);
+}
+
+void Replica::on_commit(const Commit& m)
+{
+    if (status_ == Status::recovering || m.view < view_) return;
+    if (m.replica != leader_of(m.view)) return;
+    if (m.view > view_ || status_ == Status::view_change) {
+        enter_view_behind(m.view);
+        return;
+    }
+    if (is_leader()) return;
+    last_heard_from_leader_tick_ = tick_;
+    adopt_commit_as_follower(m.commit);
+}
+
+void Replica::advance_commit_as_leader()
+{
+    // §4.1 step 5: op n commits once f followers (plus the leader) hold it in this view.
+    acked_[config_.replica] = op();
+    std::vector<Op> acked = acked_;
+    std::nth_element(acked.begin(), acked.begin() + (quorum() - 1), acked.end(),
+                     std::greater<Op>());
+    const Op quorum_op = acked[quorum() - 1];
+    if (quorum_op <= commit_) return;
+    commit_to(quorum_op);
+    while (!prepares_in_flight_.empty() && prepares_in_flight_.front().last_op <= commit_)
+        prepares_in_flight_.pop_front();
+}
+
+void Replica::adopt_commit_as_follower(Op commit)
+{
+    commit_to(std::min(commit, op()));
+    if (commit > op() && !fetch_) request_state(leader(), commit);  // we missed Prepares
+}
+
+void Replica::commit_to(Op commit)
+{
+    VL_ASSERT(commit <= op(), "commit only what the log holds");
+    while (commit_ < commit) {
+        commit_ += 1;
+        execute(commit_, log_[commit_ - 1]);
+    }
+}
+
+void Replica::execute(Op op_number, const Entry& entry)
+{
+    ClientSession& session = client_table_[entry.client_id];
+    const bool is_leader_now = is_leader();
+    if (entry.request_number <= session.request_number && session.request_number != 0) {
+        // A retry that reached the log twice: it was executed already (at-most-once).
+        if (is_leader_now && entry.request_number == session.request_number)
+            reply(entry.client_id, session);
+        return;
+    }
+    session.request_number = entry.request_number;
+    session.result = machine_.apply(op_number, entry);
+    out_->push_back(Executed{.op = op_number, .entry = entry, .result = session.result});
+    if (is_leader_now) {
+        if (const auto it = requests_in_flight_.find(entry.client_id);
+            it != requests_in_flight_.end() && it->second <= entry.request_number)
+            requests_in_flight_.erase(it);
+        reply(entry.client_id, session);
+    }
+}
+
+void Replica::reply(ClientId client_id, const ClientSession& session)
+{
+    out_->push_back(SendReply{Reply{.view = view_,
+                                    .replica = config_.replica,
+                                    .client_id = client_id,
+                                    .request_number = session.request_number,
+                                    .result = session.result}});
+}
+
+void Replica::retransmit_prepares()
+{
+    // Resend the oldest uncommitted batches to the followers that have not acknowledged them.
+    // A follower that lost more than these catches up by state transfer instead (§5.2).
+    constexpr size_t max_batches_per_tick = 8;
+    size_t resent = 0;
+    for (InFlightPrepare& in_flight : prepares_in_flight_) {
+        if (resent == max_batches_per_tick) break;
+        if (tick_ - in_flight.sent_tick < config_.retransmit_ticks) continue;
+        Prepare prepare{.view = view_, .replica = config_.replica, .op = in_flight.last_op,
+                        .commit = commit_};
+        prepare.entries.assign(log_.begin() + static_cast<ptrdiff_t>(in_flight.first_op - 1),
+                               log_.begin() + static_cast<ptrdiff_t>(in_flight.last_op));
+        for (ReplicaIndex r = 0; r < config_.replica_count; r++)
+            if (r != config_.replica && acked_[r] < in_flight.last_op) send(r, prepare);
+        in_flight.sent_tick = tick_;
+        counters_.retransmissions += 1;
+        resent += 1;
+    }
+}
+
+// ---- View change (§4.2) ---------------------------------------------------------------------
+
+void Replica::start_view_change(View view)
+{
+    VL_ASSERT(view > view_, "view changes only move forward");
+    VL_ASSERT(status_ != Status::recovering, "a recovering replica takes no part in views");
+    reset_view_state();
+    status_ = Status::view_change;
+    view_ = view;
+    status_since_tick_ = tick_;
+    status_messages_sent_tick_ = tick_;
+    broadcast(StartViewChange{.view = view_, .replica = config_.replica});
+    maybe_send_do_view_change();
+}
+
+void Replica::on_start_view_change(const StartViewChange& m)
+{
+    if (status_ == Status::recovering || m.view < view_) return;
+    if (m.view > view_) start_view_change(m.view);
+    if (status_ == Status::normal) {
+        // The sender is still changing to a view we already run: it missed the StartView.
+        if (is_leader()) send_start_view(m.replica);
+        return;
+    }
+    start_view_change_from_[m.replica] = true;
+    maybe_send_do_view_change();
+}
+
+uint64_t Replica::view_change_timeout_ticks() const
+{
+    // Doubles with every view change in a row that did not finish (up to 64x), so that a new
+    // leader that must first fetch a long log gets the time to do so.
+    return uint64_t{config_.view_change_timeout_ticks} << std::min(failed_view_changes_, 6u);
+}
+
+DoViewChange Replica::own_do_view_change() const
+{
+    return DoViewChange{.view = view_,
+                        .replica = config_.replica,
+                        .last_normal_view = last_normal_view_,
+                        .op = op(),
+                        .commit = commit_};
+}
+
+void Replica::maybe_send_do_view_change()
+{
+    // §4.2 step 2: after StartViewChange from f other replicas.
+    const auto others = std::count(start_view_change_from_.begin(),
+                                   start_view_change_from_.end(), true);
+    if (do_view_change_sent_ || static_cast<size_t>(others) < quorum() - 1) return;
+    do_view_change_sent_ = true;
+    if (leader() == config_.replica) {
+        do_view_change_from_[config_.replica] = own_do_view_change();
+        maybe_start_view();
+    } else {
+        send(leader(), own_do_view_change());
+    }
+}
+
+void Replica::on_do_view_change(const DoViewChange& m)
+{
+    if (status_ == Status::recovering || m.view < view_) return;
+    if (m.view > view_) start_view_change(m.view);
+    if (status_ == Status::normal) {
+        if (is_leader()) send_start_view(m.replica);  // it missed the StartView
+        return;
+    }
+    if (leader() != config_.replica) return;
+    // A DoViewChange also says its sender started this view change.
+    start_view_change_from_[m.replica] = true;
+    do_view_change_from_[m.replica] = m;
+    maybe_send_do_view_change();
+    maybe_start_view();
+}
+
+void Replica::maybe_start_view()
+{
+    // §4.2 step 3: f + 1 DoViewChange messages, our own among them.
+    if (fetch_ || do_view_change_from_.size() < quorum() ||
+        !do_view_change_from_.contains(config_.replica))
+        return;
+    // The log with the largest last normal view, then the largest op, is the new log; every
+    // committed op is in it. Ties prefer our own log, which then needs no fetching.
+    const DoViewChange* best = &do_view_change_from_.at(config_.replica);
+    Op max_commit = 0;
+    for (const auto& [replica, dvc] : do_view_change_from_) {
+        max_commit = std::max(max_commit, dvc.commit);
+        if (std::tie(dvc.last_normal_view, dvc.op) > std::tie(best->last_normal_view, best->op))
+            best = &dvc;
+    }
+    new_view_commit_ = max_commit;
+    if (best->last_normal_view == last_normal_view_ && best->op == op()) {
+        become_leader();
+        return;
+    }
+    // Logs of the same last normal view are prefixes of one another; otherwise only what we
+    // committed is known to be in the selected log.
+    truncate_log(best->last_normal_view == last_normal_view_ ? op() : commit_);
+    request_state(best->replica, best->op);
+}
+
+void Replica::become_leader()
+{
+    VL_ASSERT(new_view_commit_ <= op(), "the selected log holds every committed op");
+    const Op new_view_commit = new_view_commit_;
+    enter_normal(view_);
+    counters_.view_changes += 1;
+    commit_to(std::max(commit_, new_view_commit));
+    // Ops after the commit point are the view's uncommitted suffix: track them as in flight,
+    // so that they are retransmitted as Prepares until the followers acknowledge them.
+    const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES;
+    for (Op first = commit_ + 1; first <= op();) {
+        Op last = first;
+        size_t bytes = entry_wire_bytes(log_[first - 1]);
+        while (last < op() && bytes + entry_wire_bytes(log_[last]) <= budget)
+            bytes += entry_wire_bytes(log_[last++]);
+        prepares_in_flight_.push_back({first, last, tick_});
+        for (Op o = first; o <= last; o++)
+            requests_in_flight_[log_[o - 1].client_id] = log_[o - 1].request_number;
+        first = last + 1;
+    }
+    for (ReplicaIndex r = 0; r < config_.replica_count; r++)
+        if (r != config_.replica) send_start_view(r);
+    last_sent_to_followers_tick_ = tick_;
+    advance_commit_as_leader();
+}
+
+void Replica::send_start_view(ReplicaIndex to)
+{
+    // The uncommitted suffix, as far as it fits; a follower fetches the rest (§5.2).
+    const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES - 8;
+    send(to, StartView{.view = view_,
+                       .replica = config_.replica,
+                       .op = op(),
+                       .commit = commit_,
+                       .first_op = commit_,
+                       .entries = entries_after(commit_, budget)});
+}
+
+void Replica::on_start_view(const StartView& m)
+{
+    if (status_ == Status::recovering || m.view < view_) return;
+    if (m.view == view_ && status_ == Status::normal) return;  // already in this view
+    if (m.replica != leader_of(m.view)) return;
+    enter_normal(m.view);
+    counters_.view_changes += 1;
+    // §4.2 step 4: replace the log. What we committed is in the new log already; anything
+    // after it may come from an older view.
+    truncate_log(commit_);
+    install_entries(m.first_op, m.entries);
+    if (op() < m.op)
+        request_state(leader(), m.op);
+    else
+        send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
+    adopt_commit_as_follower(m.commit);
+}
+
+void Replica::enter_view_behind(View view)
+{
+    // §5.2: a replica that learns of a later view from its leader's normal traffic keeps only
+    // its committed ops and fetches the rest of the view's log from the leader.
+    enter_normal(view);
+    counters_.view_changes += 1;
+    truncate_log(commit_);
+    request_state(leader(), commit_);
+}
+
+void Replica::reset_view_state()
+{
+    std::fill(acked_.begin(), acked_.end(), 0);
+    pending_requests_.clear();
+    requests_in_flight_.clear();
+    prepares_in_flight_.clear();
+    std::fill(start_view_change_from_.begin(), start_view_change_from_.end(), false);
+    do_view_change_from_.clear();
+    do_view_change_sent_ = false;
+    new_view_commit_ = 0;
+    fetch_.reset();
+}
+
+// ---- Recovery (§4.3) ------------------------------------------------------------------------
+
+void Replica::start_recovery_round()
+{
+    recovery_round_ += 1;
+    recovery_responses_.clear();
+    recovery_target_.reset();
+    fetch_.reset();
+    status_since_tick_ = tick_;
+    status_messages_sent_tick_ = tick_;
+    truncate_log(0);
+    broadcast(Recovery{.replica = config_.replica, .nonce = recovery_nonce()});
+}
+
+void Replica::on_recovery(const Recovery& m)
+{
+    if (status_ != Status::normal) return;  // §4.3 step 2: only replicas in normal status
+    send(m.replica, RecoveryResponse{.view = view_,
+                                     .replica = config_.replica,
+                                     .nonce = m.nonce,
+                                     .op = op(),
+                                     .commit = commit_});
+}
+
+void Replica::on_recovery_response(const RecoveryResponse& m)
+{
+    if (status_ != Status::recovering || m.nonce != recovery_nonce() || recovery_target_)
+        return;
+    recovery_responses_[m.replica] = m;
+    // §4.3 step 3: f + 1 responses, one of them from the leader of the latest view among them.
+    if (recovery_responses_.size() < quorum()) return;
+    View latest = 0;
+    for (const auto& [replica, response] : recovery_responses_)
+        latest = std::max(latest, response.view);
+    const auto leader_response = recovery_responses_.find(leader_of(latest));
+    if (leader_response == recovery_responses_.end() || leader_response->second.view != latest)
+        return;
+    recovery_target_ = leader_response->second;
+    view_ = latest;
+    if (recovery_target_->op == 0)
+        finish_recovery();
+    else
+        request_state(leader(), recovery_target_->op);
+}
+
+void Replica::finish_recovery()
+{
+    const RecoveryResponse target = *recovery_target_;
+    recovery_target_.reset();
+    recovery_responses_.clear();
+    enter_normal(view_);
+    counters_.recoveries += 1;
+    commit_to(std::min(target.commit, op()));
+    send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
+}
+
+uint64_t Replica::recovery_nonce() const { return recovery_nonce_base_ + recovery_round_; }
+
+// ---- State transfer (§5.2) ------------------------------------------------------------------
+
+void Replica::request_state(ReplicaIndex from, Op target_op)
+{
+    if (!fetch_) counters_.state_transfers += 1;  // a new transfer, not the next chunk of one
+    fetch_ = Fetch{.from = from, .target_op = target_op, .sent_tick = tick_};
+    send(from, GetState{.view = view_, .replica = config_.replica, .op = op()});
+}
+
+void Replica::retransmit_get_state()
+{
+    if (!fetch_ || tick_ - fetch_->sent_tick < config_.retransmit_ticks) return;
+    counters_.retransmissions += 1;
+    fetch_->sent_tick = tick_;
+    send(fetch_->from, GetState{.view = view_, .replica = config_.replica, .op = op()});
+}
+
+void Replica::on_get_state(const GetState& m)
+{
+    // Answered in normal status, and in view-change status too, where the log is frozen: that
+    // is how a new leader fetches the log it selected.
+    if (status_ == Status::recovering || m.view != view_ || m.op > op()) return;
+    const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES - 8;
+    send(m.replica, NewState{.view = view_,
+                             .replica = config_.replica,
+                             .op = op(),
+                             .commit = commit_,
+                             .first_op = m.op,
+                             .entries = entries_after(m.op, budget)});
+}
+
+void Replica::on_new_state(const NewState& m)
+{
+    if (!fetch_ || m.replica != fetch_->from || m.view != view_) return;
+    if (!install_entries(m.first_op, m.entries)) return;  // stale; the timer asks again
+    switch (status_) {
+    case Status::recovering:
+        status_since_tick_ = tick_;  // progress: this recovery round is alive
+        if (op() >= recovery_target_->op) {
+            finish_recovery();
+            return;
+        }
+        break;
+    case Status::view_change:
+        // The selected log ends at target_op: its owner's log is frozen during the change.
+        if (op() >= fetch_->target_op) {
+            truncate_log(fetch_->target_op);
+            become_leader();
+            return;
+        }
+        break;
+    case Status::normal:
+        last_heard_from_leader_tick_ = tick_;
+        commit_to(std::min(m.commit, op()));
+        if (op() >= std::max(fetch_->target_op, m.op)) {
+            fetch_.reset();
+            send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
+            return;
+        }
+        break;
+    }
+    request_state(fetch_->from, std::max(fetch_->target_op, m.op));
+}
+
+bool Replica::install_entries(Op first_op, const std::vector<Entry>& entries)
+{
+    // Callers guarantee that our log up to op() agrees with the sender's: what we already
+    // hold must be identical, and only what follows is appended.
+    if (first_op > op()) return false;
+    for (size_t i = 0; i < entries.size(); i++) {
+        const Op o = first_op + 1 + i;
+        if (o <= op())
+            VL_ASSERT(log_[o - 1] == entries[i], "logs agree on every op both hold");
+        else
+            log_.push_back(entries[i]);
+    }
+    return true;
+}
+
+std::vector<Entry> Replica::entries_after(Op first_op, size_t budget_bytes) const
+{
+    std::vector<Entry> entries;
+    size_t bytes = 0;
+    for (Op o = first_op + 1; o <= op(); o++) {
+        bytes += entry_wire_bytes(log_[o - 1]);
+        if (bytes > budget_bytes) break;
+        entries.push_back(log_[o - 1]);
+    }
+    return entries;
+}
+
+// ---- Plumbing -------------------------------------------------------------------------------
+
+void Replica::send(ReplicaIndex to, Message message)
+{
+    out_->push_back(Send{.to = to, .message = std::move(message)});
+}
+
+void Replica::broadcast(Message message)
+{
+    if (config_.replica_count > 1) out_->push_back(Broadcast{.message = std::move(message)});
+}
+
+void Replica::truncate_log(Op new_op)
+{
+    VL_ASSERT(new_op >= commit_, "committed ops are never removed");
+    if (new_op < op()) log_.resize(new_op);
+}
+
+void Replica::enter_normal(View view)
+{
+    reset_view_state();
+    status_ = Status::normal;
+    view_ = view;
+    last_normal_view_ = view;
+    status_since_tick_ = tick_;
+    last_heard_from_leader_tick_ = tick_;
+    failed_view_changes_ = 0;
+}
+
+void Replica::emit_kernel_state()
+{
+    vl_kernel_state state{};
+    state.view = view_;
+    state.last_op = op();
+    state.commit = commit_;
+    state.cluster_id = config_.cluster_id;
+    state.status = static_cast<uint8_t>(status_);
+    state.replica = config_.replica;
+    state.leader = leader();
+    state.replica_count = config_.replica_count;
+    state.fast_ack = config_.fast_ack_allowed && status_ == Status::normal && !is_leader() &&
+                     !fetch_;
+    state.version = kernel_state_.version;
+    if (std::memcmp(&state, &kernel_state_, sizeof state) == 0) return;
+    state.version += 1;
+    kernel_state_ = state;
+    out_->push_back(KernelStateChanged{.state = state});
+}
+
+void Replica::check_invariants() const
+{
+    VL_ASSERT(commit_ <= op(), "commit <= op");
+    VL_ASSERT(last_normal_view_ <= view_, "last normal view <= view");
+    VL_ASSERT(status_ != Status::normal || last_normal_view_ == view_,
+              "in normal status the last normal view is the view");
+    VL_ASSERT(status_ != Status::recovering || commit_ == 0,
+              "a recovering replica executes nothing until it has the leader's log");
+    VL_ASSERT(!is_leader() || op() - commit_ <= config_.pipeline_ops,
+              "the leader keeps at most pipeline_ops uncommitted");
+    VL_ASSERT(!is_leader() || !fetch_, "the leader fetches from nobody");
+    VL_ASSERT(pending_requests_.empty() || is_leader(), "only the leader queues requests");
+    VL_ASSERT(pending_requests_.size() <= config_.request_queue_limit, "bounded request queue");
+}
+
+}  // namespace voltlock

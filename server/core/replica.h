@@ -1,0 +1,248 @@
+// A VR replica (Viewstamped Replication Revisited, Liskov & Cowling 2012) as a pure state
+// machine: one entry point, step(input) -> effects. It does no I/O, reads no clock and draws no
+// randomness; the shell (or the simulator) delivers messages and ticks and carries out effects
+// in the order given.
+//
+// Departures from the paper, each to keep every message within one datagram:
+// - DoViewChange, StartView and RecoveryResponse do not carry whole logs. A new leader fetches
+//   the entries it lacks from the replica whose log the §4.2 rule selects (GetState/NewState
+//   while both are in view-change status, when that replica's log is frozen); StartView carries
+//   the uncommitted suffix as far as it fits; a follower or a recovering replica fetches the
+//   rest from the leader by §5.2 state transfer.
+// - A recovering replica stays in recovering status until it holds the leader's log up to the
+//   op number the leader reported, so it never answers a view change with a log shorter than
+//   what it acknowledged before its crash.
+// - A Prepare carries a batch of consecutive ops; PrepareOK(v, n) acknowledges all ops up to n.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "core/message.h"
+#include "core/state_machine.h"
+#include "core/types.h"
+#include "voltlock/wire.h"
+
+namespace voltlock {
+
+struct ReplicaConfig {
+    uint32_t cluster_id = 0;
+    ReplicaIndex replica = 0;
+    uint8_t replica_count = 3;                        // odd, 1..VL_MAX_REPLICAS
+    uint32_t max_message_bytes = VL_DEFAULT_MESSAGE_BYTES;
+    uint32_t heartbeat_ticks = 5;                     // leader: Commit when otherwise silent
+    uint32_t view_change_timeout_ticks = 20;          // follower: leader silent this long
+    uint32_t retransmit_ticks = 4;                    // Prepare, GetState, view-change messages
+    uint32_t pipeline_ops = 4096;                     // leader: at most this many ops uncommitted
+    uint32_t request_queue_limit = 8192;              // leader: requests waiting for the pipeline
+    bool fast_ack_allowed = false;                    // the kernel may acknowledge Prepares
+};
+
+// How a replica starts: as a member of a brand-new cell, or after a crash that lost its state
+// (§4.3), with a nonce that the shell draws and that is never reused by this replica.
+struct StartFresh {};
+struct StartRecovering {
+    uint64_t nonce = 0;
+};
+using Start = std::variant<StartFresh, StartRecovering>;
+
+// ---- Inputs ---------------------------------------------------------------------------------
+
+// Time passes by one tick; `now_ms` is the shell's clock, used only to stamp new ops.
+struct Tick {
+    uint64_t now_ms = 0;
+};
+// A message arrived (already decoded and checked for this cluster).
+struct Receive {
+    Message message;
+};
+// The shell has delivered everything it had at hand: the leader sends its partial batch.
+struct Flush {};
+using Input = std::variant<Tick, Receive, Flush>;
+
+// ---- Effects --------------------------------------------------------------------------------
+
+struct Send {
+    ReplicaIndex to = 0;
+    Message message;
+};
+// To every replica except this one.
+struct Broadcast {
+    Message message;
+};
+struct SendReply {
+    Reply reply;
+};
+// Entry `op` was committed and applied to the state machine.
+struct Executed {
+    Op op = 0;
+    Entry entry;
+    Bytes result;
+};
+// The kernel's mirror of this replica's state changed (DESIGN.md §3).
+struct KernelStateChanged {
+    vl_kernel_state state{};
+};
+using Effect = std::variant<Send, Broadcast, SendReply, Executed, KernelStateChanged>;
+using Effects = std::vector<Effect>;
+
+// Counters kept for /v1/status and tests.
+struct ReplicaCounters {
+    uint64_t view_changes = 0;        // views this replica entered normal status in
+    uint64_t retransmissions = 0;     // Prepares, GetStates and view-change messages sent again
+    uint64_t state_transfers = 0;     // GetStates sent
+    uint64_t recoveries = 0;          // recoveries completed
+    uint64_t requests_dropped = 0;    // requests refused: not leader, queue full, stale
+};
+
+class Replica {
+public:
+    Replica(const ReplicaConfig& config, StateMachine& machine, Start start);
+
+    // The one entry point: consumes `input`, appends what to do to `out`.
+    void step(const Input& input, Effects& out);
+
+    // Read-only view for the shell, tests and the simulator.
+    ReplicaIndex replica() const { return config_.replica; }
+    Status status() const { return status_; }
+    View view() const { return view_; }
+    View last_normal_view() const { return last_normal_view_; }
+    ReplicaIndex leader() const { return leader_of(view_); }
+    bool is_leader() const { return status_ == Status::normal && leader() == config_.replica; }
+    Op op() const { return log_.size(); }
+    Op commit() const { return commit_; }
+    const Entry& entry(Op op) const { return log_.at(op - 1); }
+    const ReplicaCounters& counters() const { return counters_; }
+    const ReplicaConfig& config() const { return config_; }
+    // Per replica, the highest op it acknowledged in this view (leader only; else zeros).
+    const std::vector<Op>& acked_ops() const { return acked_; }
+
+private:
+    struct ClientSession {
+        RequestNumber request_number = 0;
+        Bytes result;
+    };
+    // A batch the leader sent and has not yet seen committed.
+    struct InFlightPrepare {
+        Op first_op = 0;
+        Op last_op = 0;
+        uint64_t sent_tick = 0;
+    };
+    // A state transfer in progress (§5.2): from whom, and up to which op.
+    struct Fetch {
+        ReplicaIndex from = 0;
+        Op target_op = 0;
+        uint64_t sent_tick = 0;
+    };
+
+    ReplicaIndex leader_of(View view) const
+    {
+        return static_cast<ReplicaIndex>(view % config_.replica_count);
+    }
+    size_t quorum() const { return config_.replica_count / 2 + 1; }  // f + 1
+    size_t max_payload_bytes() const;
+
+    void on_receive(const Message& message);
+    void on_tick(const Tick& tick);
+    void on_flush();
+
+    // Handlers, named after the paper's messages.
+    void on_request(const Request& m);
+    void on_prepare(const Prepare& m);
+    void on_prepare_ok(const PrepareOk& m);
+    void on_commit(const Commit& m);
+    void on_start_view_change(const StartViewChange& m);
+    void on_do_view_change(const DoViewChange& m);
+    void on_start_view(const StartView& m);
+    void on_recovery(const Recovery& m);
+    void on_recovery_response(const RecoveryResponse& m);
+    void on_get_state(const GetState& m);
+    void on_new_state(const NewState& m);
+
+    // Normal operation (§4.1).
+    void send_prepares(bool flush_partial);
+    void advance_commit_as_leader();
+    void adopt_commit_as_follower(Op commit);
+    void commit_to(Op commit);
+    void execute(Op op, const Entry& entry);
+    void reply(ClientId client_id, const ClientSession& session);
+    void retransmit_prepares();
+
+    // View change (§4.2).
+    void start_view_change(View view);
+    uint64_t view_change_timeout_ticks() const;
+    DoViewChange own_do_view_change() const;
+    void maybe_send_do_view_change();
+    void maybe_start_view();
+    void become_leader();
+    void send_start_view(ReplicaIndex to);
+    void enter_view_behind(View view);
+    void enter_normal(View view);
+    void reset_view_state();
+
+    // Recovery (§4.3) and state transfer (§5.2).
+    void start_recovery_round();
+    void finish_recovery();
+    uint64_t recovery_nonce() const;
+    void request_state(ReplicaIndex from, Op target_op);
+    void retransmit_get_state();
+    bool install_entries(Op first_op, const std::vector<Entry>& entries);
+    std::vector<Entry> entries_after(Op first_op, size_t budget_bytes) const;
+
+    void send(ReplicaIndex to, Message message);
+    void broadcast(Message message);
+    void truncate_log(Op op);
+    void emit_kernel_state();
+    void check_invariants() const;
+
+    const ReplicaConfig config_;
+    StateMachine& machine_;
+    Effects* out_ = nullptr;  // set for the duration of step()
+
+    // Protocol state (§4).
+    Status status_ = Status::normal;
+    View view_ = 0;
+    View last_normal_view_ = 0;
+    std::vector<Entry> log_;  // log_[i] holds op i + 1
+    Op commit_ = 0;
+    std::unordered_map<ClientId, ClientSession> client_table_;
+
+    // Time, in ticks.
+    uint64_t tick_ = 0;
+    uint64_t now_ms_ = 0;
+    uint64_t last_heard_from_leader_tick_ = 0;   // follower
+    uint64_t last_sent_to_followers_tick_ = 0;   // leader
+    uint64_t status_since_tick_ = 0;             // view change and recovery deadlines
+    uint64_t status_messages_sent_tick_ = 0;     // their retransmission
+    uint32_t failed_view_changes_ = 0;           // in a row: backs the timeout off
+
+    // Leader.
+    std::vector<Op> acked_;  // per replica, highest op acknowledged in this view
+    std::deque<Request> pending_requests_;                            // not yet in the log
+    std::unordered_map<ClientId, RequestNumber> requests_in_flight_;  // queued or uncommitted
+    std::deque<InFlightPrepare> prepares_in_flight_;
+
+    // View change (§4.2).
+    std::vector<bool> start_view_change_from_;
+    std::map<ReplicaIndex, DoViewChange> do_view_change_from_;
+    bool do_view_change_sent_ = false;
+    Op new_view_commit_ = 0;  // the largest commit among the DoViewChange messages
+
+    // Recovery (§4.3).
+    uint64_t recovery_nonce_base_ = 0;
+    uint64_t recovery_round_ = 0;
+    std::map<ReplicaIndex, RecoveryResponse> recovery_responses_;
+    std::optional<RecoveryResponse> recovery_target_;  // the leader's answer; fetching its log
+
+    std::optional<Fetch> fetch_;
+
+    vl_kernel_state kernel_state_{};  // the last record emitted
+    ReplicaCounters counters_;
+};
+
+}  // namespace voltlock
