@@ -1,0 +1,68 @@
+// VR Revisited §4.1 steps 2 and 5: the client table gives at-most-once execution.
+#include "replica_harness.h"
+
+using namespace voltlock;
+using namespace voltlock::test;
+
+namespace {
+
+// Commits client 9's request 1 on `leader`, replica 0 of 3.
+void commit_first_request(TestReplica& leader)
+{
+    leader.receive(request(9, 1, "Wfirst"));
+    leader.flush();
+    leader.receive(PrepareOk{.view = 0, .replica = 1, .op = 1});
+    REQUIRE(leader->commit() == 1);
+}
+
+}  // namespace
+
+TEST_CASE("§4.1: a retry of the latest executed request gets the cached reply, no new op")
+{
+    TestReplica leader(test_config(0, 3));
+    commit_first_request(leader);
+    const Bytes first_result = leader.effects_of<SendReply>().at(0).reply.result;
+    leader.receive(request(9, 1, "Wfirst"));
+    const auto replies = leader.effects_of<SendReply>();
+    leader.flush();
+    CHECK(leader->op() == 1);
+    REQUIRE(replies.size() == 1);
+    CHECK(replies[0].reply.result == first_result);
+}
+
+TEST_CASE("§4.1: a request older than the client's latest is dropped")
+{
+    TestReplica leader(test_config(0, 3));
+    commit_first_request(leader);
+    leader.receive(request(9, 2, "Wsecond"));
+    leader.flush();
+    leader.receive(request(9, 1, "Wfirst"));
+    leader.flush();
+    CHECK(leader->op() == 2);
+    CHECK(leader.effects_of<SendReply>().empty());
+}
+
+TEST_CASE("§4.1: a retry of a request still in the pipeline is not appended again")
+{
+    TestReplica leader(test_config(0, 3));
+    leader.receive(request(9, 1));
+    leader.flush();
+    leader.receive(request(9, 1));
+    leader.flush();
+    CHECK(leader->op() == 1);
+}
+
+TEST_CASE("a request that reached the log twice executes once, on every replica")
+{
+    // After a view change a retry can be appended again by the new leader; the client table,
+    // replicated by execution, makes the second copy a no-op everywhere.
+    TestReplica follower(test_config(1, 3));
+    follower.receive(Prepare{.view = 0, .replica = 0, .op = 3, .commit = 3,
+                             .entries = {entry(9, 1, "Wa"), entry(9, 1, "Wa"),
+                                         entry(9, 2, "Wb")}});
+    const auto executed = follower.effects_of<Executed>();
+    REQUIRE(executed.size() == 2);
+    CHECK(executed[0].op == 1);
+    CHECK(executed[1].op == 3);
+    CHECK(follower.machine().version() == 2);
+}

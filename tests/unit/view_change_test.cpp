@@ -1,0 +1,180 @@
+// VR Revisited §4.2: view changes, with the log fetched by the new leader when it lacks it.
+#include "replica_harness.h"
+
+using namespace voltlock;
+using namespace voltlock::test;
+
+namespace {
+
+// A follower of view 0 holding `ops` ops, the first `commit` of them committed.
+void follow(TestReplica& replica, int ops, Op commit)
+{
+    Prepare prepare{.view = 0, .replica = 0, .op = static_cast<Op>(ops), .commit = commit};
+    for (int i = 1; i <= ops; i++)
+        prepare.entries.push_back(entry(static_cast<ClientId>(i), 1, "Wv" + std::to_string(i)));
+    replica.receive(prepare);
+    REQUIRE(replica->op() == static_cast<Op>(ops));
+    REQUIRE(replica->commit() == commit);
+}
+
+}  // namespace
+
+TEST_CASE("§4.2 step 1: a follower that stops hearing from the leader starts a view change")
+{
+    TestReplica follower(test_config(1, 3));
+    follower.tick(19);
+    CHECK(follower->status() == Status::normal);
+    follower.tick(1);
+    CHECK(follower->status() == Status::view_change);
+    CHECK(follower->view() == 1);
+    const auto svcs = follower.broadcasts<StartViewChange>();
+    REQUIRE(svcs.size() == 1);
+    CHECK(svcs[0].view == 1);
+}
+
+TEST_CASE("§4.2 step 2: after f StartViewChange messages, DoViewChange goes to the new leader")
+{
+    TestReplica replica(test_config(2, 3));
+    follow(replica, 2, 1);
+    replica.receive(StartViewChange{.view = 1, .replica = 0});
+    CHECK(replica->status() == Status::view_change);
+    CHECK(replica.broadcasts<StartViewChange>().size() == 1);  // it joins the change
+    const auto dvcs = replica.sent_to<DoViewChange>(1);       // leader of view 1 is replica 1
+    REQUIRE(dvcs.size() == 1);
+    CHECK(dvcs[0].view == 1);
+    CHECK(dvcs[0].last_normal_view == 0);
+    CHECK(dvcs[0].op == 2);
+    CHECK(dvcs[0].commit == 1);
+}
+
+TEST_CASE("§4.2 step 3: the new leader fetches the selected log, then sends StartView")
+{
+    TestReplica leader(test_config(1, 3));  // leader of view 1
+    follow(leader, 1, 0);
+    leader.receive(StartViewChange{.view = 1, .replica = 2});
+    CHECK(leader->status() == Status::view_change);
+    // Replica 2 holds more of view 0's log: the rule selects it.
+    leader.receive(DoViewChange{.view = 1, .replica = 2, .last_normal_view = 0, .op = 3,
+                                .commit = 1});
+    const auto fetches = leader.sent_to<GetState>(2);
+    REQUIRE(fetches.size() == 1);
+    CHECK(fetches[0].view == 1);
+    CHECK(fetches[0].op == 1);  // same last normal view: its own log is a prefix
+    CHECK(leader->status() == Status::view_change);
+
+    leader.receive(NewState{.view = 1, .replica = 2, .op = 3, .commit = 1, .first_op = 1,
+                            .entries = {entry(2, 1, "Wv2"), entry(3, 1, "Wv3")}});
+    CHECK(leader->status() == Status::normal);
+    CHECK(leader->is_leader());
+    CHECK(leader->op() == 3);
+    CHECK(leader->commit() == 1);  // the largest commit among the DoViewChange messages
+    for (ReplicaIndex to : {0, 2}) {
+        const auto start_views = leader.sent_to<StartView>(to);
+        REQUIRE(start_views.size() == 1);
+        CHECK(start_views[0].op == 3);
+        CHECK(start_views[0].commit == 1);
+        CHECK(start_views[0].first_op == 1);
+        CHECK(start_views[0].entries.size() == 2);
+    }
+}
+
+TEST_CASE("§4.2 step 3: a later last-normal view wins over a longer log")
+{
+    TestReplica leader(test_config(1, 3));  // leader of view 4
+    follow(leader, 5, 1);
+    leader.receive(DoViewChange{.view = 4, .replica = 2, .last_normal_view = 3, .op = 3,
+                                .commit = 1});
+    // Its own ops 2..5 of view 0 may be lost uncommitted ops: only op 1 is kept.
+    CHECK(leader->op() == 1);
+    const auto fetches = leader.sent_to<GetState>(2);
+    REQUIRE(fetches.size() == 1);
+    CHECK(fetches[0].op == 1);
+}
+
+TEST_CASE("§4.2 step 3: with its own log selected the new leader starts the view at once")
+{
+    TestReplica leader(test_config(1, 3));
+    follow(leader, 3, 1);
+    leader.receive(DoViewChange{.view = 1, .replica = 0, .last_normal_view = 0, .op = 2,
+                                .commit = 2});
+    CHECK(leader->is_leader());
+    CHECK(leader->op() == 3);
+    CHECK(leader->commit() == 2);
+    CHECK(leader.sent_to<StartView>(0).size() == 1);
+    CHECK(leader.sent_to<StartView>(2).size() == 1);
+}
+
+TEST_CASE("§4.2 step 4: a follower replaces its uncommitted suffix with the StartView log")
+{
+    TestReplica follower(test_config(2, 3));
+    follow(follower, 3, 1);
+    follower.receive(StartView{.view = 1, .replica = 1, .op = 2, .commit = 1, .first_op = 1,
+                               .entries = {entry(50, 1, "Wnew")}});
+    CHECK(follower->status() == Status::normal);
+    CHECK(follower->view() == 1);
+    CHECK(follower->op() == 2);
+    CHECK(follower->entry(2).client_id == 50);
+    const auto acks = follower.sent_to<PrepareOk>(1);
+    REQUIRE(acks.size() == 1);
+    CHECK(acks[0].view == 1);
+    CHECK(acks[0].op == 2);
+}
+
+TEST_CASE("§4.2 step 4: a StartView that does not carry everything leads to a fetch")
+{
+    TestReplica follower(test_config(2, 3));
+    follower.receive(StartView{.view = 1, .replica = 1, .op = 9, .commit = 5, .first_op = 5,
+                               .entries = {}});
+    CHECK(follower->status() == Status::normal);
+    CHECK(follower->op() == 0);
+    const auto fetches = follower.sent_to<GetState>(1);
+    REQUIRE(fetches.size() == 1);
+    CHECK(fetches[0].op == 0);
+}
+
+TEST_CASE("§5.2: a Prepare of a later view makes a follower keep its commits and fetch")
+{
+    TestReplica follower(test_config(2, 3));
+    follow(follower, 3, 1);
+    follower.receive(Prepare{.view = 1, .replica = 1, .op = 6, .commit = 4,
+                             .entries = {entry(6, 1, "Wv6")}});
+    CHECK(follower->status() == Status::normal);
+    CHECK(follower->view() == 1);
+    CHECK(follower->op() == 1);
+    const auto fetches = follower.sent_to<GetState>(1);
+    REQUIRE(fetches.size() == 1);
+    CHECK(fetches[0].op == 1);
+}
+
+TEST_CASE("§4.2: messages of older views are ignored")
+{
+    TestReplica follower(test_config(2, 3));
+    follower.receive(StartView{.view = 1, .replica = 1, .op = 0, .commit = 0, .first_op = 0});
+    follower.receive(Prepare{.view = 0, .replica = 0, .op = 1, .commit = 0,
+                             .entries = {entry(1, 1, "Wa")}});
+    CHECK(follower->op() == 0);
+    CHECK(follower->view() == 1);
+}
+
+TEST_CASE("§4.2: the leader of a view answers a late StartViewChange with StartView")
+{
+    TestReplica leader(test_config(1, 3));
+    leader.receive(DoViewChange{.view = 1, .replica = 0, .last_normal_view = 0, .op = 0,
+                                .commit = 0});
+    REQUIRE(leader->is_leader());
+    leader.receive(StartViewChange{.view = 1, .replica = 2});
+    CHECK(leader.sent_to<StartView>(2).size() == 1);
+}
+
+TEST_CASE("§4.2: a view change that does not finish moves on, backing off each time")
+{
+    TestReplica replica(test_config(2, 5));
+    replica.tick(20);
+    REQUIRE(replica->view() == 1);
+    replica.tick(20);
+    CHECK(replica->view() == 2);
+    replica.tick(39);
+    CHECK(replica->view() == 2);  // the second failed change doubles the timeout
+    replica.tick(1);
+    CHECK(replica->view() == 3);
+}
