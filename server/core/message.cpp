@@ -281,16 +281,19 @@ bool type_has_entries(uint8_t type)
 
 }  // namespace
 
-const char* message_name(const Message& message)
+const char* message_type_name(vl_message_type type)
 {
     static constexpr const char* names[] = {
-        "request",     "reply",           "prepare",    "prepare_ok",        "commit",
-        "start_view_change", "do_view_change", "start_view", "recovery", "recovery_response",
-        "get_state",   "new_state",
+        "request",    "reply",    "prepare",           "prepare_ok", "commit",    "start_view_change",
+        "do_view_change", "start_view", "recovery", "recovery_response", "get_state", "new_state",
     };
+    static_assert(std::size(names) == VL_MSG_TYPE_MAX - VL_MSG_TYPE_MIN + 1);
     static_assert(std::size(names) == std::variant_size_v<Message>);
-    return names[message.index()];
+    if (type < VL_MSG_TYPE_MIN || type > VL_MSG_TYPE_MAX) return "unknown";
+    return names[type - VL_MSG_TYPE_MIN];
 }
+
+const char* message_name(const Message& message) { return message_type_name(message_type(message)); }
 
 vl_message_type message_type(const Message& message)
 {

@@ -130,6 +130,7 @@ using Message = std::variant<Request, Reply, Prepare, PrepareOk, Commit, StartVi
                              NewState>;
 
 const char* message_name(const Message& message);
+const char* message_type_name(vl_message_type type);  // "unknown" outside the enum
 vl_message_type message_type(const Message& message);
 
 // ---- Encoding -------------------------------------------------------------------------------

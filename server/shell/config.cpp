@@ -1,0 +1,192 @@
+#include "shell/config.h"
+
+#include <arpa/inet.h>
+
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace voltlock {
+
+namespace {
+
+using Json = nlohmann::json;
+
+Error field_error(const std::string& field, const std::string& problem)
+{
+    return Error{0, "config: " + field + ": " + problem};
+}
+
+// Reads the fields of one JSON object, remembering which were read so that unknown ones (most
+// often typos) are reported instead of silently ignored.
+class ObjectReader {
+public:
+    ObjectReader(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
+
+    template <typename T>
+    Result<Ok> integer(const char* name, T& out, bool required, uint64_t min, uint64_t max)
+    {
+        seen_.insert(name);
+        const auto it = object_.find(name);
+        if (it == object_.end())
+            return required ? Result<Ok>(field_error(field(name), "is required")) : Ok{};
+        if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() >= 0))
+            return field_error(field(name), "must be a non-negative integer");
+        const uint64_t value = it->get<uint64_t>();
+        if (value < min || value > max)
+            return field_error(field(name), "must be between " + std::to_string(min) + " and " +
+                                                std::to_string(max) + ", not " +
+                                                std::to_string(value));
+        out = static_cast<T>(value);
+        return Ok{};
+    }
+
+    Result<Ok> string(const char* name, std::string& out, bool required)
+    {
+        seen_.insert(name);
+        const auto it = object_.find(name);
+        if (it == object_.end())
+            return required ? Result<Ok>(field_error(field(name), "is required")) : Ok{};
+        if (!it->is_string()) return field_error(field(name), "must be a string");
+        out = it->get<std::string>();
+        return Ok{};
+    }
+
+    void mark_known(const char* name) { seen_.insert(name); }
+
+    Result<Ok> no_unknown_fields() const
+    {
+        for (const auto& [key, value] : object_.items())
+            if (!seen_.contains(key)) return field_error(field(key), "unknown field");
+        return Ok{};
+    }
+
+    std::string field(const std::string& name) const
+    {
+        return path_.empty() ? name : path_ + "." + name;
+    }
+
+private:
+    const Json& object_;
+    std::string path_;
+    std::set<std::string> seen_;
+};
+
+#define VL_TRY(expr)                                \
+    do {                                            \
+        auto vl_try_result = (expr);                \
+        if (!vl_try_result.ok()) return vl_try_result.error(); \
+    } while (0)
+
+Result<PeerAddress> parse_peer(const Json& json, const std::string& path)
+{
+    if (!json.is_object()) return field_error(path, "must be an object");
+    ObjectReader reader(json, path);
+    PeerAddress peer;
+    VL_TRY(reader.string("ip", peer.ip, true));
+    VL_TRY(reader.integer("udp_port", peer.udp_port, true, 1, 65535));
+    VL_TRY(reader.integer("http_port", peer.http_port, true, 1, 65535));
+    VL_TRY(reader.no_unknown_fields());
+    in_addr addr{};
+    if (inet_pton(AF_INET, peer.ip.c_str(), &addr) != 1)
+        return field_error(path + ".ip", "'" + peer.ip + "' is not an IPv4 address");
+    return peer;
+}
+
+}  // namespace
+
+ReplicaConfig DaemonConfig::replica_config() const
+{
+    ReplicaConfig config;
+    config.cluster_id = cluster_id;
+    config.replica = replica;
+    config.replica_count = static_cast<uint8_t>(replicas.size());
+    config.max_message_bytes = max_message_bytes;
+    config.heartbeat_ticks = heartbeat_ticks;
+    config.view_change_timeout_ticks = view_change_timeout_ticks;
+    config.retransmit_ticks = retransmit_ticks;
+    config.pipeline_ops = pipeline_ops;
+    return config;
+}
+
+Result<DaemonConfig> parse_config(const std::string& json_text)
+{
+    Json json = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded()) return Error{0, "config: not valid JSON"};
+    if (!json.is_object()) return Error{0, "config: the document must be a JSON object"};
+
+    ObjectReader reader(json, "");
+    DaemonConfig config;
+    VL_TRY(reader.integer("cluster_id", config.cluster_id, true, 0, UINT32_MAX));
+    VL_TRY(reader.integer("replica", config.replica, true, 0, VL_MAX_REPLICAS - 1));
+    VL_TRY(reader.string("interface", config.interface, false));
+    VL_TRY(reader.integer("max_message_bytes", config.max_message_bytes, false,
+                          VL_MIN_MESSAGE_BYTES, VL_MAX_MESSAGE_BYTES));
+    VL_TRY(reader.integer("tick_ms", config.tick_ms, false, 1, 1000));
+    VL_TRY(reader.integer("heartbeat_ticks", config.heartbeat_ticks, false, 1, 10000));
+    VL_TRY(reader.integer("view_change_timeout_ticks", config.view_change_timeout_ticks, false,
+                          2, 100000));
+    VL_TRY(reader.integer("retransmit_ticks", config.retransmit_ticks, false, 1, 10000));
+    VL_TRY(reader.integer("pipeline_ops", config.pipeline_ops, false, 1, 1u << 20));
+    std::string electrode = "off";
+    VL_TRY(reader.string("electrode", electrode, false));
+    if (electrode != "on" && electrode != "off")
+        return field_error("electrode", "must be \"on\" or \"off\", not \"" + electrode + "\"");
+    config.electrode = electrode == "on" ? ElectrodeMode::on : ElectrodeMode::off;
+    VL_TRY(reader.string("log_level", config.log_level, false));
+
+    reader.mark_known("replicas");
+    const auto replicas = json.find("replicas");
+    if (replicas == json.end()) return field_error("replicas", "is required");
+    if (!replicas->is_array()) return field_error("replicas", "must be an array");
+    for (size_t i = 0; i < replicas->size(); i++) {
+        auto peer = parse_peer((*replicas)[i], "replicas[" + std::to_string(i) + "]");
+        if (!peer.ok()) return peer.error();
+        config.replicas.push_back(peer.value());
+    }
+    VL_TRY(reader.no_unknown_fields());
+    VL_TRY(validate_config(config));
+    return config;
+}
+
+Result<Ok> validate_config(const DaemonConfig& config)
+{
+    const size_t count = config.replicas.size();
+    if (count == 0 || count > VL_MAX_REPLICAS || count % 2 == 0)
+        return field_error("replicas", "a cell has an odd number of replicas from 1 to " +
+                                           std::to_string(VL_MAX_REPLICAS) + ", not " +
+                                           std::to_string(count));
+    if (config.replica >= count)
+        return field_error("replica", "index " + std::to_string(config.replica) +
+                                          " is not in replicas (0.." +
+                                          std::to_string(count - 1) + ")");
+    std::set<std::pair<std::string, uint16_t>> endpoints;
+    for (size_t i = 0; i < count; i++) {
+        const PeerAddress& peer = config.replicas[i];
+        for (uint16_t port : {peer.udp_port, peer.http_port})
+            if (!endpoints.insert({peer.ip, port}).second)
+                return field_error("replicas[" + std::to_string(i) + "]",
+                                   peer.ip + ":" + std::to_string(port) +
+                                       " is used twice in the cell");
+    }
+    if (config.heartbeat_ticks >= config.view_change_timeout_ticks)
+        return field_error("heartbeat_ticks", "must be less than view_change_timeout_ticks");
+    static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
+    if (!levels.contains(config.log_level))
+        return field_error("log_level", "must be one of trace, debug, info, warn, error");
+    return Ok{};
+}
+
+Result<DaemonConfig> load_config(const std::string& path)
+{
+    std::ifstream file(path);
+    if (!file) return os_error("config: cannot read " + path);
+    std::stringstream text;
+    text << file.rdbuf();
+    return parse_config(text.str());
+}
+
+}  // namespace voltlock

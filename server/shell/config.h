@@ -1,0 +1,46 @@
+// voltlockd's configuration: one JSON file per replica, fields overridable by flags. Parsing
+// names the field and the problem, and a bad config stops the daemon before it starts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/replica.h"
+#include "shell/result.h"
+
+namespace voltlock {
+
+struct PeerAddress {
+    std::string ip;  // IPv4, dotted quad
+    uint16_t udp_port = 0;
+    uint16_t http_port = 0;
+};
+
+enum class ElectrodeMode { off, on };
+
+struct DaemonConfig {
+    uint32_t cluster_id = 0;
+    uint8_t replica = 0;
+    std::vector<PeerAddress> replicas;
+    std::string interface;  // where the eBPF programs attach
+    uint32_t max_message_bytes = VL_DEFAULT_MESSAGE_BYTES;
+    uint32_t tick_ms = 10;
+    uint32_t heartbeat_ticks = 5;
+    uint32_t view_change_timeout_ticks = 30;
+    uint32_t retransmit_ticks = 4;
+    uint32_t pipeline_ops = 4096;
+    ElectrodeMode electrode = ElectrodeMode::off;
+    std::string log_level = "info";
+
+    const PeerAddress& self() const { return replicas.at(replica); }
+    ReplicaConfig replica_config() const;
+};
+
+// Parses and validates a config document. Errors read "config: <field>: <problem>".
+Result<DaemonConfig> parse_config(const std::string& json_text);
+Result<DaemonConfig> load_config(const std::string& path);
+// Checks the cross-field rules; also used after flags override fields.
+Result<Ok> validate_config(const DaemonConfig& config);
+
+}  // namespace voltlock

@@ -1,0 +1,59 @@
+// A single-threaded epoll loop. Other threads hand it work through post(), which wakes it with
+// an eventfd; everything that touches the replica runs on the loop's thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "shell/result.h"
+
+namespace voltlock {
+
+// Owns a file descriptor; closes it once.
+class FileDescriptor {
+public:
+    FileDescriptor() = default;
+    explicit FileDescriptor(int fd) : fd_(fd) {}
+    FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+    FileDescriptor& operator=(FileDescriptor&& other) noexcept;
+    FileDescriptor(const FileDescriptor&) = delete;
+    FileDescriptor& operator=(const FileDescriptor&) = delete;
+    ~FileDescriptor();
+
+    int get() const { return fd_; }
+
+private:
+    int fd_ = -1;
+};
+
+class EventLoop {
+public:
+    using Handler = std::function<void()>;
+
+    static Result<std::unique_ptr<EventLoop>> create();
+
+    // Calls `on_readable` on the loop thread whenever `fd` is readable.
+    Result<Ok> watch(int fd, Handler on_readable);
+    // Runs `work` on the loop thread soon. Safe from any thread.
+    void post(Handler work);
+    // Runs until stop(); returns after the iteration in which stop() was called.
+    void run();
+    void stop() { running_ = false; }
+
+private:
+    EventLoop(FileDescriptor epoll, FileDescriptor wakeup);
+    void run_posted();
+
+    FileDescriptor epoll_;
+    FileDescriptor wakeup_;  // eventfd
+    std::unordered_map<int, Handler> handlers_;
+    std::mutex posted_mutex_;
+    std::vector<Handler> posted_;
+    bool running_ = false;
+};
+
+}  // namespace voltlock

@@ -1,0 +1,222 @@
+#include "shell/node.h"
+
+#include "core/assert.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace voltlock {
+
+namespace {
+
+template <typename... Ts>
+struct Overloaded : Ts... {
+    using Ts::operator()...;
+};
+
+Result<FileDescriptor> periodic_timer(uint32_t period_ms)
+{
+    FileDescriptor fd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    if (fd.get() < 0) return os_error("timerfd_create");
+    itimerspec spec{};
+    spec.it_interval.tv_sec = period_ms / 1000;
+    spec.it_interval.tv_nsec = static_cast<long>(period_ms % 1000) * 1000000L;
+    spec.it_value = spec.it_interval;
+    if (::timerfd_settime(fd.get(), 0, &spec, nullptr) != 0) return os_error("timerfd_settime");
+    return fd;
+}
+
+ReplicaIndex sender_of(const Message& message)
+{
+    return std::visit(Overloaded{[](const Request&) { return ReplicaIndex{VL_CLIENT_SENDER}; },
+                                 [](const auto& m) { return m.replica; }},
+                      message);
+}
+
+}  // namespace
+
+uint64_t wall_clock_ms()
+{
+    using namespace std::chrono;
+    return static_cast<uint64_t>(
+        duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count());
+}
+
+Result<std::unique_ptr<Node>> Node::create(const DaemonConfig& config, Start start,
+                                           EventLoop& loop)
+{
+    std::vector<sockaddr_in> peers;
+    for (const PeerAddress& peer : config.replicas) {
+        auto address = ipv4_address(peer.ip, peer.udp_port);
+        if (!address.ok()) return address.error();
+        peers.push_back(address.value());
+    }
+    auto socket = UdpSocket::bind(peers.at(config.replica), config.max_message_bytes);
+    if (!socket.ok()) return socket.error();
+    auto timer = periodic_timer(config.tick_ms);
+    if (!timer.ok()) return timer.error();
+
+    std::unique_ptr<Node> node(new Node(config, start, std::move(socket.value()),
+                                        std::move(timer.value()), std::move(peers)));
+    Node* raw = node.get();
+    if (auto watched = loop.watch(raw->socket_.fd(), [raw] { raw->on_datagrams(); });
+        !watched.ok())
+        return watched.error();
+    if (auto watched = loop.watch(raw->timer_.get(), [raw] { raw->on_timer(); }); !watched.ok())
+        return watched.error();
+    return node;
+}
+
+Node::Node(const DaemonConfig& config, Start start, UdpSocket socket, FileDescriptor timer,
+           std::vector<sockaddr_in> peers)
+    : config_(config),
+      replica_(config.replica_config(), machine_, start),
+      socket_(std::move(socket)),
+      timer_(std::move(timer)),
+      peers_(std::move(peers)),
+      encode_buffer_(config.max_message_bytes)
+{
+}
+
+void Node::on_datagrams()
+{
+    socket_.receive_all(
+        [this](std::span<const uint8_t> datagram, const sockaddr_in& from) {
+            on_datagram(datagram, from);
+        });
+    step(Flush{});
+    socket_.flush();
+}
+
+void Node::on_timer()
+{
+    uint64_t expirations = 0;
+    if (::read(timer_.get(), &expirations, sizeof expirations) != sizeof expirations) return;
+    // After a stall, catch up a little at a time rather than fire every timeout at once.
+    for (uint64_t i = 0; i < std::min<uint64_t>(expirations, 4); i++)
+        step(Tick{.now_ms = wall_clock_ms()});
+    step(Flush{});
+    socket_.flush();
+}
+
+void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& from)
+{
+    DecodeResult decoded = decode(datagram, config_.cluster_id);
+    if (!decoded.ok()) {
+        counters_.rejected[static_cast<size_t>(decoded.error())] += 1;
+        spdlog::debug("r{}: rejected {} bytes from {}: {}", config_.replica, datagram.size(),
+                     to_string(from), decode_error_name(decoded.error()));
+        return;
+    }
+    Message& message = decoded.value().message;
+    if (const auto* request = std::get_if<Request>(&message)) {
+        clients_[request->client_id] = from;
+    } else {
+        // Replica messages are believed only from the address configured for that replica.
+        const ReplicaIndex sender = sender_of(message);
+        if (sender >= peers_.size() || !same_address(peers_[sender], from)) {
+            counters_.unknown_peer += 1;
+            return;
+        }
+    }
+    counters_.messages_in[message_type(message)] += 1;
+    step(Receive{std::move(message)});
+}
+
+void Node::step(const Input& input)
+{
+    effects_.clear();
+    replica_.step(input, effects_);
+    for (const Effect& effect : effects_) execute(effect);
+}
+
+void Node::execute(const Effect& effect)
+{
+    std::visit(Overloaded{
+                   [&](const Send& send) { send_message(peers_.at(send.to), send.message); },
+                   [&](const Broadcast& broadcast) {
+                       for (size_t r = 0; r < peers_.size(); r++)
+                           if (r != config_.replica) send_message(peers_[r], broadcast.message);
+                   },
+                   [&](const SendReply& reply) {
+                       const auto client = clients_.find(reply.reply.client_id);
+                       if (client == clients_.end()) {
+                           counters_.unknown_client += 1;  // it will retry, perhaps to us
+                           return;
+                       }
+                       send_message(client->second, reply.reply);
+                   },
+                   [&](const Executed&) {},
+                   [&](const KernelStateChanged& changed) { log_transition(changed.state); },
+               },
+               effect);
+}
+
+void Node::send_message(const sockaddr_in& to, const Message& message)
+{
+    const size_t length = encode(message, config_.cluster_id, 0, encode_buffer_);
+    // The core sizes every message to the configured maximum; anything else is a bug there.
+    VL_ASSERT(length > 0, "the core's messages fit in one datagram");
+    counters_.messages_out[message_type(message)] += 1;
+    socket_.queue(to, {encode_buffer_.data(), length});
+}
+
+void Node::log_transition(const vl_kernel_state& state)
+{
+    if (state.status != last_state_.status || state.view != last_state_.view) {
+        spdlog::info("r{} v{}: status {}, leader r{}, op {}, commit {}", state.replica, state.view,
+                     status_name(static_cast<Status>(state.status)), state.leader,
+                     state.last_op, state.commit);
+    }
+    last_state_ = state;
+}
+
+nlohmann::json Node::status() const
+{
+    using Json = nlohmann::json;
+    Json messages_in = Json::object();
+    Json messages_out = Json::object();
+    for (uint8_t type = VL_MSG_TYPE_MIN; type <= VL_MSG_TYPE_MAX; type++) {
+        const char* name = message_type_name(static_cast<vl_message_type>(type));
+        messages_in[name] = counters_.messages_in[type];
+        messages_out[name] = counters_.messages_out[type];
+    }
+    Json rejected = Json::object();
+    for (size_t e = 0; e < decode_error_count; e++)
+        rejected[decode_error_name(static_cast<DecodeError>(e))] = counters_.rejected[e];
+
+    const ReplicaCounters& core = replica_.counters();
+    char digest[17];
+    std::snprintf(digest, sizeof digest, "%016llx",
+                  static_cast<unsigned long long>(machine_.digest()));
+    return Json{
+        {"replica", replica_.replica()},
+        {"replica_count", config_.replicas.size()},
+        {"cluster_id", config_.cluster_id},
+        {"status", status_name(replica_.status())},
+        {"view", replica_.view()},
+        {"leader", replica_.leader()},
+        {"op", replica_.op()},
+        {"commit", replica_.commit()},
+        {"acked_ops", replica_.acked_ops()},
+        {"machine", {{"version", machine_.version()}, {"digest", digest}}},
+        {"counters",
+         {{"messages_in", messages_in},
+          {"messages_out", messages_out},
+          {"rejected", rejected},
+          {"unknown_peer", counters_.unknown_peer},
+          {"unknown_client", counters_.unknown_client},
+          {"send_drops", socket_.send_drops()},
+          {"retransmissions", core.retransmissions},
+          {"view_changes", core.view_changes},
+          {"state_transfers", core.state_transfers},
+          {"recoveries", core.recoveries},
+          {"requests_dropped", core.requests_dropped}}},
+    };
+}
+
+}  // namespace voltlock
