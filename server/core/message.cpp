@@ -1,16 +1,13 @@
 #include "core/message.h"
 
+#include "core/overloaded.h"
+
 #include <cstring>
 #include <type_traits>
 
 namespace voltlock {
 
 namespace {
-
-template <typename... Ts>
-struct Overloaded : Ts... {
-    using Ts::operator()...;
-};
 
 // Appends little-endian fields to a bounded buffer; remembers if anything did not fit.
 class Writer {
@@ -103,6 +100,7 @@ struct HeaderFields {
     Op op = 0;
     Op commit = 0;
     uint16_t batch_count = 0;
+    bool operator==(const HeaderFields&) const = default;
 };
 
 HeaderFields header_fields(const Message& message)
@@ -293,7 +291,12 @@ const char* message_type_name(vl_message_type type)
     return names[type - VL_MSG_TYPE_MIN];
 }
 
-const char* message_name(const Message& message) { return message_type_name(message_type(message)); }
+ReplicaIndex sender_of(const Message& message) { return header_fields(message).replica; }
+
+const char* message_name(const Message& message)
+{
+    return message_type_name(message_type(message));
+}
 
 vl_message_type message_type(const Message& message)
 {
@@ -372,6 +375,9 @@ DecodeResult decode(std::span<const uint8_t> datagram, uint32_t cluster_id)
     Decoded decoded{.message = Request{}, .flags = header.flags};
     if (!read_body(type, h, reader, decoded.message) || !reader.done())
         return DecodeError::bad_body;
+    // A header field that the type does not carry must be zero, so that one message has one
+    // encoding and whatever reads headers in place (the XDP programs) sees what the core sees.
+    if (header_fields(decoded.message) != h) return DecodeError::bad_reserved;
     return decoded;
 }
 

@@ -130,6 +130,8 @@ using Message = std::variant<Request, Reply, Prepare, PrepareOk, Commit, StartVi
                              NewState>;
 
 const char* message_name(const Message& message);
+// The replica index in the header: the sender's, or VL_CLIENT_SENDER for a Request.
+ReplicaIndex sender_of(const Message& message);
 const char* message_type_name(vl_message_type type);  // "unknown" outside the enum
 vl_message_type message_type(const Message& message);
 
@@ -163,7 +165,7 @@ enum class DecodeError : uint8_t {
     bad_length,        // body_len disagrees with the datagram's length
     bad_checksum,
     bad_flags,         // unknown flag bits
-    bad_reserved,      // reserved fields not zero
+    bad_reserved,      // reserved fields, or fields the type does not carry, not zero
     bad_replica,       // replica index out of range for the sender's role
     bad_body,          // the body does not parse as the type's body
 };

@@ -5,17 +5,9 @@
 #include <tuple>
 
 #include "core/assert.h"
+#include "core/overloaded.h"
 
 namespace voltlock {
-
-namespace {
-
-template <typename... Ts>
-struct Overloaded : Ts... {
-    using Ts::operator()...;
-};
-
-}  // namespace
 
 const char* status_name(Status status)
 {
@@ -77,10 +69,7 @@ void Replica::on_receive(const Message& message)
         return;
     }
     // Everything else comes from a replica of this cell other than us.
-    const ReplicaIndex sender = std::visit(
-        Overloaded{[](const Request&) { return ReplicaIndex{VL_CLIENT_SENDER}; },
-                   [](const auto& m) { return m.replica; }},
-        message);
+    const ReplicaIndex sender = sender_of(message);
     if (sender >= config_.replica_count || sender == config_.replica) return;
     std::visit(Overloaded{
                    [](const Request&) {},

@@ -1,6 +1,7 @@
 #include "shell/node.h"
 
 #include "core/assert.h"
+#include "core/overloaded.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/timerfd.h>
@@ -13,11 +14,6 @@ namespace voltlock {
 
 namespace {
 
-template <typename... Ts>
-struct Overloaded : Ts... {
-    using Ts::operator()...;
-};
-
 Result<FileDescriptor> periodic_timer(uint32_t period_ms)
 {
     FileDescriptor fd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
@@ -28,13 +24,6 @@ Result<FileDescriptor> periodic_timer(uint32_t period_ms)
     spec.it_value = spec.it_interval;
     if (::timerfd_settime(fd.get(), 0, &spec, nullptr) != 0) return os_error("timerfd_settime");
     return fd;
-}
-
-ReplicaIndex sender_of(const Message& message)
-{
-    return std::visit(Overloaded{[](const Request&) { return ReplicaIndex{VL_CLIENT_SENDER}; },
-                                 [](const auto& m) { return m.replica; }},
-                      message);
 }
 
 }  // namespace
