@@ -68,7 +68,7 @@ TEST_CASE("§4.2 step 3: the new leader fetches the selected log, then sends Sta
     CHECK(leader->is_leader());
     CHECK(leader->op() == 3);
     CHECK(leader->commit() == 1);  // the largest commit among the DoViewChange messages
-    for (ReplicaIndex to : {0, 2}) {
+    for (const ReplicaIndex to : {ReplicaIndex{0}, ReplicaIndex{2}}) {
         const auto start_views = leader.sent_to<StartView>(to);
         REQUIRE(start_views.size() == 1);
         CHECK(start_views[0].op == 3);
