@@ -113,6 +113,8 @@ void Replica::on_tick(const Tick& tick)
         if (tick_ - status_since_tick_ >= view_change_timeout_ticks()) {
             failed_view_changes_ += 1;
             start_view_change(view_ + 1);  // §4.2: this view change did not finish in time
+        } else if (joining(view_)) {
+            retransmit_get_state();  // the view has started; only its log is missing
         } else if (tick_ - status_messages_sent_tick_ >= config_.retransmit_ticks) {
             counters_.retransmissions += 1;
             status_messages_sent_tick_ = tick_;
@@ -220,7 +222,7 @@ void Replica::on_prepare(const Prepare& m)
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.replica != leader_of(m.view)) return;
     if (m.view > view_ || status_ == Status::view_change) {
-        enter_view_behind(m.view);  // the StartView for this view never reached us
+        join_view(m.view, commit_, m.op);  // the StartView for this view never reached us
         return;
     }
     if (is_leader()) return;
@@ -228,7 +230,7 @@ void Replica::on_prepare(const Prepare& m)
     const Op first_op = m.op - m.entries.size();  // the op before the batch
     if (!install_entries(first_op, m.entries)) {
         // §5.2: ops are missing before this batch; fetch them rather than wait.
-        if (!fetch_) request_state(leader(), m.op);
+        if (!fetch_) start_fetch(Fetch::Purpose::catch_up, leader(), op(), m.op);
         adopt_commit_as_follower(m.commit);
         return;
     }
@@ -249,7 +251,7 @@ void Replica::on_commit(const Commit& m)
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.replica != leader_of(m.view)) return;
     if (m.view > view_ || status_ == Status::view_change) {
-        enter_view_behind(m.view);
+        join_view(m.view, commit_, m.commit);
         return;
     }
     if (is_leader()) return;
@@ -274,7 +276,8 @@ void Replica::advance_commit_as_leader()
 void Replica::adopt_commit_as_follower(Op commit)
 {
     commit_to(std::min(commit, op()));
-    if (commit > op() && !fetch_) request_state(leader(), commit);  // we missed Prepares
+    if (commit > op() && !fetch_)  // we missed Prepares
+        start_fetch(Fetch::Purpose::catch_up, leader(), op(), commit);
 }
 
 void Replica::commit_to(Op commit)
@@ -356,6 +359,7 @@ void Replica::on_start_view_change(const StartViewChange& m)
 {
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.view > view_) start_view_change(m.view);
+    if (joining(view_)) return;  // that view has started already
     if (status_ == Status::normal) {
         // The sender is still changing to a view we already run: it missed the StartView.
         if (is_leader()) send_start_view(m.replica);
@@ -400,6 +404,7 @@ void Replica::on_do_view_change(const DoViewChange& m)
 {
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.view > view_) start_view_change(m.view);
+    if (joining(view_)) return;  // that view has started already
     if (status_ == Status::normal) {
         if (is_leader()) send_start_view(m.replica);  // it missed the StartView
         return;
@@ -433,9 +438,10 @@ void Replica::maybe_start_view()
         return;
     }
     // Logs of the same last normal view are prefixes of one another; otherwise only what we
-    // committed is known to be in the selected log.
-    truncate_log(best->last_normal_view == last_normal_view_ ? op() : commit_);
-    request_state(best->replica, best->op);
+    // committed is known to be in the selected log. Our log stays as it is until the fetch is
+    // complete: should this view change fail, the next one must see what we acknowledged.
+    const Op base_op = best->last_normal_view == last_normal_view_ ? op() : commit_;
+    start_fetch(Fetch::Purpose::select_log, best->replica, base_op, best->op);
 }
 
 void Replica::become_leader()
@@ -481,27 +487,47 @@ void Replica::on_start_view(const StartView& m)
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.view == view_ && status_ == Status::normal) return;  // already in this view
     if (m.replica != leader_of(m.view)) return;
-    enter_normal(m.view);
-    counters_.view_changes += 1;
-    // §4.2 step 4: replace the log. What we committed is in the new log already; anything
-    // after it may come from an older view.
-    truncate_log(commit_);
-    install_entries(m.first_op, m.entries);
-    if (op() < m.op)
-        request_state(leader(), m.op);
-    else
+    // §4.2 step 4: replace the log. What we committed is in the new log already; anything after
+    // it may come from an older view. If the message holds the whole suffix after our commit
+    // point, the replacement happens now; otherwise we fetch it first.
+    const Op carried_to = m.first_op + m.entries.size();
+    if (m.first_op <= commit_ && carried_to == m.op) {
+        replace_log_after(commit_, m.first_op, m.entries);
+        enter_normal(m.view);
+        counters_.view_changes += 1;
         send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
-    adopt_commit_as_follower(m.commit);
+        adopt_commit_as_follower(m.commit);
+        return;
+    }
+    // Keep what the StartView carried beyond our commit point; fetch only the rest.
+    std::vector<Entry> carried;
+    if (m.first_op <= commit_ && carried_to > commit_)
+        carried.assign(m.entries.begin() + static_cast<ptrdiff_t>(commit_ - m.first_op),
+                       m.entries.end());
+    join_view(m.view, commit_, m.op, std::move(carried));
 }
 
-void Replica::enter_view_behind(View view)
+bool Replica::joining(View view) const
 {
-    // §5.2: a replica that learns of a later view from its leader's normal traffic keeps only
-    // its committed ops and fetches the rest of the view's log from the leader.
-    enter_normal(view);
-    counters_.view_changes += 1;
-    truncate_log(commit_);
-    request_state(leader(), commit_);
+    return status_ == Status::view_change && view_ == view && fetch_ &&
+           fetch_->purpose == Fetch::Purpose::join_view;
+}
+
+void Replica::join_view(View view, Op base_op, Op target_op, std::vector<Entry> fetched)
+{
+    // §5.2: a replica that learns that view `view` has started, without its log, fetches the
+    // leader's log after `base_op` (its commit point). It stays in view-change status with its
+    // old log until the new one is whole.
+    if (joining(view)) {
+        fetch_->target_op = std::max(fetch_->target_op, target_op);
+        return;
+    }
+    reset_view_state();
+    status_ = Status::view_change;
+    view_ = view;
+    status_since_tick_ = tick_;
+    start_fetch(Fetch::Purpose::join_view, leader_of(view), base_op, target_op,
+                std::move(fetched));
 }
 
 void Replica::reset_view_state()
@@ -527,7 +553,6 @@ void Replica::start_recovery_round()
     fetch_.reset();
     status_since_tick_ = tick_;
     status_messages_sent_tick_ = tick_;
-    truncate_log(0);
     broadcast(Recovery{.replica = config_.replica, .nonce = recovery_nonce()});
 }
 
@@ -557,19 +582,18 @@ void Replica::on_recovery_response(const RecoveryResponse& m)
     recovery_target_ = leader_response->second;
     view_ = latest;
     if (recovery_target_->op == 0)
-        finish_recovery();
+        finish_recovery(recovery_target_->commit);
     else
-        request_state(leader(), recovery_target_->op);
+        start_fetch(Fetch::Purpose::recover, leader(), 0, recovery_target_->op);
 }
 
-void Replica::finish_recovery()
+void Replica::finish_recovery(Op commit)
 {
-    const RecoveryResponse target = *recovery_target_;
     recovery_target_.reset();
     recovery_responses_.clear();
     enter_normal(view_);
     counters_.recoveries += 1;
-    commit_to(std::min(target.commit, op()));
+    commit_to(std::min(commit, op()));
     send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
 }
 
@@ -577,26 +601,39 @@ uint64_t Replica::recovery_nonce() const { return recovery_nonce_base_ + recover
 
 // ---- State transfer (§5.2) ------------------------------------------------------------------
 
-void Replica::request_state(ReplicaIndex from, Op target_op)
+void Replica::start_fetch(Fetch::Purpose purpose, ReplicaIndex from, Op base_op, Op target_op,
+                          std::vector<Entry> fetched)
 {
-    if (!fetch_) counters_.state_transfers += 1;  // a new transfer, not the next chunk of one
-    fetch_ = Fetch{.from = from, .target_op = target_op, .sent_tick = tick_};
-    send(from, GetState{.view = view_, .replica = config_.replica, .op = op()});
+    VL_ASSERT(base_op >= commit_ && base_op <= op(), "a fetch continues a good prefix");
+    counters_.state_transfers += 1;
+    fetch_ = Fetch{.purpose = purpose,
+                   .from = from,
+                   .base_op = base_op,
+                   .target_op = target_op,
+                   .entries = std::move(fetched)};
+    send_get_state();
+}
+
+void Replica::send_get_state()
+{
+    fetch_->sent_tick = tick_;
+    const Op after = fetch_->purpose == Fetch::Purpose::catch_up ? op() : fetch_->fetched_op();
+    send(fetch_->from, GetState{.view = view_, .replica = config_.replica, .op = after});
 }
 
 void Replica::retransmit_get_state()
 {
     if (!fetch_ || tick_ - fetch_->sent_tick < config_.retransmit_ticks) return;
     counters_.retransmissions += 1;
-    fetch_->sent_tick = tick_;
-    send(fetch_->from, GetState{.view = view_, .replica = config_.replica, .op = op()});
+    send_get_state();
 }
 
 void Replica::on_get_state(const GetState& m)
 {
-    // Answered in normal status, and in view-change status too, where the log is frozen: that
-    // is how a new leader fetches the log it selected.
+    // Answered in normal status, and in view-change status too while our log is frozen as we
+    // reported it: that is how a new leader fetches the log it selected.
     if (status_ == Status::recovering || m.view != view_ || m.op > op()) return;
+    if (status_ == Status::view_change && fetch_) return;
     const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES - 8;
     send(m.replica, NewState{.view = view_,
                              .replica = config_.replica,
@@ -609,34 +646,57 @@ void Replica::on_get_state(const GetState& m)
 void Replica::on_new_state(const NewState& m)
 {
     if (!fetch_ || m.replica != fetch_->from || m.view != view_) return;
-    if (!install_entries(m.first_op, m.entries)) return;  // stale; the timer asks again
-    switch (status_) {
-    case Status::recovering:
-        status_since_tick_ = tick_;  // progress: this recovery round is alive
-        if (op() >= recovery_target_->op) {
-            finish_recovery();
-            return;
-        }
-        break;
-    case Status::view_change:
-        // The selected log ends at target_op: its owner's log is frozen during the change.
-        if (op() >= fetch_->target_op) {
-            truncate_log(fetch_->target_op);
-            become_leader();
-            return;
-        }
-        break;
-    case Status::normal:
+    Fetch& fetch = *fetch_;
+    if (fetch.purpose == Fetch::Purpose::catch_up) {
+        // Same view: our log is a prefix of the leader's, so entries append as they come.
+        if (!install_entries(m.first_op, m.entries)) return;  // stale; the timer asks again
         last_heard_from_leader_tick_ = tick_;
         commit_to(std::min(m.commit, op()));
-        if (op() >= std::max(fetch_->target_op, m.op)) {
+        if (op() >= std::max(fetch.target_op, m.op)) {
             fetch_.reset();
             send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
-            return;
+        } else {
+            send_get_state();
         }
+        return;
+    }
+    if (m.first_op > fetch.fetched_op()) return;  // stale or reordered; the timer asks again
+    for (size_t i = fetch.fetched_op() - m.first_op; i < m.entries.size(); i++)
+        fetch.entries.push_back(m.entries[i]);
+    fetch.commit = std::max(fetch.commit, m.commit);
+    // The selected log is frozen at the op its owner reported; a leader's log grows meanwhile.
+    if (fetch.purpose != Fetch::Purpose::select_log)
+        fetch.target_op = std::max(fetch.target_op, m.op);
+    status_since_tick_ = tick_;  // progress: keep this view change or recovery alive
+    if (fetch.fetched_op() >= fetch.target_op)
+        complete_fetch();
+    else
+        send_get_state();
+}
+
+void Replica::complete_fetch()
+{
+    Fetch fetch = std::move(*fetch_);
+    fetch_.reset();
+    replace_log_after(fetch.base_op, fetch.base_op, fetch.entries);
+    switch (fetch.purpose) {
+    case Fetch::Purpose::catch_up:
+        VL_ASSERT(false, "catch-up entries are appended as they arrive");
+        break;
+    case Fetch::Purpose::join_view:
+        enter_normal(view_);
+        counters_.view_changes += 1;
+        send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
+        adopt_commit_as_follower(fetch.commit);
+        break;
+    case Fetch::Purpose::select_log:
+        truncate_log(fetch.target_op);  // the selected log ends there
+        become_leader();
+        break;
+    case Fetch::Purpose::recover:
+        finish_recovery(fetch.commit);
         break;
     }
-    request_state(fetch_->from, std::max(fetch_->target_op, m.op));
 }
 
 bool Replica::install_entries(Op first_op, const std::vector<Entry>& entries)
@@ -652,6 +712,14 @@ bool Replica::install_entries(Op first_op, const std::vector<Entry>& entries)
             log_.push_back(entries[i]);
     }
     return true;
+}
+
+void Replica::replace_log_after(Op base_op, Op first_op, const std::vector<Entry>& entries)
+{
+    // `entries` hold ops (first_op, first_op + size]; ours are good up to base_op.
+    VL_ASSERT(first_op <= base_op && base_op <= op(), "the new suffix joins our good prefix");
+    truncate_log(base_op);
+    for (size_t i = base_op - first_op; i < entries.size(); i++) log_.push_back(entries[i]);
 }
 
 std::vector<Entry> Replica::entries_after(Op first_op, size_t budget_bytes) const
@@ -726,6 +794,15 @@ void Replica::check_invariants() const
     VL_ASSERT(!is_leader() || op() - commit_ <= config_.pipeline_ops,
               "the leader keeps at most pipeline_ops uncommitted");
     VL_ASSERT(!is_leader() || !fetch_, "the leader fetches from nobody");
+    if (fetch_) {
+        using Purpose = Fetch::Purpose;
+        const Status expected = fetch_->purpose == Purpose::catch_up ? Status::normal
+                                : fetch_->purpose == Purpose::recover ? Status::recovering
+                                                                      : Status::view_change;
+        VL_ASSERT(status_ == expected, "each kind of fetch belongs to one status");
+        VL_ASSERT(fetch_->purpose == Purpose::catch_up || fetch_->base_op <= op(),
+                  "a pending log replacement joins our log");
+    }
     VL_ASSERT(pending_requests_.empty() || is_leader(), "only the leader queues requests");
     VL_ASSERT(pending_requests_.size() <= config_.request_queue_limit, "bounded request queue");
 }

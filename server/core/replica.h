@@ -3,15 +3,18 @@
 // randomness; the shell (or the simulator) delivers messages and ticks and carries out effects
 // in the order given.
 //
-// Departures from the paper, each to keep every message within one datagram:
+// Departures from the paper, each to keep every message within one datagram (docs/replication.md
+// has the reasoning):
 // - DoViewChange, StartView and RecoveryResponse do not carry whole logs. A new leader fetches
 //   the entries it lacks from the replica whose log the §4.2 rule selects (GetState/NewState
 //   while both are in view-change status, when that replica's log is frozen); StartView carries
 //   the uncommitted suffix as far as it fits; a follower or a recovering replica fetches the
 //   rest from the leader by §5.2 state transfer.
-// - A recovering replica stays in recovering status until it holds the leader's log up to the
-//   op number the leader reported, so it never answers a view change with a log shorter than
-//   what it acknowledged before its crash.
+// - The log changes in two ways only: in-order appends within the view, and an atomic
+//   replacement of everything after a known-good op by a complete new suffix. A replica that
+//   must fetch a new log keeps its old one, and its old last-normal view, until the fetch is
+//   complete, so a view change meanwhile never sees a log shorter than what it acknowledged.
+//   (Truncating first and fetching after loses committed ops: the simulator showed it.)
 // - A Prepare carries a batch of consecutive ops; PrepareOK(v, n) acknowledges all ops up to n.
 #pragma once
 
@@ -133,11 +136,22 @@ private:
         Op last_op = 0;
         uint64_t sent_tick = 0;
     };
-    // A state transfer in progress (§5.2): from whom, and up to which op.
+    // A state transfer in progress (§5.2).
     struct Fetch {
+        enum class Purpose : uint8_t {
+            catch_up,    // normal follower behind in its own view: entries append as they come
+            join_view,   // learnt of a started view: the leader's log replaces ours when whole
+            select_log,  // new leader: the log §4.2 selected replaces ours when whole
+            recover,     // §4.3: the leader's log, from nothing
+        };
+        Purpose purpose = Purpose::catch_up;
         ReplicaIndex from = 0;
-        Op target_op = 0;
+        Op base_op = 0;               // ours is good up to here; `entries` follow it
+        Op target_op = 0;             // complete once base_op + entries.size() reaches it
+        Op commit = 0;                // the sender's commit number, as last heard
+        std::vector<Entry> entries;   // fetched, not yet in the log (all but catch_up)
         uint64_t sent_tick = 0;
+        Op fetched_op() const { return base_op + entries.size(); }
     };
 
     ReplicaIndex leader_of(View view) const
@@ -181,17 +195,22 @@ private:
     void maybe_start_view();
     void become_leader();
     void send_start_view(ReplicaIndex to);
-    void enter_view_behind(View view);
+    void join_view(View view, Op base_op, Op target_op, std::vector<Entry> fetched = {});
     void enter_normal(View view);
     void reset_view_state();
 
     // Recovery (§4.3) and state transfer (§5.2).
     void start_recovery_round();
-    void finish_recovery();
+    void finish_recovery(Op commit);
     uint64_t recovery_nonce() const;
-    void request_state(ReplicaIndex from, Op target_op);
+    void start_fetch(Fetch::Purpose purpose, ReplicaIndex from, Op base_op, Op target_op,
+                     std::vector<Entry> fetched = {});
+    void send_get_state();
     void retransmit_get_state();
+    void complete_fetch();
     bool install_entries(Op first_op, const std::vector<Entry>& entries);
+    void replace_log_after(Op base_op, Op first_op, const std::vector<Entry>& entries);
+    bool joining(View view) const;
     std::vector<Entry> entries_after(Op first_op, size_t budget_bytes) const;
 
     void send(ReplicaIndex to, Message message);

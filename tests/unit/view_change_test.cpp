@@ -84,11 +84,19 @@ TEST_CASE("§4.2 step 3: a later last-normal view wins over a longer log")
     follow(leader, 5, 1);
     leader.receive(DoViewChange{.view = 4, .replica = 2, .last_normal_view = 3, .op = 3,
                                 .commit = 1});
-    // Its own ops 2..5 of view 0 may be lost uncommitted ops: only op 1 is kept.
-    CHECK(leader->op() == 1);
+    // Its own ops 2..5 of view 0 may be lost uncommitted ops: it fetches after op 1, and keeps
+    // its log as it is until the selected one has arrived whole.
     const auto fetches = leader.sent_to<GetState>(2);
     REQUIRE(fetches.size() == 1);
     CHECK(fetches[0].op == 1);
+    CHECK(leader->op() == 5);
+    CHECK(leader->status() == Status::view_change);
+
+    leader.receive(NewState{.view = 4, .replica = 2, .op = 3, .commit = 1, .first_op = 1,
+                            .entries = {entry(20, 1, "Wx"), entry(21, 1, "Wy")}});
+    CHECK(leader->is_leader());
+    CHECK(leader->op() == 3);
+    CHECK(leader->entry(2).client_id == 20);
 }
 
 TEST_CASE("§4.2 step 3: with its own log selected the new leader starts the view at once")
@@ -125,25 +133,61 @@ TEST_CASE("§4.2 step 4: a StartView that does not carry everything leads to a f
     TestReplica follower(test_config(2, 3));
     follower.receive(StartView{.view = 1, .replica = 1, .op = 9, .commit = 5, .first_op = 5,
                                .entries = {}});
-    CHECK(follower->status() == Status::normal);
-    CHECK(follower->op() == 0);
+    CHECK(follower->status() == Status::view_change);  // not normal before the log is whole
+    CHECK(follower->view() == 1);
     const auto fetches = follower.sent_to<GetState>(1);
     REQUIRE(fetches.size() == 1);
     CHECK(fetches[0].op == 0);
+
+    NewState rest{.view = 1, .replica = 1, .op = 9, .commit = 5, .first_op = 0};
+    for (ClientId c = 1; c <= 9; c++) rest.entries.push_back(entry(c, 1, "Wv"));
+    follower.receive(rest);
+    CHECK(follower->status() == Status::normal);
+    CHECK(follower->op() == 9);
+    CHECK(follower->commit() == 5);
+    CHECK(follower.sent_to<PrepareOk>(1).size() == 1);
 }
 
-TEST_CASE("§5.2: a Prepare of a later view makes a follower keep its commits and fetch")
+// Found by vr_sim seed 6: a follower that truncated to its commit point on a StartView, before
+// fetching, then reported the short log in the next view change, and a committed op was lost.
+TEST_CASE("§4.2: a replica waiting for a new view's log keeps what it acknowledged")
+{
+    TestReplica follower(test_config(2, 3));
+    follow(follower, 3, 2);  // op 3 acknowledged, not yet known committed here
+    follower.receive(StartView{.view = 1, .replica = 1, .op = 3, .commit = 3, .first_op = 3,
+                               .entries = {}});
+    CHECK(follower->status() == Status::view_change);
+    CHECK(follower->op() == 3);
+    CHECK(follower->last_normal_view() == 0);
+
+    // The leader of view 1 dies before answering; the next view change sees the whole log.
+    follower.receive(StartViewChange{.view = 4, .replica = 0});  // view 4 is led by replica 1
+    const auto dvcs = follower.sent_to<DoViewChange>(1);
+    REQUIRE(dvcs.size() == 1);
+    CHECK(dvcs[0].last_normal_view == 0);
+    CHECK(dvcs[0].op == 3);
+}
+
+TEST_CASE("§5.2: a Prepare of a later view makes a follower fetch the view's log")
 {
     TestReplica follower(test_config(2, 3));
     follow(follower, 3, 1);
     follower.receive(Prepare{.view = 1, .replica = 1, .op = 6, .commit = 4,
                              .entries = {entry(6, 1, "Wv6")}});
-    CHECK(follower->status() == Status::normal);
+    CHECK(follower->status() == Status::view_change);
     CHECK(follower->view() == 1);
-    CHECK(follower->op() == 1);
+    CHECK(follower->op() == 3);  // untouched until the new log is whole
     const auto fetches = follower.sent_to<GetState>(1);
     REQUIRE(fetches.size() == 1);
-    CHECK(fetches[0].op == 1);
+    CHECK(fetches[0].op == 1);  // after its commit point
+
+    NewState rest{.view = 1, .replica = 1, .op = 6, .commit = 4, .first_op = 1};
+    for (ClientId c = 2; c <= 6; c++) rest.entries.push_back(entry(c, 1, "Wn"));
+    follower.receive(rest);
+    CHECK(follower->status() == Status::normal);
+    CHECK(follower->op() == 6);
+    CHECK(follower->entry(3).payload == "Wn");
+    CHECK(follower->commit() == 4);
 }
 
 TEST_CASE("§4.2: messages of older views are ignored")
