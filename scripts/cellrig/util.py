@@ -1,0 +1,289 @@
+"""OS helpers for the cell rig: commands, network namespaces, processes, HTTP inside a namespace.
+
+Everything here is mechanism; what a cell is and how it is built lives in the other modules.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import http.client
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+CLONE_NEWNET = 0x40000000
+NETNS_RUN_DIR = "/run/netns"
+
+
+class CellError(Exception):
+    """An operation failed (exit code 1). The message is for a person and says what to do."""
+
+    exit_code = 1
+
+
+class UsageError(CellError):
+    """The command line asks for something that cannot mean anything (exit code 2)."""
+
+    exit_code = 2
+
+
+def say(message: str) -> None:
+    """Progress and warnings go to stderr; stdout carries only the JSON a command prints."""
+    print(f"cell: {message}", file=sys.stderr, flush=True)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+def run(argv: list[str], check: bool = True, input: str | None = None,
+        timeout: float = 30) -> subprocess.CompletedProcess:
+    try:
+        done = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise CellError(f"{argv[0]}: not found; scripts/install-deps installs what the rig needs")
+    except subprocess.TimeoutExpired:
+        raise CellError(f"{shlex.join(argv)}: no answer after {timeout:g} s")
+    if check and done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        raise CellError(f"{shlex.join(argv)}: {detail}")
+    return done
+
+
+def ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    return run(["ip", *(["-n", ns] if ns else []), *args], check=check)
+
+
+def tc(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    return run(["tc", *(["-n", ns] if ns else []), *args], check=check)
+
+
+def in_netns_argv(ns: str | None, argv: list[str]) -> list[str]:
+    """argv run inside namespace ns (unchanged for ns None, the loopback mode)."""
+    return ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
+
+
+# --- network namespaces -----------------------------------------------------------------------
+
+def netns_list() -> list[str]:
+    """Names of the named network namespaces (`ip netns list`, first word of each line)."""
+    out = ip("netns", "list").stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def netns_pids(ns: str) -> list[int]:
+    done = ip("netns", "pids", ns, check=False)
+    return [int(word) for word in done.stdout.split() if word.isdigit()]
+
+
+_libc = None
+
+
+def _setns(fd: int) -> None:
+    if hasattr(os, "setns"):  # Python 3.12+
+        os.setns(fd, CLONE_NEWNET)
+        return
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+@contextlib.contextmanager
+def entered_netns(ns: str | None):
+    """Runs the body with this thread in namespace ns. Sockets created inside stay in ns after
+    the thread returns home, which is how the rig talks HTTP from the client namespace without
+    a subprocess. ns None (loopback mode) changes nothing."""
+    if ns is None:
+        yield
+        return
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        try:
+            target = os.open(os.path.join(NETNS_RUN_DIR, ns), os.O_RDONLY)
+        except FileNotFoundError:
+            raise CellError(f"network namespace {ns} does not exist")
+        try:
+            _setns(target)
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            _setns(home)
+    finally:
+        os.close(home)
+
+
+def write_sysctl(ns: str, key: str, value: str) -> bool:
+    """Sets net.* sysctl `key` inside ns; /proc/sys/net follows the opener's namespace.
+    Returns False when the kernel has no such setting."""
+    path = "/proc/sys/" + key.replace(".", "/")
+    with entered_netns(ns):
+        try:
+            with open(path, "w") as f:
+                f.write(value)
+        except FileNotFoundError:
+            return False
+    return True
+
+
+# --- HTTP ---------------------------------------------------------------------------------------
+
+def http_get_json(ns: str | None, host: str, port: int, path: str, timeout: float = 1.0):
+    """GET http://host:port/path from inside namespace ns and decode the JSON body.
+    Raises OSError (connection) or ValueError (not JSON / not 200)."""
+    with entered_netns(ns):
+        sock = socket.create_connection((host, port), timeout=timeout)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    conn.sock = sock
+    try:
+        conn.request("GET", path, headers={"Connection": "close"})
+        response = conn.getresponse()
+        body = response.read()
+    finally:
+        conn.close()
+    if response.status != 200:
+        raise ValueError(f"HTTP {response.status}: {body[:200]!r}")
+    return json.loads(body)
+
+
+def port_is_free(host: str, port: int, kind: int) -> bool:
+    with socket.socket(socket.AF_INET, kind) as s:
+        if kind == socket.SOCK_STREAM:  # as servers do, so TIME_WAIT leftovers do not count
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process the rig started, identified by pid and start time so a reused pid is never
+    mistaken for it. (Cells outlive the command that started them, so the rig cannot use
+    waitpid; and where PID 1 does not reap, a dead daemon stays a zombie: that counts as dead.)"""
+
+    pid: int
+    start_ticks: int
+
+    @staticmethod
+    def of(pid: int) -> "ProcessRef | None":
+        ticks = process_start_ticks(pid)
+        return ProcessRef(pid, ticks) if ticks is not None else None
+
+    def alive(self) -> bool:
+        _reap(self.pid)
+        return process_start_ticks(self.pid) == self.start_ticks
+
+    def to_json(self) -> dict:
+        return {"pid": self.pid, "start_ticks": self.start_ticks}
+
+    @staticmethod
+    def from_json(data: dict | None) -> "ProcessRef | None":
+        return ProcessRef(data["pid"], data["start_ticks"]) if data else None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of a live process (field 22 of /proc/PID/stat); None if gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # the command name may contain spaces
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def _reap(pid: int) -> None:
+    """Collects the exit status if pid happens to be our own child (started by this command)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def wait_gone(refs: list[ProcessRef], timeout: float) -> list[ProcessRef]:
+    """Waits up to timeout for every process to exit; returns those still alive."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [ref for ref in refs if ref.alive()]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def send_signal(ref: ProcessRef, sig: int) -> bool:
+    if not ref.alive():
+        return False
+    try:
+        os.kill(ref.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def terminate(refs: list[ProcessRef], grace: float) -> list[ProcessRef]:
+    """SIGTERM, wait up to grace seconds, then SIGKILL. Returns the processes that needed
+    SIGKILL. Raises if anything survives SIGKILL (it would keep a namespace alive)."""
+    for ref in refs:
+        send_signal(ref, signal.SIGTERM)
+    stubborn = wait_gone(refs, grace)
+    for ref in stubborn:
+        send_signal(ref, signal.SIGKILL)
+    left = wait_gone(stubborn, 5.0)
+    if left:
+        raise CellError("still running after SIGKILL: pids " + ", ".join(str(r.pid) for r in left))
+    return stubborn
+
+
+def kill_pids(pids: list[int], timeout: float = 5.0) -> None:
+    """SIGKILL processes known only by pid (found in a namespace, not started by the rig)."""
+    refs = [ref for ref in (ProcessRef.of(pid) for pid in pids) if ref]
+    for ref in refs:
+        send_signal(ref, signal.SIGKILL)
+    left = wait_gone(refs, timeout)
+    if left:
+        raise CellError("still running after SIGKILL: pids " + ", ".join(str(r.pid) for r in left))
+
+
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Defers Ctrl-C, SIGTERM and SIGHUP over the body: used while starting a process and
+    recording it, and while cleaning up, so an interrupt cannot leave half of either behind.
+    A process started inside must pass preexec_fn=unblock_signals (the mask is inherited)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)
+
+
+def unblock_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)
+
+
+def tail(path: str, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError as e:
+        return f"({path}: {os.strerror(e.errno or errno.EIO)})"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
