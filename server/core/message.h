@@ -143,6 +143,22 @@ inline size_t entry_wire_bytes(const Entry& entry)
     return VL_ENTRY_FIXED_BYTES + entry.payload.size();
 }
 
+// The largest payload one log entry may carry: an entry must fit alone in the message with the
+// most overhead that carries entries (StartView/NewState: header + first_op), or it could never
+// be transferred. 1382 bytes at the default message size.
+constexpr size_t max_entry_payload_bytes(uint32_t max_message_bytes)
+{
+    constexpr size_t overhead = VL_HEADER_BYTES + 8 + VL_ENTRY_FIXED_BYTES;
+    return max_message_bytes > overhead ? max_message_bytes - overhead : 0;
+}
+
+// The largest result one Reply may carry.
+constexpr size_t max_reply_result_bytes(uint32_t max_message_bytes)
+{
+    constexpr size_t overhead = VL_HEADER_BYTES + VL_REPLY_FIXED_BYTES;
+    return max_message_bytes > overhead ? max_message_bytes - overhead : 0;
+}
+
 // Bytes the whole datagram of `message` takes.
 size_t encoded_size(const Message& message);
 

@@ -41,13 +41,6 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
     }
 }
 
-size_t Replica::max_payload_bytes() const
-{
-    // Every entry must fit alone into the largest-overhead message that carries entries
-    // (StartView/NewState: header + first_op), or it could never be transferred.
-    return config_.max_message_bytes - VL_HEADER_BYTES - 8 - VL_ENTRY_FIXED_BYTES;
-}
-
 void Replica::step(const Input& input, Effects& out)
 {
     out_ = &out;
@@ -148,7 +141,7 @@ void Replica::on_request(const Request& m)
         counters_.requests_dropped += 1;  // §4.1: only the leader handles requests
         return;
     }
-    if (m.payload.size() > max_payload_bytes()) {
+    if (m.payload.size() > max_entry_payload_bytes(config_.max_message_bytes)) {
         counters_.requests_dropped += 1;  // could never be replicated in one datagram
         return;
     }

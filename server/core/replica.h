@@ -159,7 +159,6 @@ private:
         return static_cast<ReplicaIndex>(view % config_.replica_count);
     }
     size_t quorum() const { return config_.replica_count / 2 + 1; }  // f + 1
-    size_t max_payload_bytes() const;
 
     void on_receive(const Message& message);
     void on_tick(const Tick& tick);
