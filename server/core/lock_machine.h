@@ -261,7 +261,7 @@ public:
     std::optional<uint64_t> next_deadline_ms() const;
 
     // A hash over the whole state (history included); equal on replicas that applied the same ops.
-    uint64_t state_digest() const;
+    uint64_t state_digest() const override;
     // Aborts (VL_ASSERT) if the state is inconsistent. O(state).
     void check_invariants() const;
 

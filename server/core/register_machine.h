@@ -25,6 +25,7 @@ public:
 
     uint64_t version() const { return version_; }
     uint64_t digest() const { return digest_; }
+    uint64_t state_digest() const override { return digest_; }
     const Bytes& value() const { return value_; }
 
     static Bytes write_op(const Bytes& value) { return "W" + value; }

@@ -12,6 +12,8 @@ public:
     virtual ~StateMachine() = default;
     // Applies the entry committed at `op` and returns the result sent back to the client.
     virtual Bytes apply(Op op, const Entry& entry) = 0;
+    // A hash of the whole state: replicas that applied the same entries report the same value.
+    virtual uint64_t state_digest() const = 0;
 };
 
 }  // namespace voltlock

@@ -137,6 +137,11 @@ Result<DaemonConfig> parse_config(const std::string& json_text)
         return field_error("electrode", "must be \"on\" or \"off\", not \"" + electrode + "\"");
     config.electrode = electrode == "on" ? ElectrodeMode::on : ElectrodeMode::off;
     VL_TRY(reader.string("log_level", config.log_level, false));
+    std::string machine = "lock";
+    VL_TRY(reader.string("machine", machine, false));
+    if (machine != "lock" && machine != "register")
+        return field_error("machine", "must be \"lock\" or \"register\", not \"" + machine + "\"");
+    config.machine = machine == "lock" ? MachineKind::lock : MachineKind::register_machine;
 
     reader.mark_known("replicas");
     const auto replicas = json.find("replicas");

@@ -19,6 +19,10 @@ struct PeerAddress {
 
 enum class ElectrodeMode { off, on };
 
+// The replicated state machine: the lock service, or the register that benchmarks and
+// replication tests use to measure VR alone.
+enum class MachineKind { lock, register_machine };
+
 struct DaemonConfig {
     uint32_t cluster_id = 0;
     uint8_t replica = 0;
@@ -31,6 +35,7 @@ struct DaemonConfig {
     uint32_t retransmit_ticks = 4;
     uint32_t pipeline_ops = 4096;
     ElectrodeMode electrode = ElectrodeMode::off;
+    MachineKind machine = MachineKind::lock;
     std::string log_level = "info";
 
     const PeerAddress& self() const { return replicas.at(replica); }

@@ -1,7 +1,9 @@
 #include "shell/node.h"
 
 #include "core/assert.h"
+#include "core/lock_machine.h"
 #include "core/overloaded.h"
+#include "core/register_machine.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/timerfd.h>
@@ -24,6 +26,12 @@ Result<FileDescriptor> periodic_timer(uint32_t period_ms)
     spec.it_value = spec.it_interval;
     if (::timerfd_settime(fd.get(), 0, &spec, nullptr) != 0) return os_error("timerfd_settime");
     return fd;
+}
+
+std::unique_ptr<StateMachine> make_machine(MachineKind kind)
+{
+    if (kind == MachineKind::register_machine) return std::make_unique<RegisterMachine>();
+    return std::make_unique<LockMachine>();
 }
 
 }  // namespace
@@ -63,7 +71,8 @@ Result<std::unique_ptr<Node>> Node::create(const DaemonConfig& config, Start sta
 Node::Node(const DaemonConfig& config, Start start, UdpSocket socket, FileDescriptor timer,
            std::vector<sockaddr_in> peers)
     : config_(config),
-      replica_(config.replica_config(), machine_, start),
+      machine_(make_machine(config.machine)),
+      replica_(config.replica_config(), *machine_, start),
       socket_(std::move(socket)),
       timer_(std::move(timer)),
       peers_(std::move(peers)),
@@ -131,18 +140,62 @@ void Node::execute(const Effect& effect)
                        for (size_t r = 0; r < peers_.size(); r++)
                            if (r != config_.replica) send_message(peers_[r], broadcast.message);
                    },
-                   [&](const SendReply& reply) {
-                       const auto client = clients_.find(reply.reply.client_id);
-                       if (client == clients_.end()) {
-                           counters_.unknown_client += 1;  // it will retry, perhaps to us
-                           return;
-                       }
-                       send_message(client->second, reply.reply);
+                   [&](const SendReply& reply) { deliver_reply(reply.reply); },
+                   [&](const Executed& executed) {
+                       for (const ExecutedListener& listener : executed_listeners_)
+                           listener(executed);
                    },
-                   [&](const Executed&) {},
-                   [&](const KernelStateChanged& changed) { log_transition(changed.state); },
+                   [&](const KernelStateChanged& changed) {
+                       log_transition(changed.state);
+                       if (!replica_.is_leader()) fail_proposals();
+                   },
                },
                effect);
+}
+
+void Node::propose(ClientId client_id, RequestNumber request_number, Bytes payload,
+                   ProposeDone done)
+{
+    if (!replica_.is_leader()) {
+        std::optional<ReplicaIndex> leader;
+        if (replica_.status() == Status::normal) leader = replica_.leader();
+        done(ProposeOutcome{.committed = false, .leader = leader});
+        return;
+    }
+    proposals_[{client_id, request_number}].push_back(std::move(done));
+    step(Receive{Request{.view = replica_.view(),
+                         .client_id = client_id,
+                         .request_number = request_number,
+                         .payload = std::move(payload)}});
+    step(Flush{});
+    socket_.flush();
+}
+
+void Node::deliver_reply(const Reply& reply)
+{
+    if (const auto it = proposals_.find({reply.client_id, reply.request_number});
+        it != proposals_.end()) {
+        std::vector<ProposeDone> waiting = std::move(it->second);
+        proposals_.erase(it);
+        for (ProposeDone& done : waiting) done(ProposeOutcome{.committed = true, .result = reply.result});
+        return;
+    }
+    const auto client = clients_.find(reply.client_id);
+    if (client == clients_.end()) {
+        counters_.unknown_client += 1;  // it will retry, perhaps to us
+        return;
+    }
+    send_message(client->second, reply);
+}
+
+void Node::fail_proposals()
+{
+    // No longer the leader: what was proposed here may still commit under the next one, and a
+    // retry with the same client id and request number will then find it executed.
+    auto failed = std::move(proposals_);
+    proposals_.clear();
+    for (auto& [request, waiting] : failed)
+        for (ProposeDone& done : waiting) done(ProposeOutcome{.committed = false});
 }
 
 void Node::send_message(const sockaddr_in& to, const Message& message)
@@ -181,7 +234,7 @@ nlohmann::json Node::status() const
     const ReplicaCounters& core = replica_.counters();
     char digest[17];
     std::snprintf(digest, sizeof digest, "%016llx",
-                  static_cast<unsigned long long>(machine_.digest()));
+                  static_cast<unsigned long long>(machine_->state_digest()));
     return Json{
         {"replica", replica_.replica()},
         {"replica_count", config_.replicas.size()},
@@ -192,7 +245,9 @@ nlohmann::json Node::status() const
         {"op", replica_.op()},
         {"commit", replica_.commit()},
         {"acked_ops", replica_.acked_ops()},
-        {"machine", {{"version", machine_.version()}, {"digest", digest}}},
+        {"machine",
+         {{"kind", config_.machine == MachineKind::lock ? "lock" : "register"},
+          {"digest", digest}}},
         {"counters",
          {{"messages_in", messages_in},
           {"messages_out", messages_out},

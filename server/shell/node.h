@@ -3,14 +3,18 @@
 #pragma once
 
 #include <array>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "core/register_machine.h"
 #include "core/replica.h"
+#include "core/state_machine.h"
 #include "shell/config.h"
 #include "shell/event_loop.h"
 #include "shell/udp_socket.h"
@@ -26,12 +30,36 @@ struct NodeCounters {
     uint64_t unknown_client = 0;  // a reply for a client whose address we do not know
 };
 
+// What became of an op proposed through this replica.
+struct ProposeOutcome {
+    bool committed = false;  // false: this replica is not (or no longer) the leader
+    Bytes result;            // the state machine's result, when committed
+    std::optional<ReplicaIndex> leader;  // who to ask instead, when known
+};
+
 class Node {
 public:
+    using ProposeDone = std::function<void(const ProposeOutcome&)>;
+    using ExecutedListener = std::function<void(const Executed&)>;
+
     static Result<std::unique_ptr<Node>> create(const DaemonConfig& config, Start start,
                                                 EventLoop& loop);
 
-    // The state that /v1/status reports. Call on the loop thread.
+    // Everything below runs on the loop thread.
+
+    // Proposes `payload` through the log as request `request_number` of client `client_id`
+    // (VR's client table makes a retry of the same pair execute once). `done` runs once: when
+    // the op is committed and applied, or when this replica is not the leader or stops being
+    // it before then.
+    void propose(ClientId client_id, RequestNumber request_number, Bytes payload,
+                 ProposeDone done);
+    // `listener` sees every entry this replica applies, in op order.
+    void on_executed(ExecutedListener listener) { executed_listeners_.push_back(std::move(listener)); }
+
+    const Replica& replica() const { return replica_; }
+    StateMachine& machine() { return *machine_; }
+    const DaemonConfig& config() const { return config_; }
+    // The state that /v1/status reports.
     nlohmann::json status() const;
 
 private:
@@ -45,9 +73,11 @@ private:
     void execute(const Effect& effect);
     void send_message(const sockaddr_in& to, const Message& message);
     void log_transition(const vl_kernel_state& state);
+    void deliver_reply(const Reply& reply);
+    void fail_proposals();
 
     DaemonConfig config_;
-    RegisterMachine machine_;
+    std::unique_ptr<StateMachine> machine_;
     Replica replica_;
     UdpSocket socket_;
     FileDescriptor timer_;
@@ -57,6 +87,8 @@ private:
     std::vector<uint8_t> encode_buffer_;
     vl_kernel_state last_state_{};
     NodeCounters counters_;
+    std::map<std::pair<ClientId, RequestNumber>, std::vector<ProposeDone>> proposals_;
+    std::vector<ExecutedListener> executed_listeners_;
 };
 
 // The wall clock in milliseconds: the timestamp the leader stamps on new ops.
