@@ -44,19 +44,63 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
 void Replica::step(const Input& input, Effects& out)
 {
     out_ = &out;
-    std::visit(Overloaded{
-                   [&](const Tick& tick) { on_tick(tick); },
-                   [&](const Flush&) { on_flush(); },
-                   [&](const Receive& receive) { on_receive(receive.message); },
-               },
-               input);
-    emit_kernel_state();
+    if (must_fence_kernel(input)) {
+        // Off first (the record emitted below says fast_ack 0), then drain, then this input.
+        waiting_for_drain_ = input;
+        emit_kernel_state();
+        out_->push_back(DrainKernel{});
+    } else {
+        std::visit(Overloaded{
+                       [&](const Tick& tick) { on_tick(tick); },
+                       [&](const Flush&) { on_flush(); },
+                       [&](const Receive& receive) { on_receive(receive); },
+                       [&](const KernelDrained&) { on_kernel_drained(); },
+                   },
+                   input);
+        emit_kernel_state();
+    }
     check_invariants();
     out_ = nullptr;
 }
 
-void Replica::on_receive(const Message& message)
+bool Replica::must_fence_kernel(const Input& input) const
 {
+    // Only a follower whose kernel may be acknowledging (the last record said so) needs it, and
+    // only for inputs that can take it out of normal status or into another view: the view
+    // change it is about to join must see every op the kernel acknowledged on its behalf.
+    // Erring towards fencing costs a drain; erring the other way would lose committed ops.
+    if (!kernel_state_.fast_ack || waiting_for_drain_) return false;
+    if (std::holds_alternative<Tick>(input))
+        return tick_ + 1 - last_heard_from_leader_tick_ >= config_.view_change_timeout_ticks;
+    const auto* receive = std::get_if<Receive>(&input);
+    if (!receive) return false;
+    return std::visit(Overloaded{
+                          [&](const StartViewChange& m) { return m.view > view_; },
+                          [&](const DoViewChange& m) { return m.view > view_; },
+                          [&](const StartView& m) { return m.view > view_; },
+                          [&](const Prepare& m) { return m.view > view_; },
+                          [&](const Commit& m) { return m.view > view_; },
+                          [](const auto&) { return false; },
+                      },
+                      receive->message);
+}
+
+void Replica::on_kernel_drained()
+{
+    if (!waiting_for_drain_) return;
+    const Input input = std::move(*waiting_for_drain_);
+    waiting_for_drain_.reset();
+    std::visit(Overloaded{
+                   [&](const Tick& tick) { on_tick(tick); },
+                   [&](const Receive& receive) { on_receive(receive); },
+                   [](const auto&) {},
+               },
+               input);
+}
+
+void Replica::on_receive(const Receive& receive)
+{
+    const Message& message = receive.message;
     if (const auto* request = std::get_if<Request>(&message)) {
         on_request(*request);
         return;
@@ -68,7 +112,9 @@ void Replica::on_receive(const Message& message)
                    [](const Request&) {},
                    [](const Reply&) {},  // replicas do not act on replies
                    [&](const Prepare& m) { on_prepare(m); },
-                   [&](const PrepareOk& m) { on_prepare_ok(m); },
+                   [&](const PrepareOk& m) {
+                       on_prepare_ok(m, receive.flags & VL_FLAG_QUORUM);
+                   },
                    [&](const Commit& m) { on_commit(m); },
                    [&](const StartViewChange& m) { on_start_view_change(m); },
                    [&](const DoViewChange& m) { on_do_view_change(m); },
@@ -231,11 +277,13 @@ void Replica::on_prepare(const Prepare& m)
     adopt_commit_as_follower(m.commit);
 }
 
-void Replica::on_prepare_ok(const PrepareOk& m)
+void Replica::on_prepare_ok(const PrepareOk& m, bool quorum_marked)
 {
     if (!is_leader() || m.view != view_) return;
     acked_[m.replica] = std::max(acked_[m.replica], std::min(m.op, op()));
-    advance_commit_as_leader();
+    // Electrode §4.3: a marked acknowledgement is the one that completed a quorum the kernel
+    // counted; it dropped the others, which therefore never reach acked_.
+    advance_commit_as_leader(quorum_marked ? std::min(m.op, op()) : 0);
     send_prepares(false);
 }
 
@@ -252,14 +300,14 @@ void Replica::on_commit(const Commit& m)
     adopt_commit_as_follower(m.commit);
 }
 
-void Replica::advance_commit_as_leader()
+void Replica::advance_commit_as_leader(Op quorum_counted_op)
 {
     // §4.1 step 5: op n commits once f followers (plus the leader) hold it in this view.
     acked_[config_.replica] = op();
     std::vector<Op> acked = acked_;
     std::nth_element(acked.begin(), acked.begin() + (quorum() - 1), acked.end(),
                      std::greater<Op>());
-    const Op quorum_op = acked[quorum() - 1];
+    const Op quorum_op = std::max(acked[quorum() - 1], quorum_counted_op);
     if (quorum_op <= commit_) return;
     commit_to(quorum_op);
     while (!prepares_in_flight_.empty() && prepares_in_flight_.front().last_op <= commit_)
@@ -768,7 +816,7 @@ void Replica::emit_kernel_state()
     state.leader = leader();
     state.replica_count = config_.replica_count;
     state.fast_ack = config_.fast_ack_allowed && status_ == Status::normal && !is_leader() &&
-                     !fetch_;
+                     !fetch_ && !waiting_for_drain_;
     state.version = kernel_state_.version;
     if (std::memcmp(&state, &kernel_state_, sizeof state) == 0) return;
     state.version += 1;
@@ -797,6 +845,8 @@ void Replica::check_invariants() const
                   "a pending log replacement joins our log");
     }
     VL_ASSERT(pending_requests_.empty() || is_leader(), "only the leader queues requests");
+    VL_ASSERT(!waiting_for_drain_ || !kernel_state_.fast_ack,
+              "the kernel's fast path is off while it is being drained");
     VL_ASSERT(pending_requests_.size() <= config_.request_queue_limit, "bounded request queue");
 }
 

@@ -60,13 +60,16 @@ using Start = std::variant<StartFresh, StartRecovering>;
 struct Tick {
     uint64_t now_ms = 0;
 };
-// A message arrived (already decoded and checked for this cluster).
+// A message arrived (already decoded and checked for this cluster), with its header flags.
 struct Receive {
     Message message;
+    uint16_t flags = 0;  // enum vl_flag; VL_FLAG_QUORUM marks a PrepareOK the kernel counted
 };
 // The shell has delivered everything it had at hand: the leader sends its partial batch.
 struct Flush {};
-using Input = std::variant<Tick, Receive, Flush>;
+// After DrainKernel: the shell has delivered every Prepare the kernel acknowledged.
+struct KernelDrained {};
+using Input = std::variant<Tick, Receive, Flush, KernelDrained>;
 
 // ---- Effects --------------------------------------------------------------------------------
 
@@ -91,7 +94,12 @@ struct Executed {
 struct KernelStateChanged {
     vl_kernel_state state{};
 };
-using Effect = std::variant<Send, Broadcast, SendReply, Executed, KernelStateChanged>;
+// The kernel's fast acknowledgement is off (the KernelStateChanged just before says so): deliver
+// every Prepare it acknowledged before that, in op order, then step KernelDrained. The replica
+// holds back the input that made it ask until then.
+struct DrainKernel {};
+using Effect =
+    std::variant<Send, Broadcast, SendReply, Executed, KernelStateChanged, DrainKernel>;
 using Effects = std::vector<Effect>;
 
 // Counters kept for /v1/status and tests.
@@ -160,14 +168,16 @@ private:
     }
     size_t quorum() const { return config_.replica_count / 2 + 1; }  // f + 1
 
-    void on_receive(const Message& message);
+    void on_receive(const Receive& receive);
+    bool must_fence_kernel(const Input& input) const;
+    void on_kernel_drained();
     void on_tick(const Tick& tick);
     void on_flush();
 
     // Handlers, named after the paper's messages.
     void on_request(const Request& m);
     void on_prepare(const Prepare& m);
-    void on_prepare_ok(const PrepareOk& m);
+    void on_prepare_ok(const PrepareOk& m, bool quorum_marked);
     void on_commit(const Commit& m);
     void on_start_view_change(const StartViewChange& m);
     void on_do_view_change(const DoViewChange& m);
@@ -179,7 +189,8 @@ private:
 
     // Normal operation (§4.1).
     void send_prepares(bool flush_partial);
-    void advance_commit_as_leader();
+    // Commits what f followers acknowledged, or `quorum_counted_op` if the kernel counted it.
+    void advance_commit_as_leader(Op quorum_counted_op = 0);
     void adopt_commit_as_follower(Op commit);
     void commit_to(Op commit);
     void execute(Op op, const Entry& entry);
@@ -260,6 +271,10 @@ private:
     std::optional<Fetch> fetch_;
 
     vl_kernel_state kernel_state_{};  // the last record emitted
+    // DESIGN.md §3: before a follower whose kernel may be acknowledging Prepares takes part in a
+    // view change, the fast path goes off and the ring buffer is drained; the input that called
+    // for it waits here meanwhile.
+    std::optional<Input> waiting_for_drain_;
     ReplicaCounters counters_;
 };
 

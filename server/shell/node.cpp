@@ -122,14 +122,22 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
         }
     }
     counters_.messages_in[message_type(message)] += 1;
-    step(Receive{std::move(message)});
+    step(Receive{.message = std::move(message), .flags = decoded.value().flags});
 }
 
 void Node::step(const Input& input)
 {
     effects_.clear();
     replica_.step(input, effects_);
-    for (const Effect& effect : effects_) execute(effect);
+    bool drain = false;
+    for (const Effect& effect : effects_) {
+        if (std::holds_alternative<DrainKernel>(effect))
+            drain = true;  // after the others: the record that turns the fast path off is first
+        else
+            execute(effect);
+    }
+    // With no fast path loaded nothing was acknowledged in the kernel: the drain is empty.
+    if (drain) step(KernelDrained{});
 }
 
 void Node::execute(const Effect& effect)
@@ -149,6 +157,7 @@ void Node::execute(const Effect& effect)
                        log_transition(changed.state);
                        if (!replica_.is_leader()) fail_proposals();
                    },
+                   [](const DrainKernel&) {},
                },
                effect);
 }

@@ -209,9 +209,24 @@ TEST_CASE("the kernel-state record follows status, view and op, with a rising ve
     CHECK(records[0].state.last_op == 1);
     CHECK(records[0].state.version == first_version + 1);
 
-    follower.tick(20);  // the leader went quiet: view change, fast path off
+    follower.tick(20);  // the leader went quiet: first the fast path goes off...
     records = follower.effects_of<KernelStateChanged>();
     REQUIRE(!records.empty());
-    CHECK(records.back().state.status == VL_STATUS_VIEW_CHANGE);
+    CHECK(records.back().state.status == VL_STATUS_NORMAL);
     CHECK(records.back().state.fast_ack == 0);
+    follower.step(KernelDrained{});  // ...then, drained, the view change
+    records = follower.effects_of<KernelStateChanged>();
+    REQUIRE(records.size() == 1);
+    CHECK(records[0].state.status == VL_STATUS_VIEW_CHANGE);
+    CHECK(records[0].state.fast_ack == 0);
+}
+
+TEST_CASE("Electrode §4.3: a PrepareOK the kernel marked as completing a quorum commits")
+{
+    TestReplica leader(test_config(0, 5));
+    prepare_ops(leader, 2);
+    leader.step(Receive{.message = PrepareOk{.view = 0, .replica = 3, .op = 2},
+                        .flags = VL_FLAG_QUORUM});
+    CHECK(leader->commit() == 2);
+    CHECK(leader.effects_of<SendReply>().size() == 2);
 }
