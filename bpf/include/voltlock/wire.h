@@ -16,11 +16,16 @@
 #define VOLTLOCK_WIRE_H
 
 #ifdef __bpf__
+#include <linux/bpf.h> /* struct bpf_spin_lock, for the map values below */
 #include <linux/types.h>
 typedef __u8 uint8_t;
 typedef __u16 uint16_t;
 typedef __u32 uint32_t;
 typedef __u64 uint64_t;
+/* No libc under -target bpf: offsetof for the layout assertions below. The compiler's own, also
+ * when <bpf/bpf_helpers.h> came first (its cast-based offsetof is no constant expression). */
+#undef offsetof
+#define offsetof(type, member) __builtin_offsetof(type, member)
 #else
 #include <stddef.h>
 #include <stdint.h>
@@ -234,5 +239,232 @@ VL_STATIC_ASSERT(offsetof(struct vl_kernel_state, replica) == 37, "replica offse
 VL_STATIC_ASSERT(offsetof(struct vl_kernel_state, leader) == 38, "leader offset");
 VL_STATIC_ASSERT(offsetof(struct vl_kernel_state, replica_count) == 39, "replica_count offset");
 VL_STATIC_ASSERT(offsetof(struct vl_kernel_state, fast_ack) == 40, "fast_ack offset");
+
+/* ==== Electrode fast paths: BPF map layouts shared by bpf/ and user space ====================
+ * Nothing below crosses the network. These are the values of the maps that the eBPF programs in
+ * bpf/ (electrode_xdp.bpf.c, electrode_tc.bpf.c; one skeleton, electrode.skel.h) share with
+ * voltlockd, and the names of their counters. docs/electrode.md gives the contract: who writes
+ * which map, when, and how the programs are attached. Same rules as above: fixed-width fields,
+ * explicit padding, sizes and offsets asserted, values never renumbered.
+ *
+ * Byte order: host (little-endian), except fields named *_be, which are in network byte order
+ * exactly as they appear in IP and UDP headers.
+ */
+
+/* Quorum slots (Electrode §4.3): op n of the leader's Prepares is tracked in slot
+ * n & (VL_QUORUM_SLOTS - 1) (the programs use the configured mask, at most this). A power of two,
+ * at least the leader's pipeline of uncommitted Prepares, so that a slot is reused only by an op
+ * that is no longer in flight. */
+#define VL_QUORUM_SLOTS 4096u
+/* Default size of the fast-ack ring buffer (a power of two, a multiple of the page size). */
+#define VL_RING_BYTES (4u << 20)
+/* skb->mark that the TC program puts on the clones it makes, so that it recognises them when they
+ * come back through TC egress and lets them pass (no clone recursion). Configurable before load. */
+#define VL_CLONE_MARK 0x564C4B43u /* "CKLV" */
+
+/* Which fast paths user space allows right now (vl_state_value.enabled). Each can be switched on
+ * and off on its own, at any time; a fast path that is off is always safe. */
+enum vl_fast_path {
+    VL_FAST_PATH_FAST_ACK = 1u << 0,  /* follower XDP acknowledges Prepares (also needs
+                                         vl_kernel_state.fast_ack) */
+    VL_FAST_PATH_QUORUM = 1u << 1,    /* leader: TC arms slots, XDP counts PrepareOKs */
+    VL_FAST_PATH_BROADCAST = 1u << 2, /* leader: TC clones VL_FLAG_BROADCAST messages */
+};
+#define VL_FAST_PATHS_ALL (VL_FAST_PATH_FAST_ACK | VL_FAST_PATH_QUORUM | VL_FAST_PATH_BROADCAST)
+
+/* The kernel's spin lock is a 4-byte word that user space never touches (the map syscalls skip it
+ * and take it themselves with BPF_F_LOCK). */
+#ifdef __bpf__
+#define VL_SPIN_LOCK struct bpf_spin_lock
+#else
+struct vl_spin_lock {
+    uint32_t val;
+};
+#define VL_SPIN_LOCK struct vl_spin_lock
+#endif
+
+/* Map vl_state: ARRAY[1]. Written by user space only, with BPF_F_LOCK, after every
+ * KernelStateChanged the core emits and whenever `enabled` changes. Read by XDP and TC under the
+ * lock. */
+struct vl_state_value {
+    VL_SPIN_LOCK lock;
+    uint32_t enabled;             /* enum vl_fast_path bits */
+    struct vl_kernel_state state; /* the core's record, as emitted */
+};
+
+VL_STATIC_ASSERT(sizeof(struct vl_state_value) == 56, "vl_state_value size");
+VL_STATIC_ASSERT(offsetof(struct vl_state_value, lock) == 0, "lock offset");
+VL_STATIC_ASSERT(offsetof(struct vl_state_value, enabled) == 4, "enabled offset");
+VL_STATIC_ASSERT(offsetof(struct vl_state_value, state) == 8, "state offset");
+
+/* Map vl_fast_ack_log: ARRAY[1]. Written by the XDP program only, while it holds vl_state's lock;
+ * user space reads it (for status pages) and never writes it. The ops (0, last_op] of `view` are
+ * each in the ring buffer or in user space's log. The fast path uses
+ *     last_op = (log.view == state.view) ? max(log.last_op, state.last_op) : state.last_op
+ * so user space may write a state.last_op behind what the kernel appended, and the kernel's own
+ * progress never leaks into another view. */
+struct vl_fast_ack_log {
+    uint64_t view;
+    uint64_t last_op;
+};
+
+VL_STATIC_ASSERT(sizeof(struct vl_fast_ack_log) == 16, "vl_fast_ack_log size");
+VL_STATIC_ASSERT(offsetof(struct vl_fast_ack_log, view) == 0, "view offset");
+VL_STATIC_ASSERT(offsetof(struct vl_fast_ack_log, last_op) == 8, "last_op offset");
+
+/* Map vl_peers: ARRAY[VL_MAX_REPLICAS], indexed by replica index, this replica's own entry
+ * included (the programs skip it). Written by user space at start and whenever a neighbour entry
+ * changes. XDP accepts a Prepare or PrepareOK only from peers[header.replica]'s address and port;
+ * TC finds the destination of an outgoing message among the peers and clones to the others. */
+enum vl_peer_flag {
+    VL_PEER_CONFIGURED = 1u << 0, /* ipv4_be and port_be are set */
+    VL_PEER_RESOLVED = 1u << 1,   /* mac holds the next hop's address (may be all zero, as on lo) */
+};
+
+struct vl_peer {
+    uint32_t ipv4_be; /* network byte order */
+    uint16_t port_be; /* network byte order */
+    uint8_t mac[6];   /* destination MAC for clones sent to this peer */
+    uint8_t flags;    /* enum vl_peer_flag */
+    uint8_t reserved[3];
+};
+
+VL_STATIC_ASSERT(sizeof(struct vl_peer) == 16, "vl_peer size");
+VL_STATIC_ASSERT(offsetof(struct vl_peer, ipv4_be) == 0, "ipv4_be offset");
+VL_STATIC_ASSERT(offsetof(struct vl_peer, port_be) == 4, "port_be offset");
+VL_STATIC_ASSERT(offsetof(struct vl_peer, mac) == 6, "mac offset");
+VL_STATIC_ASSERT(offsetof(struct vl_peer, flags) == 12, "flags offset");
+VL_STATIC_ASSERT(offsetof(struct vl_peer, reserved) == 13, "reserved offset");
+
+/* Map vl_quorum_slots: ARRAY[VL_QUORUM_SLOTS]. Kernel-owned: TC arms a slot for every Prepare the
+ * leader sends, XDP sets a follower's bit for each PrepareOK(view, op). User space only reads. */
+struct vl_quorum_slot {
+    VL_SPIN_LOCK lock;
+    uint16_t acked;    /* bit r: follower r acknowledged (view, op) */
+    uint8_t completed; /* the PrepareOK that completed the quorum was passed up, marked */
+    uint8_t reserved;
+    uint64_t view;
+    uint64_t op;
+};
+
+VL_STATIC_ASSERT(sizeof(struct vl_quorum_slot) == 24, "vl_quorum_slot size");
+VL_STATIC_ASSERT(offsetof(struct vl_quorum_slot, acked) == 4, "acked offset");
+VL_STATIC_ASSERT(offsetof(struct vl_quorum_slot, completed) == 6, "completed offset");
+VL_STATIC_ASSERT(offsetof(struct vl_quorum_slot, reserved) == 7, "reserved offset");
+VL_STATIC_ASSERT(offsetof(struct vl_quorum_slot, view) == 8, "view offset");
+VL_STATIC_ASSERT(offsetof(struct vl_quorum_slot, op) == 16, "op offset");
+
+/* Map vl_acked_ops: ARRAY[VL_MAX_REPLICAS], indexed by replica. Kernel-owned: for every valid
+ * PrepareOK that reaches XDP (dropped or not), the highest (view, op) that replica acknowledged.
+ * User space reads it with BPF_F_LOCK; the leader's core needs it because the quorum fast path
+ * drops most PrepareOKs before they reach the socket. */
+struct vl_follower_ack {
+    VL_SPIN_LOCK lock;
+    uint32_t reserved;
+    uint64_t view;
+    uint64_t op;
+};
+
+VL_STATIC_ASSERT(sizeof(struct vl_follower_ack) == 24, "vl_follower_ack size");
+VL_STATIC_ASSERT(offsetof(struct vl_follower_ack, reserved) == 4, "reserved offset");
+VL_STATIC_ASSERT(offsetof(struct vl_follower_ack, view) == 8, "view offset");
+VL_STATIC_ASSERT(offsetof(struct vl_follower_ack, op) == 16, "op offset");
+
+/* Map vl_ring: RINGBUF, VL_RING_BYTES unless resized before load. One record per Prepare the
+ * follower's XDP program acknowledged as an append: the Prepare's UDP payload, byte for byte
+ * (header and body, checksum verified, entries parsed), record size = datagram size. Feed it to
+ * decode() like a datagram from the socket. */
+
+/* Map vl_stats: PERCPU_ARRAY[VL_STAT_SLOTS] of uint64_t, indexed by enum vl_stat; sum over CPUs.
+ * Each packet a program sees ends in exactly one exit counter (E below); event counters (V) come
+ * on top. Ingress: XDP verdict in brackets. Egress: every exit is TC_ACT_OK. */
+#define VL_STAT_LIST(X)                                                                            \
+    /* XDP, every packet: not ours, or not acceptable */                                         \
+    X(VL_STAT_XDP_NOT_IPV4, 0, "xdp_not_ipv4")             /* E [pass] not IPv4 over Ethernet */ \
+    X(VL_STAT_XDP_NOT_UDP, 1, "xdp_not_udp")               /* E [pass] not UDP, short IP */      \
+    X(VL_STAT_XDP_IP_OPTIONS, 2, "xdp_ip_options")         /* E [pass] IPv4 options */           \
+    X(VL_STAT_XDP_IP_FRAGMENT, 3, "xdp_ip_fragment")       /* E [pass] fragment */               \
+    X(VL_STAT_XDP_NOT_OUR_PORT, 4, "xdp_not_our_port")     /* E [pass] other UDP port */         \
+    X(VL_STAT_XDP_TRUNCATED, 5, "xdp_truncated")           /* E [pass] IP/UDP lengths, no hdr */ \
+    X(VL_STAT_XDP_BAD_MAGIC, 6, "xdp_bad_magic")           /* E [pass] */                        \
+    X(VL_STAT_XDP_BAD_VERSION, 7, "xdp_bad_version")       /* E [pass] */                        \
+    X(VL_STAT_XDP_WRONG_CLUSTER, 8, "xdp_wrong_cluster")   /* E [pass] */                        \
+    X(VL_STAT_XDP_BAD_REPLICA, 9, "xdp_bad_replica")       /* E [pass] sender >= replica count */\
+    X(VL_STAT_XDP_NOT_PEER, 10, "xdp_not_peer")            /* E [pass] source != peers[sender] */\
+    X(VL_STAT_XDP_BAD_LENGTH, 11, "xdp_bad_length")        /* E [pass] body_len vs UDP length */ \
+    X(VL_STAT_XDP_MALFORMED, 12, "xdp_malformed")          /* E [pass] fields the type forbids */\
+    X(VL_STAT_XDP_BAD_CHECKSUM, 13, "xdp_bad_checksum")    /* E [pass] */                        \
+    X(VL_STAT_XDP_OTHER_TYPE, 14, "xdp_other_type")        /* E [pass] not Prepare/PrepareOK */  \
+    X(VL_STAT_XDP_TOO_BIG, 15, "xdp_too_big")              /* E [pass] > VL_MAX_MESSAGE_BYTES */ \
+    /* XDP, Prepare on a follower (Electrode §4.2) */                                            \
+    X(VL_STAT_FA_APPENDED, 16, "fa_appended")              /* E [tx] in ring, acknowledged */    \
+    X(VL_STAT_FA_REACKED, 17, "fa_reacked")                /* E [tx] held already, ack again */  \
+    X(VL_STAT_FA_DISABLED, 18, "fa_disabled")              /* E [pass] fast ack off */           \
+    X(VL_STAT_FA_NOT_NORMAL, 19, "fa_not_normal")          /* E [pass] status != NORMAL */       \
+    X(VL_STAT_FA_STALE_VIEW, 20, "fa_stale_view")          /* E [pass] view < ours */            \
+    X(VL_STAT_FA_NEWER_VIEW, 21, "fa_newer_view")          /* E [pass] view > ours */            \
+    X(VL_STAT_FA_NOT_FROM_LEADER, 22, "fa_not_from_leader")/* E [pass] sender != leader */       \
+    X(VL_STAT_FA_IS_LEADER, 23, "fa_is_leader")            /* E [pass] we lead this view */      \
+    X(VL_STAT_FA_GAP, 24, "fa_gap")                        /* E [pass] ops missing before it */  \
+    X(VL_STAT_FA_OVERLAP, 25, "fa_overlap")                /* E [pass] batch partly held */      \
+    X(VL_STAT_FA_RING_FULL, 26, "fa_ring_full")            /* E [pass] no room in the ring */    \
+    X(VL_STAT_FA_STATE_CHANGED, 27, "fa_state_changed")    /* E [pass] in ring, not acked */     \
+    X(VL_STAT_FA_ADJUST_FAILED, 28, "fa_adjust_failed")    /* E [pass] could not shrink packet */\
+    /* XDP, PrepareOK on the leader (Electrode §4.3) */                                          \
+    X(VL_STAT_Q_COUNTED, 29, "q_counted")                  /* E [drop] counted, no quorum yet */ \
+    X(VL_STAT_Q_COMPLETE, 30, "q_complete")                /* E [pass] marked VL_FLAG_QUORUM */  \
+    X(VL_STAT_Q_DUPLICATE, 31, "q_duplicate")              /* E [drop] bit already set */        \
+    X(VL_STAT_Q_LATE, 32, "q_late")                        /* E [drop] counted after quorum */   \
+    X(VL_STAT_Q_UNTRACKED, 33, "q_untracked")              /* E [pass] slot holds another op */  \
+    X(VL_STAT_Q_INVALID, 34, "q_invalid")                  /* E [pass] sender is us/out of range*/\
+    X(VL_STAT_Q_DISABLED, 35, "q_disabled")                /* E [pass] off, or not leader */     \
+    X(VL_STAT_Q_FORGED, 36, "q_forged")                    /* E [drop] VL_FLAG_QUORUM on wire */ \
+    X(VL_STAT_XDP_INTERNAL, 37, "xdp_internal")            /* E [pass] map lookup failed */      \
+    /* TC egress (Electrode §4.1, §4.3) */                                                       \
+    X(VL_STAT_TC_NOT_IPV4, 38, "tc_not_ipv4")              /* E */                               \
+    X(VL_STAT_TC_NOT_UDP, 39, "tc_not_udp")                /* E also options, fragments */       \
+    X(VL_STAT_TC_NOT_OUR_PORT, 40, "tc_not_our_port")      /* E source port not ours */          \
+    X(VL_STAT_TC_NOT_PEER, 41, "tc_not_peer")              /* E destination not a peer */        \
+    X(VL_STAT_TC_NOT_OURS, 42, "tc_not_ours")              /* E short, magic, cluster, sender */ \
+    X(VL_STAT_TC_OTHER_TYPE, 43, "tc_other_type")          /* E not Prepare/Commit */            \
+    X(VL_STAT_TC_CLONE_SEEN, 44, "tc_clone_seen")          /* E one of our clones, passed */     \
+    X(VL_STAT_TC_UNICAST, 45, "tc_unicast")                /* E no VL_FLAG_BROADCAST */          \
+    X(VL_STAT_TC_BROADCAST, 46, "tc_broadcast")            /* E cloned to every other peer */    \
+    X(VL_STAT_TC_BROADCAST_OFF, 47, "tc_broadcast_off")    /* E flag set, path off: one peer */  \
+    X(VL_STAT_TC_UNRESOLVED, 48, "tc_unresolved")          /* E a peer unresolved: one peer */   \
+    X(VL_STAT_TC_ARMED, 49, "tc_armed")                    /* V slot armed for a new op */       \
+    X(VL_STAT_TC_REARMED, 50, "tc_rearmed")                /* V same (view, op): kept */         \
+    X(VL_STAT_TC_ARM_STALE, 51, "tc_arm_stale")            /* V slot holds a later op: kept */   \
+    X(VL_STAT_TC_CLONES, 52, "tc_clones")                  /* V clones handed to the device */   \
+    X(VL_STAT_TC_CLONE_FAILED, 53, "tc_clone_failed")      /* V bpf_clone_redirect failed */     \
+    X(VL_STAT_TC_INTERNAL, 54, "tc_internal")              /* V map lookup or rewrite failed */
+
+enum vl_stat {
+#define VL_STAT_ENUM(name, value, text) name = value,
+    VL_STAT_LIST(VL_STAT_ENUM)
+#undef VL_STAT_ENUM
+};
+#define VL_STAT_COUNT 55u
+/* Slots in vl_stats: room to add counters without resizing the map. */
+#define VL_STAT_SLOTS 64u
+VL_STATIC_ASSERT(VL_STAT_TC_INTERNAL + 1 == VL_STAT_COUNT, "VL_STAT_COUNT follows the last");
+VL_STATIC_ASSERT(VL_STAT_COUNT <= VL_STAT_SLOTS, "vl_stats has a slot for every counter");
+/* "No counter": what a check returns when the packet passed it. */
+#define VL_STAT_NONE 0xFFFFFFFFu
+
+#ifndef __bpf__
+/* The counter's name for logs and status pages ("fa_gap"), or "unknown". */
+static inline const char *vl_stat_name(uint32_t stat)
+{
+    switch (stat) {
+#define VL_STAT_CASE(name, value, text) \
+    case value:                         \
+        return text;
+        VL_STAT_LIST(VL_STAT_CASE)
+#undef VL_STAT_CASE
+    }
+    return "unknown";
+}
+#endif
 
 #endif /* VOLTLOCK_WIRE_H */
