@@ -1,0 +1,588 @@
+#include "cluster.h"
+
+#include <cstdarg>
+#include <cstddef>
+#include <cstdio>
+
+#include "core/overloaded.h"
+#include "text.h"
+
+namespace voltlock::sim {
+
+namespace {
+
+using ull = unsigned long long;
+
+}  // namespace
+
+Cluster::Cluster(const ClusterOptions& options)
+    : options_(options),
+      prng_(options.seed),
+      network_(options.replica_count, prng_.fork()),
+      op_budget_left_(options.op_budget)
+{
+    VL_ASSERT(options.client_count >= 1, "a workload needs a client");
+    network_.set_faults(options.faults);
+    replicas_.resize(options.replica_count);
+    for (ReplicaIndex r = 0; r < options.replica_count; r++) {
+        ReplicaSlot& slot = replicas_[r];
+        slot.machine = std::make_unique<RegisterMachine>();
+        slot.replica = std::make_unique<Replica>(replica_config(r), *slot.machine, StartFresh{});
+        slot.last_status = slot.replica->status();
+        slot.last_view = slot.replica->view();
+    }
+    for (uint32_t i = 0; i < options.client_count; i++) {
+        // Client ids look like real ones (random, 64-bit) rather than small integers, so that
+        // nothing in the core can lean on them being dense.
+        ClientId id = prng_.next();
+        while (client_slot_of_.contains(id)) id = prng_.next();
+        clients_.push_back(ClientSlot{Client(id, options.replica_count,
+                                             options.client_retry_ticks)});
+        client_slot_of_[id] = i;
+    }
+}
+
+ReplicaConfig Cluster::replica_config(ReplicaIndex r) const
+{
+    return ReplicaConfig{
+        .cluster_id = options_.cluster_id,
+        .replica = r,
+        .replica_count = options_.replica_count,
+        .max_message_bytes = options_.max_message_bytes,
+    };
+}
+
+// ---- Time -------------------------------------------------------------------------------------
+
+void Cluster::run_tick()
+{
+    if (violation_) return;
+    now_tick_++;
+    run_clients();
+
+    std::vector<ReplicaIndex> order(options_.replica_count);
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++) order[r] = r;
+    prng_.shuffle(order);
+    for (ReplicaIndex r : order) {
+        if (violation_) return;
+        if (!crashed(r)) step(r, Tick{now_tick_ * options_.ms_per_tick});
+    }
+    while (!violation_) {
+        std::optional<Datagram> datagram = network_.receive_due(now_tick_);
+        if (!datagram) break;
+        deliver(std::move(*datagram));
+    }
+    for (ReplicaIndex r : order) {
+        if (violation_) return;
+        if (!crashed(r) && replicas_[r].needs_flush) step(r, Flush{});
+    }
+}
+
+void Cluster::run_ticks(uint64_t ticks)
+{
+    for (uint64_t i = 0; i < ticks && !violation_; i++) run_tick();
+}
+
+bool Cluster::run_until(const std::function<bool()>& done, uint64_t max_ticks)
+{
+    for (uint64_t i = 0; i < max_ticks && !violation_; i++) {
+        if (done()) return true;
+        run_tick();
+    }
+    return !violation_ && done();
+}
+
+// ---- Faults -----------------------------------------------------------------------------------
+
+void Cluster::crash(ReplicaIndex r)
+{
+    ReplicaSlot& slot = replicas_[r];
+    VL_ASSERT(slot.replica, "only a live replica can crash");
+    const ReplicaCounters& lost = slot.replica->counters();
+    retired_counters_.view_changes += lost.view_changes;
+    retired_counters_.retransmissions += lost.retransmissions;
+    retired_counters_.state_transfers += lost.state_transfers;
+    retired_counters_.recoveries += lost.recoveries;
+    retired_counters_.requests_dropped += lost.requests_dropped;
+    trace("r%u v%llu: crash (%s op=%llu commit=%llu)", r, ull(slot.replica->view()),
+          status_name(slot.replica->status()), ull(slot.replica->op()),
+          ull(slot.replica->commit()));
+    slot.replica.reset();
+    slot.machine.reset();
+    slot.awaiting_recovery = false;
+    slot.needs_flush = false;
+    slot.last_commit = 0;
+}
+
+void Cluster::restart(ReplicaIndex r)
+{
+    ReplicaSlot& slot = replicas_[r];
+    VL_ASSERT(!slot.replica, "only a crashed replica can restart");
+    uint64_t nonce = prng_.next();
+    while (!slot.used_nonces.insert(nonce).second) nonce = prng_.next();
+    slot.machine = std::make_unique<RegisterMachine>();
+    slot.replica = std::make_unique<Replica>(replica_config(r), *slot.machine,
+                                             StartRecovering{nonce});
+    slot.awaiting_recovery = true;
+    slot.last_status = slot.replica->status();
+    slot.last_view = slot.replica->view();
+    trace("r%u: restart, recovering with nonce %llx", r, ull(nonce));
+}
+
+bool Cluster::down(ReplicaIndex r) const
+{
+    return crashed(r) || replicas_[r].awaiting_recovery;
+}
+
+size_t Cluster::down_count() const
+{
+    size_t count = 0;
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++) count += down(r) ? 1 : 0;
+    return count;
+}
+
+// ---- Clients ----------------------------------------------------------------------------------
+
+size_t Cluster::outstanding_ops() const
+{
+    size_t waiting = 0;
+    for (const ClientSlot& slot : clients_) waiting += slot.client.waiting() ? 1 : 0;
+    return waiting;
+}
+
+void Cluster::run_clients()
+{
+    for (uint32_t i = 0; i < clients_.size() && !violation_; i++) {
+        ClientSlot& slot = clients_[i];
+        std::vector<ClientSend> sends;
+        if (!slot.client.waiting() && ops_remaining() > 0 && now_tick_ >= slot.ready_at_tick)
+            invoke_next_op(i, sends);
+        slot.client.on_tick(now_tick_, sends);
+        for (const ClientSend& send : sends) send_from_client(i, send);
+    }
+}
+
+void Cluster::invoke_next_op(uint32_t slot, std::vector<ClientSend>& sends)
+{
+    ClientSlot& client_slot = clients_[slot];
+    op_budget_left_--;
+    client_slot.client.invoke(next_payload(), now_tick_, sends);
+    const Request& request = client_slot.client.outstanding();
+    client_slot.outstanding_op = client_ops_.size();
+    client_ops_.push_back(ClientOp{.client_id = request.client_id,
+                                   .request_number = request.request_number,
+                                   .payload = request.payload,
+                                   .invoked_at = ++logical_time_});
+    trace("c%u: invoke req %llu %s", slot, ull(request.request_number),
+          RegisterMachine::is_write(request.payload) ? "write" : "read");
+}
+
+Bytes Cluster::next_payload()
+{
+    if (!prng_.chance(options_.write_fraction)) return RegisterMachine::read_op();
+    // Every value is unique, so a read's version and digest pin down exactly which writes
+    // preceded it; random padding varies how many entries fit in one Prepare.
+    Bytes value = strprintf("v%llu.", ull(++writes_invoked_));
+    value.append(prng_.below(options_.max_value_padding + 1), 'x');
+    return RegisterMachine::write_op(value);
+}
+
+void Cluster::send_from_client(uint32_t slot, const ClientSend& send)
+{
+    std::vector<uint8_t> bytes = encode(send.request, options_.cluster_id);
+    VL_ASSERT(!bytes.empty(), "the simulator's requests always encode");
+    network_.send(Address::client(slot), Address::replica(send.to), std::move(bytes), now_tick_);
+}
+
+void Cluster::accept_reply(ClientSlot& slot, const Reply& reply)
+{
+    ClientOp& op = client_ops_[slot.outstanding_op];
+    op.completed_at = ++logical_time_;
+    op.result = reply.result;
+    completed_ops_++;
+    slot.ready_at_tick = now_tick_ + prng_.below(options_.max_think_ticks + 1);
+
+    const auto executed = executed_at_.find({reply.client_id, reply.request_number});
+    if (executed == executed_at_.end()) {
+        fail("client %llu accepted a reply (from r%u v%llu) to req %llu, which no replica has "
+             "executed",
+             ull(reply.client_id), reply.replica, ull(reply.view), ull(reply.request_number));
+        return;
+    }
+    const CommittedOp& committed = committed_[executed->second - 1];
+    if (committed.result != reply.result)
+        fail("client %llu accepted a reply (from r%u v%llu) to req %llu whose result differs from "
+             "what op %llu's execution gave",
+             ull(reply.client_id), reply.replica, ull(reply.view), ull(reply.request_number),
+             ull(executed->second));
+}
+
+// ---- Replicas ---------------------------------------------------------------------------------
+
+void Cluster::step(ReplicaIndex r, const Input& input)
+{
+    ReplicaSlot& slot = replicas_[r];
+    if (std::holds_alternative<Flush>(input)) slot.needs_flush = false;
+    Effects effects;
+    slot.replica->step(input, effects);
+    check_step(r, effects);
+    if (!violation_) carry_out(r, effects);
+}
+
+void Cluster::carry_out(ReplicaIndex r, const Effects& effects)
+{
+    for (const Effect& effect : effects) {
+        if (violation_) return;
+        std::visit(
+            Overloaded{
+                [&](const Send& send) {
+                    if (send.to >= options_.replica_count) {
+                        fail("r%u sent %s to r%u, outside the cell", r,
+                             describe(send.message).c_str(), send.to);
+                        return;
+                    }
+                    if (auto bytes = encode_checked(r, send.message))
+                        network_.send(Address::replica(r), Address::replica(send.to),
+                                      std::move(*bytes), now_tick_);
+                },
+                [&](const Broadcast& broadcast) {
+                    const auto bytes = encode_checked(r, broadcast.message);
+                    if (!bytes) return;
+                    for (ReplicaIndex to = 0; to < options_.replica_count; to++)
+                        if (to != r)
+                            network_.send(Address::replica(r), Address::replica(to), *bytes,
+                                          now_tick_);
+                },
+                [&](const SendReply& send) {
+                    const auto client = client_slot_of_.find(send.reply.client_id);
+                    if (client == client_slot_of_.end()) {
+                        fail("r%u replied to client %llu, which does not exist", r,
+                             ull(send.reply.client_id));
+                        return;
+                    }
+                    if (auto bytes = encode_checked(r, send.reply))
+                        network_.send(Address::replica(r), Address::client(client->second),
+                                      std::move(*bytes), now_tick_);
+                },
+                [](const Executed&) {},            // checked in check_step
+                [](const KernelStateChanged&) {},  // no kernel here
+                [&](const DrainKernel&) {
+                    fail("r%u asked to drain a kernel fast path the simulation does not run", r);
+                },
+            },
+            effect);
+    }
+}
+
+std::optional<std::vector<uint8_t>> Cluster::encode_checked(ReplicaIndex r, const Message& message)
+{
+    std::vector<uint8_t> bytes = encode(message, options_.cluster_id);
+    if (bytes.empty()) {
+        fail("r%u emitted a message that does not encode: %s (%zu bytes)", r,
+             describe(message).c_str(), encoded_size(message));
+        return std::nullopt;
+    }
+    if (bytes.size() > options_.max_message_bytes) {
+        fail("r%u emitted a %zu-byte datagram, over its %u-byte limit: %s", r, bytes.size(),
+             options_.max_message_bytes, describe(message).c_str());
+        return std::nullopt;
+    }
+    if (bytes[offsetof(vl_header, replica)] != r) {
+        fail("r%u emitted a message naming r%u as its sender: %s", r,
+             bytes[offsetof(vl_header, replica)], describe(message).c_str());
+        return std::nullopt;
+    }
+    return bytes;
+}
+
+void Cluster::check_step(ReplicaIndex r, const Effects& effects)
+{
+    ReplicaSlot& slot = replicas_[r];
+    const Replica& replica = *slot.replica;
+    const Op commit = replica.commit();
+    if (commit < slot.last_commit)
+        return fail("r%u v%llu: commit number went back from %llu to %llu", r,
+                    ull(replica.view()), ull(slot.last_commit), ull(commit));
+    if (commit > replica.op())
+        return fail("r%u v%llu: commit number %llu is beyond its op number %llu", r,
+                    ull(replica.view()), ull(commit), ull(replica.op()));
+
+    std::map<Op, const Executed*> executed;
+    check_executions(r, effects, executed);
+    for (Op op = slot.last_commit + 1; op <= commit && !violation_; op++) {
+        const auto execution = executed.find(op);
+        record_commit(r, op, replica.entry(op),
+                      execution == executed.end() ? std::nullopt
+                                                  : std::optional(execution->second->result));
+    }
+    slot.last_commit = commit;
+    note_state_change(r);
+}
+
+// A replica executes each op once, in order, after it is committed (the commit number covers it
+// by the end of the step) and as its log has it.
+void Cluster::check_executions(ReplicaIndex r, const Effects& effects,
+                               std::map<Op, const Executed*>& executed)
+{
+    const Replica& replica = *replicas_[r].replica;
+    Op previous = replicas_[r].last_commit;
+    for (const Effect& effect : effects) {
+        const auto* execution = std::get_if<Executed>(&effect);
+        if (!execution) continue;
+        if (execution->op <= previous || execution->op > replica.commit())
+            return fail("r%u v%llu: executed op %llu out of order (after op %llu; commit %llu)",
+                        r, ull(replica.view()), ull(execution->op), ull(previous),
+                        ull(replica.commit()));
+        if (execution->entry != replica.entry(execution->op))
+            return fail("r%u v%llu: executed op %llu with an entry other than its log holds", r,
+                        ull(replica.view()), ull(execution->op));
+        executed[execution->op] = execution;
+        previous = execution->op;
+    }
+}
+
+void Cluster::record_commit(ReplicaIndex r, Op op, const Entry& entry,
+                            const std::optional<Bytes>& result)
+{
+    if (op == committed_.size() + 1) {
+        committed_.push_back(CommittedOp{entry, result});
+        if (!result) return;
+        const auto [it, first] = executed_at_.try_emplace({entry.client_id, entry.request_number},
+                                                          op);
+        if (!first)
+            fail("r%u: client %llu req %llu executed twice, at op %llu and op %llu", r,
+                 ull(entry.client_id), ull(entry.request_number), ull(it->second), ull(op));
+        return;
+    }
+    const CommittedOp& agreed = committed_[op - 1];
+    if (agreed.entry != entry)
+        return fail("agreement: r%u committed client %llu req %llu at op %llu, where another "
+                    "replica committed client %llu req %llu",
+                    r, ull(entry.client_id), ull(entry.request_number), ull(op),
+                    ull(agreed.entry.client_id), ull(agreed.entry.request_number));
+    if (agreed.result.has_value() != result.has_value())
+        return fail("agreement: r%u %s op %llu (client %llu req %llu), which another replica %s",
+                    r, result ? "executed" : "skipped as a duplicate", ull(op),
+                    ull(entry.client_id), ull(entry.request_number),
+                    result ? "skipped as a duplicate" : "executed");
+    if (agreed.result != result)
+        fail("agreement: r%u's result for op %llu differs from another replica's", r, ull(op));
+}
+
+void Cluster::check_holds_committed_ops(ReplicaIndex r, bool entered_view)
+{
+    const Replica& replica = *replicas_[r].replica;
+    const Op required =
+        committed_when_view_began_.try_emplace(replica.view(), committed_.size()).first->second;
+    if (replica.op() < required)
+        return fail("r%u v%llu: in normal status with %llu ops, without op %llu, committed before "
+                    "the view began",
+                    r, ull(replica.view()), ull(replica.op()), ull(replica.op() + 1));
+    if (!entered_view) return;
+    for (Op op = 1; op <= required; op++)
+        if (replica.entry(op) != committed_[op - 1].entry)
+            return fail("r%u v%llu: entered normal status with another entry at op %llu than "
+                        "was committed there before the view began",
+                        r, ull(replica.view()), ull(op));
+}
+
+void Cluster::note_state_change(ReplicaIndex r)
+{
+    ReplicaSlot& slot = replicas_[r];
+    const Replica& replica = *slot.replica;
+    const bool changed = replica.status() != slot.last_status || replica.view() != slot.last_view;
+    if (replica.status() == Status::normal) {
+        check_holds_committed_ops(r, changed || slot.awaiting_recovery);
+        if (slot.awaiting_recovery) {
+            slot.awaiting_recovery = false;
+            trace("r%u v%llu: recovered, op=%llu commit=%llu", r, ull(replica.view()),
+                  ull(replica.op()), ull(replica.commit()));
+        }
+    }
+    if (changed) {
+        trace("r%u v%llu: %s%s (was %s v%llu), op=%llu commit=%llu", r, ull(replica.view()),
+              status_name(replica.status()), replica.is_leader() ? " leader" : "",
+              status_name(slot.last_status), ull(slot.last_view), ull(replica.op()),
+              ull(replica.commit()));
+        slot.last_status = replica.status();
+        slot.last_view = replica.view();
+    }
+}
+
+// ---- Delivery ---------------------------------------------------------------------------------
+
+void Cluster::deliver(Datagram datagram)
+{
+    DecodeResult decoded = decode(datagram.bytes, options_.cluster_id);
+    if (datagram.corrupted) {
+        if (decoded.ok())
+            return fail("a datagram corrupted in flight decoded as %s",
+                        describe(decoded.value().message).c_str());
+        corrupted_rejected_++;
+        trace("corrupted datagram rejected: %s", decode_error_name(decoded.error()));
+        return;
+    }
+    if (!decoded.ok())
+        return fail("a datagram the cluster sent does not decode: %s",
+                    decode_error_name(decoded.error()));
+    if (datagram.to.is_replica())
+        deliver_to_replica(static_cast<ReplicaIndex>(datagram.to.index),
+                           std::move(decoded.value().message));
+    else
+        deliver_to_client(datagram.to.index, decoded.value().message);
+}
+
+void Cluster::deliver_to_replica(ReplicaIndex r, Message message)
+{
+    if (crashed(r)) return;
+    if (options_.verbose) {
+        const Replica& replica = *replicas_[r].replica;
+        trace("r%u v%llu %s: <- %s", r, ull(replica.view()), status_name(replica.status()),
+              describe(message).c_str());
+    }
+    step(r, Receive{std::move(message)});
+    if (violation_ || crashed(r)) return;
+    if (prng_.chance(options_.flush_after_each_message))
+        step(r, Flush{});
+    else
+        replicas_[r].needs_flush = true;
+}
+
+void Cluster::deliver_to_client(uint32_t slot, const Message& message)
+{
+    const auto* reply = std::get_if<Reply>(&message);
+    if (!reply) return fail("client %u was sent %s", slot, describe(message).c_str());
+    ClientSlot& client_slot = clients_[slot];
+    if (!client_slot.client.on_reply(*reply)) return;
+    trace("c%u: complete req %llu (reply from r%u v%llu)", slot, ull(reply->request_number),
+          reply->replica, ull(reply->view));
+    accept_reply(client_slot, *reply);
+}
+
+// ---- End of run -------------------------------------------------------------------------------
+
+bool Cluster::converged() const
+{
+    if (crashed(0)) return false;
+    const Replica& first = *replicas_[0].replica;
+    for (const ReplicaSlot& slot : replicas_) {
+        if (!slot.replica) return false;
+        const Replica& replica = *slot.replica;
+        if (replica.status() != Status::normal || replica.view() != first.view() ||
+            replica.op() != first.op() || replica.commit() != first.op())
+            return false;
+    }
+    return true;
+}
+
+bool Cluster::quiesce(uint64_t max_ticks)
+{
+    stop_new_ops();
+    network_.heal();
+    network_.set_faults(NetworkFaults{});
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++)
+        if (crashed(r)) restart(r);
+    trace("quiesce: faults stopped, %zu operations outstanding", outstanding_ops());
+    if (run_until([&] { return outstanding_ops() == 0 && converged(); }, max_ticks)) return true;
+    if (!violation_) {
+        std::string waiting;
+        for (const ClientSlot& slot : clients_)
+            if (slot.client.waiting())
+                waiting += strprintf(" client %llu req %llu;", ull(slot.client.id()),
+                                     ull(slot.client.outstanding().request_number));
+        fail("liveness: after %llu calm ticks, %zu operations outstanding (%s ) and replicas "
+             "%s: %s",
+             ull(max_ticks), outstanding_ops(), waiting.c_str(),
+             converged() ? "converged" : "apart", describe_replicas().c_str());
+    }
+    return false;
+}
+
+void Cluster::check_linearizability()
+{
+    if (violation_) return;
+    if (auto failure = check_linearizable(client_ops_, executions()))
+        fail("linearizability: %s", failure->c_str());
+}
+
+// ---- Observations -----------------------------------------------------------------------------
+
+const Replica& Cluster::replica(ReplicaIndex r) const
+{
+    VL_ASSERT(!crashed(r), "a crashed replica has no state to look at");
+    return *replicas_[r].replica;
+}
+
+std::optional<ReplicaIndex> Cluster::leader() const
+{
+    std::optional<ReplicaIndex> leader;
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++) {
+        if (crashed(r) || !replica(r).is_leader()) continue;
+        if (!leader || replica(r).view() > replica(*leader).view()) leader = r;
+    }
+    return leader;
+}
+
+std::vector<Execution> Cluster::executions() const
+{
+    std::vector<Execution> executions;
+    for (Op op = 1; op <= committed_.size(); op++) {
+        const CommittedOp& committed = committed_[op - 1];
+        if (committed.result) executions.push_back(Execution{op, committed.entry,
+                                                             *committed.result});
+    }
+    return executions;
+}
+
+ReplicaCounters Cluster::total_counters() const
+{
+    ReplicaCounters total = retired_counters_;
+    for (const ReplicaSlot& slot : replicas_) {
+        if (!slot.replica) continue;
+        const ReplicaCounters& c = slot.replica->counters();
+        total.view_changes += c.view_changes;
+        total.retransmissions += c.retransmissions;
+        total.state_transfers += c.state_transfers;
+        total.recoveries += c.recoveries;
+        total.requests_dropped += c.requests_dropped;
+    }
+    return total;
+}
+
+std::string Cluster::describe_replicas() const
+{
+    std::string text;
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++) {
+        if (!text.empty()) text += "; ";
+        if (crashed(r)) {
+            text += strprintf("r%u crashed", r);
+            continue;
+        }
+        const Replica& replica = *replicas_[r].replica;
+        text += strprintf("r%u %s v%llu op=%llu commit=%llu", r, status_name(replica.status()),
+                          ull(replica.view()), ull(replica.op()), ull(replica.commit()));
+    }
+    return text;
+}
+
+void Cluster::trace(const char* format, ...)
+{
+    if (!options_.verbose) return;
+    va_list args;
+    va_start(args, format);
+    const std::string line = vstrprintf(format, args);
+    va_end(args);
+    std::printf("t=%llu %s\n", ull(now_tick_), line.c_str());
+}
+
+void Cluster::fail(const char* format, ...)
+{
+    if (violation_) return;
+    va_list args;
+    va_start(args, format);
+    violation_ = strprintf("t=%llu: ", ull(now_tick_)) + vstrprintf(format, args);
+    va_end(args);
+    trace("VIOLATION %s", violation_->c_str());
+}
+
+}  // namespace voltlock::sim

@@ -1,0 +1,222 @@
+#include "simulation.h"
+
+#include <algorithm>
+
+#include "text.h"
+
+namespace voltlock::sim {
+
+namespace {
+
+using ull = unsigned long long;
+
+// Long enough for a harsh seed to get its operations through between partitions; a seed that
+// still has operations left by then goes on to quiesce, where liveness is required.
+constexpr uint64_t chaos_ticks_per_op = 100;
+constexpr uint64_t chaos_min_ticks = 20'000;
+// Once faults stop: time for restarted replicas to recover and fetch the log, for the view to
+// settle and for every client's retry to get through.
+constexpr uint64_t quiesce_ticks = 5'000;
+
+// Draws a probability that is zero for `zero_share` of seeds, else uniform in [0, max).
+double maybe_probability(Prng& prng, double zero_share, double max)
+{
+    return prng.chance(zero_share) ? 0 : prng.fraction() * max;
+}
+
+ClusterOptions draw_cluster_options(const SeedOptions& seed, Prng& prng)
+{
+    static constexpr double flush_policies[] = {0, 0.5, 1};
+    return ClusterOptions{
+        .seed = prng.next(),
+        .replica_count = seed.replica_count,
+        .cluster_id = static_cast<uint32_t>(prng.next()),
+        // Small datagrams make state transfer and StartView split the log into many pieces.
+        .max_message_bytes = prng.chance(0.25)
+                                 ? static_cast<uint32_t>(prng.between(VL_MIN_MESSAGE_BYTES,
+                                                                      VL_DEFAULT_MESSAGE_BYTES))
+                                 : VL_DEFAULT_MESSAGE_BYTES,
+        .client_count = prng.between(1, 8),
+        .client_retry_ticks = static_cast<uint32_t>(prng.between(20, 80)),
+        .max_think_ticks = static_cast<uint32_t>(prng.between(0, 5)),
+        .write_fraction = 0.3 + 0.6 * prng.fraction(),
+        .max_value_padding = static_cast<uint32_t>(prng.between(0, 64)),
+        .op_budget = seed.ops,
+        .flush_after_each_message = flush_policies[prng.below(3)],
+        .verbose = seed.verbose,
+    };
+}
+
+}  // namespace
+
+FaultRegime draw_fault_regime(Prng& prng)
+{
+    FaultRegime regime;
+    if (prng.chance(0.15)) {  // a calm world: prompt, reliable, no partitions or crashes
+        regime.network.max_delay_ticks = static_cast<uint32_t>(prng.between(1, 2));
+        return regime;
+    }
+    regime.network = NetworkFaults{
+        .loss = maybe_probability(prng, 0.3, 0.15),
+        .duplication = maybe_probability(prng, 0.4, 0.08),
+        .corruption = maybe_probability(prng, 0.5, 0.01),
+        .max_delay_ticks = static_cast<uint32_t>(prng.between(1, 6)),
+        .slow_fraction = maybe_probability(prng, 0.5, 0.05),
+        .slow_delay_ticks = static_cast<uint32_t>(prng.between(10, 60)),
+    };
+    regime.partition_per_tick = maybe_probability(prng, 0.3, 0.01);
+    regime.max_partition_ticks = static_cast<uint32_t>(prng.between(20, 500));
+    regime.one_way_fraction = prng.fraction() * 0.5;
+    regime.crash_per_tick = maybe_probability(prng, 0.3, 0.005);
+    regime.max_down_ticks = static_cast<uint32_t>(prng.between(10, 400));
+    regime.leader_victim_fraction = prng.fraction();
+    return regime;
+}
+
+std::string describe(const FaultRegime& regime)
+{
+    const NetworkFaults& n = regime.network;
+    return strprintf("loss=%.3f dup=%.3f corrupt=%.4f delay=1..%u slow=%.3f(1..%u) "
+                     "partition/tick=%.4f(1..%u, one-way %.2f) crash/tick=%.4f(1..%u) "
+                     "leader-victim=%.2f",
+                     n.loss, n.duplication, n.corruption, n.max_delay_ticks, n.slow_fraction,
+                     n.slow_delay_ticks, regime.partition_per_tick, regime.max_partition_ticks,
+                     regime.one_way_fraction, regime.crash_per_tick, regime.max_down_ticks,
+                     regime.leader_victim_fraction);
+}
+
+// ---- FaultScheduler ---------------------------------------------------------------------------
+
+FaultScheduler::FaultScheduler(const FaultRegime& regime, uint8_t replica_count, Prng prng)
+    : regime_(regime), prng_(prng), restart_at_tick_(replica_count)
+{
+}
+
+void FaultScheduler::on_tick(Cluster& cluster)
+{
+    maybe_partition(cluster);
+    for (ReplicaIndex r = 0; r < cluster.replica_count(); r++) {
+        if (restart_at_tick_[r] && cluster.now_tick() >= *restart_at_tick_[r]) {
+            restart_at_tick_[r].reset();
+            cluster.restart(r);
+        }
+    }
+    maybe_crash(cluster);
+}
+
+void FaultScheduler::maybe_partition(Cluster& cluster)
+{
+    if (heal_at_tick_) {
+        if (cluster.now_tick() < *heal_at_tick_) return;
+        heal_at_tick_.reset();
+        cluster.network().heal();
+        cluster.trace("fault: partition healed");
+        return;
+    }
+    if (cluster.replica_count() < 2 || !prng_.chance(regime_.partition_per_tick)) return;
+    if (prng_.chance(regime_.one_way_fraction))
+        start_one_way_partition(cluster);
+    else
+        start_symmetric_partition(cluster);
+    heal_at_tick_ = cluster.now_tick() + prng_.between(1, regime_.max_partition_ticks);
+}
+
+void FaultScheduler::start_symmetric_partition(Cluster& cluster)
+{
+    const uint8_t n = cluster.replica_count();
+    std::vector<uint8_t> group_of(n, 0);
+    const std::optional<ReplicaIndex> leader = cluster.leader();
+    if (leader && prng_.chance(regime_.leader_victim_fraction)) {
+        group_of[*leader] = 1;
+    } else {
+        for (uint8_t& group : group_of) group = static_cast<uint8_t>(prng_.below(2));
+        // Two non-empty groups: if the draw put everyone together, move one replica over.
+        if (std::count(group_of.begin(), group_of.end(), group_of[0]) == n)
+            group_of[prng_.below(n)] ^= 1;
+    }
+    cluster.network().partition(group_of);
+    std::string groups;
+    for (uint8_t group : group_of) groups += static_cast<char>('A' + group);
+    cluster.trace("fault: partition, groups by replica %s", groups.c_str());
+}
+
+// One replica can hear but not speak, or speak but not hear: the asymmetric failures that trip
+// timeouts (a leader whose heartbeats arrive but whose PrepareOKs never come back).
+void FaultScheduler::start_one_way_partition(Cluster& cluster)
+{
+    const uint8_t n = cluster.replica_count();
+    const std::optional<ReplicaIndex> leader = cluster.leader();
+    const auto victim = leader && prng_.chance(regime_.leader_victim_fraction)
+                            ? *leader
+                            : static_cast<ReplicaIndex>(prng_.below(n));
+    const bool mute = prng_.chance(0.5);
+    for (ReplicaIndex other = 0; other < n; other++) {
+        if (other == victim) continue;
+        if (mute)
+            cluster.network().block(victim, other);
+        else
+            cluster.network().block(other, victim);
+    }
+    cluster.trace("fault: one-way partition, r%u can %s", victim,
+                  mute ? "hear but not speak" : "speak but not hear");
+}
+
+void FaultScheduler::maybe_crash(Cluster& cluster)
+{
+    if (cluster.down_count() >= cluster.max_faulty() || !prng_.chance(regime_.crash_per_tick))
+        return;
+    const ReplicaIndex victim = pick_victim(cluster);
+    cluster.crash(victim);
+    restart_at_tick_[victim] = cluster.now_tick() + prng_.between(1, regime_.max_down_ticks);
+}
+
+ReplicaIndex FaultScheduler::pick_victim(Cluster& cluster)
+{
+    const std::optional<ReplicaIndex> leader = cluster.leader();
+    if (leader && prng_.chance(regime_.leader_victim_fraction)) return *leader;
+    std::vector<ReplicaIndex> up;
+    for (ReplicaIndex r = 0; r < cluster.replica_count(); r++)
+        if (!cluster.down(r)) up.push_back(r);
+    return up[prng_.below(up.size())];
+}
+
+// ---- One seed ---------------------------------------------------------------------------------
+
+SeedResult run_seed(const SeedOptions& options)
+{
+    Prng prng(options.seed);
+    const FaultRegime regime = draw_fault_regime(prng);
+    ClusterOptions cluster_options = draw_cluster_options(options, prng);
+    cluster_options.faults = regime.network;
+    Cluster cluster(cluster_options);
+    FaultScheduler scheduler(regime, options.replica_count, prng.fork());
+    cluster.trace("seed %llu: %u replicas, %zu clients, %u-byte datagrams; %s",
+                  ull(options.seed), options.replica_count, cluster_options.client_count,
+                  cluster_options.max_message_bytes, describe(regime).c_str());
+
+    const uint64_t chaos_ticks = std::max(chaos_min_ticks, chaos_ticks_per_op * options.ops);
+    while (!cluster.violation() && cluster.ops_remaining() > 0 &&
+           cluster.now_tick() < chaos_ticks) {
+        scheduler.on_tick(cluster);
+        cluster.run_tick();
+    }
+    cluster.quiesce(quiesce_ticks);
+    cluster.check_linearizability();
+    const NetworkStats& network = cluster.network().stats();
+    cluster.trace("seed %llu done: %llu datagrams sent, %llu lost, %llu cut by partitions, "
+                  "%llu duplicated, %llu corrupted",
+                  ull(options.seed), ull(network.sent), ull(network.lost),
+                  ull(network.cut_by_partition), ull(network.duplicated), ull(network.corrupted));
+
+    return SeedResult{
+        .violation = cluster.violation(),
+        .ticks = cluster.now_tick(),
+        .committed_ops = cluster.committed().size(),
+        .completed_ops = cluster.completed_ops(),
+        .views_established = cluster.views_established(),
+        .corrupted_rejected = cluster.corrupted_rejected(),
+        .counters = cluster.total_counters(),
+    };
+}
+
+}  // namespace voltlock::sim

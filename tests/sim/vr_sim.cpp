@@ -1,0 +1,221 @@
+// vr_sim: runs seeded whole-cell simulations of the VR core and stops at the first violation,
+// printing the command that replays it.
+//
+//   vr_sim [--seeds N] [--seed S] [--replicas R[,R...]] [--ops K] [--verbose]
+//
+// Runs seeds S..S+N-1 (default S=1, N=1) for each replica count R (odd, 1..15; default 3), each
+// with K client operations (default 1000). --verbose traces every event (for one seed).
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "simulation.h"
+#include "text.h"
+
+namespace {
+
+using voltlock::sim::SeedOptions;
+using voltlock::sim::SeedResult;
+using voltlock::sim::strprintf;
+using ull = unsigned long long;
+
+constexpr uint64_t default_ops = 1000;
+
+struct Arguments {
+    uint64_t first_seed = 1;
+    uint64_t seed_count = 1;
+    std::vector<uint8_t> replica_counts{3};
+    uint64_t ops = default_ops;
+    bool verbose = false;
+};
+
+void usage(const char* program)
+{
+    std::fprintf(stderr,
+                 "usage: %s [--seeds N] [--seed S] [--replicas R[,R...]] [--ops K] [--verbose]\n"
+                 "  runs seeds S..S+N-1 (default S=1, N=1) for each replica count R (odd, "
+                 "1..15; default 3),\n  each with K client operations (default %llu)\n",
+                 program, ull(default_ops));
+}
+
+std::optional<uint64_t> parse_number(const std::string& text)
+{
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+        return std::nullopt;
+    return std::strtoull(text.c_str(), nullptr, 10);
+}
+
+std::optional<std::vector<uint8_t>> parse_replica_counts(const std::string& text)
+{
+    std::vector<uint8_t> counts;
+    size_t start = 0;
+    while (start <= text.size()) {
+        const size_t comma = std::min(text.find(',', start), text.size());
+        const auto count = parse_number(text.substr(start, comma - start));
+        if (!count || *count < 1 || *count > VL_MAX_REPLICAS || *count % 2 == 0)
+            return std::nullopt;
+        counts.push_back(static_cast<uint8_t>(*count));
+        start = comma + 1;
+    }
+    return counts;
+}
+
+// Accepts "--name value" and "--name=value".
+std::optional<Arguments> parse_arguments(int argc, char** argv)
+{
+    Arguments arguments;
+    for (int i = 1; i < argc; i++) {
+        std::string name = argv[i];
+        std::optional<std::string> value;
+        if (const size_t equals = name.find('='); equals != std::string::npos) {
+            value = name.substr(equals + 1);
+            name.resize(equals);
+        }
+        if (name == "--verbose" && !value) {
+            arguments.verbose = true;
+            continue;
+        }
+        if (!value) {
+            if (i + 1 >= argc) return std::nullopt;
+            value = argv[++i];
+        }
+        if (name == "--seeds") {
+            const auto n = parse_number(*value);
+            if (!n || *n == 0) return std::nullopt;
+            arguments.seed_count = *n;
+        } else if (name == "--seed") {
+            const auto s = parse_number(*value);
+            if (!s) return std::nullopt;
+            arguments.first_seed = *s;
+        } else if (name == "--replicas") {
+            auto counts = parse_replica_counts(*value);
+            if (!counts) return std::nullopt;
+            arguments.replica_counts = std::move(*counts);
+        } else if (name == "--ops") {
+            const auto k = parse_number(*value);
+            if (!k) return std::nullopt;
+            arguments.ops = *k;
+        } else {
+            return std::nullopt;
+        }
+    }
+    return arguments;
+}
+
+// The command that replays one seed, kept where a signal handler can print it: a replica that
+// finds itself inconsistent aborts (VL_ASSERT), and the seed must not be lost with it.
+char reproduce_line[512];
+
+void print_reproduce_line(int signal_number)
+{
+    const ssize_t written = write(STDERR_FILENO, reproduce_line, std::strlen(reproduce_line));
+    (void)written;  // nothing more to do if stderr is gone
+    std::signal(signal_number, SIG_DFL);
+    std::raise(signal_number);
+}
+
+void set_reproduce_line(const char* program, const SeedOptions& seed)
+{
+    const std::string ops = seed.ops == default_ops ? "" : strprintf(" --ops=%llu", ull(seed.ops));
+    std::snprintf(reproduce_line, sizeof reproduce_line,
+                  "reproduce with: %s --seed=%llu --replicas=%u%s (add --verbose to trace)\n",
+                  program, ull(seed.seed), seed.replica_count, ops.c_str());
+}
+
+std::string join(const std::vector<uint8_t>& counts)
+{
+    std::string text;
+    for (uint8_t count : counts) text += (text.empty() ? "" : ",") + std::to_string(count);
+    return text;
+}
+
+// What the summary line adds up over the seeds.
+struct Totals {
+    uint64_t seeds_run = 0;
+    uint64_t committed_ops = 0;
+    uint64_t completed_ops = 0;
+    uint64_t view_changes = 0;
+    uint64_t recoveries = 0;
+    uint64_t state_transfers = 0;
+    uint64_t corrupted_rejected = 0;
+    double slowest_seed_ms = 0;
+    std::string slowest_seed;
+
+    void add(const SeedOptions& seed, const SeedResult& result, double seed_ms)
+    {
+        seeds_run++;
+        committed_ops += result.committed_ops;
+        completed_ops += result.completed_ops;
+        view_changes += result.views_established;
+        recoveries += result.counters.recoveries;
+        state_transfers += result.counters.state_transfers;
+        corrupted_rejected += result.corrupted_rejected;
+        if (seed_ms > slowest_seed_ms) {
+            slowest_seed_ms = seed_ms;
+            slowest_seed = strprintf("seed %llu x %u", ull(seed.seed), seed.replica_count);
+        }
+    }
+};
+
+void print_summary(const Arguments& arguments, const Totals& totals, double wall_s)
+{
+    std::printf("vr_sim: %llu seeds from %llu, replicas %s: %llu ops committed, "
+                "%llu client ops completed, %llu view changes, %llu recoveries, "
+                "%llu state transfers, %llu corrupted datagrams rejected; %.2f s wall "
+                "(%.1f ms/seed, slowest %s: %.0f ms)\n",
+                ull(totals.seeds_run), ull(arguments.first_seed),
+                join(arguments.replica_counts).c_str(), ull(totals.committed_ops),
+                ull(totals.completed_ops), ull(totals.view_changes), ull(totals.recoveries),
+                ull(totals.state_transfers), ull(totals.corrupted_rejected), wall_s,
+                1000 * wall_s / double(totals.seeds_run), totals.slowest_seed.c_str(),
+                totals.slowest_seed_ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    const std::optional<Arguments> arguments = parse_arguments(argc, argv);
+    if (!arguments) {
+        usage(argv[0]);
+        return 2;
+    }
+    // A trace must be complete up to the moment a replica aborts.
+    if (arguments->verbose) std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    std::signal(SIGABRT, print_reproduce_line);
+    std::signal(SIGSEGV, print_reproduce_line);
+
+    using Clock = std::chrono::steady_clock;
+    const auto started = Clock::now();
+    Totals totals;
+    for (uint8_t replica_count : arguments->replica_counts) {
+        for (uint64_t i = 0; i < arguments->seed_count; i++) {
+            const SeedOptions seed{.seed = arguments->first_seed + i,
+                                   .replica_count = replica_count,
+                                   .ops = arguments->ops,
+                                   .verbose = arguments->verbose};
+            set_reproduce_line(argv[0], seed);
+            const auto seed_started = Clock::now();
+            const SeedResult result = voltlock::sim::run_seed(seed);
+            totals.add(seed, result,
+                       std::chrono::duration<double, std::milli>(Clock::now() - seed_started)
+                           .count());
+            if (result.violation) {
+                std::fprintf(stderr, "vr_sim: VIOLATION, seed %llu, %u replicas: %s\n%s",
+                             ull(seed.seed), replica_count, result.violation->c_str(),
+                             reproduce_line);
+                return 1;
+            }
+        }
+    }
+    print_summary(*arguments, totals,
+                  std::chrono::duration<double>(Clock::now() - started).count());
+    return 0;
+}
