@@ -37,7 +37,7 @@ constexpr const char* usage = R"(usage: vl_loadgen --config FILE [options]
   --clients N          closed-loop clients (default 1)
   --seconds S          run for S seconds (default 5), or
   --ops K              stop after K acknowledged ops in all
-  --payload-bytes B    bytes per written value (default 16)
+  --payload-bytes B    bytes per written value (default 16); A-B: sizes spread over A..B
   --timeout-ms T       retry a request to every replica after T ms (default 200)
   --verify             after the run, prove every acknowledged write is in the cell, once
   --json               print the report as JSON
@@ -49,6 +49,7 @@ struct Options {
     double seconds = 5;
     uint64_t ops = 0;
     size_t payload_bytes = 16;
+    size_t payload_bytes_max = 16;
     uint32_t timeout_ms = 200;
     bool verify = false;
     bool json = false;
@@ -165,7 +166,10 @@ private:
     {
         std::string value = std::to_string(client.id) + "-" +
                             std::to_string(client.request_number + 1) + "-";
-        value.resize(std::max(value.size(), options_.payload_bytes), '.');
+        // Sizes spread over the range by a fixed stride, so runs are repeatable.
+        const size_t span = options_.payload_bytes_max - options_.payload_bytes + 1;
+        const size_t size = options_.payload_bytes + (client.request_number * 7919 + client.id) % span;
+        value.resize(std::max(value.size(), size), '.');
         return RegisterMachine::write_op(value);
     }
 
@@ -263,11 +267,18 @@ bool parse_options(int argc, char** argv, Options& options)
         else if (arg == "--clients") options.clients = std::stoul(argv[++i]);
         else if (arg == "--seconds") options.seconds = std::stod(argv[++i]);
         else if (arg == "--ops") options.ops = std::stoull(argv[++i]);
-        else if (arg == "--payload-bytes") options.payload_bytes = std::stoul(argv[++i]);
+        else if (arg == "--payload-bytes") {
+            const std::string range = argv[++i];
+            const auto dash = range.find('-');
+            options.payload_bytes = std::stoul(range.substr(0, dash));
+            options.payload_bytes_max =
+                dash == std::string::npos ? options.payload_bytes : std::stoul(range.substr(dash + 1));
+        }
         else if (arg == "--timeout-ms") options.timeout_ms = static_cast<uint32_t>(std::stoul(argv[++i]));
         else return false;
     }
-    return !options.config_path.empty() && options.clients >= 1;
+    return !options.config_path.empty() && options.clients >= 1 &&
+           options.payload_bytes_max >= options.payload_bytes;
 }
 
 }  // namespace

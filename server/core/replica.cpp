@@ -111,7 +111,7 @@ void Replica::on_receive(const Receive& receive)
     std::visit(Overloaded{
                    [](const Request&) {},
                    [](const Reply&) {},  // replicas do not act on replies
-                   [&](const Prepare& m) { on_prepare(m); },
+                   [&](const Prepare& m) { on_prepare(m, receive.flags & VL_FLAG_KERNEL_ACK); },
                    [&](const PrepareOk& m) {
                        on_prepare_ok(m, receive.flags & VL_FLAG_QUORUM);
                    },
@@ -256,7 +256,7 @@ void Replica::send_prepares(bool flush_partial)
     }
 }
 
-void Replica::on_prepare(const Prepare& m)
+void Replica::on_prepare(const Prepare& m, bool kernel_acked)
 {
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.replica != leader_of(m.view)) return;
@@ -273,7 +273,8 @@ void Replica::on_prepare(const Prepare& m)
         adopt_commit_as_follower(m.commit);
         return;
     }
-    send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
+    if (!kernel_acked)  // the kernel's PrepareOK said the same already
+        send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
     adopt_commit_as_follower(m.commit);
 }
 

@@ -63,7 +63,9 @@ struct Tick {
 // A message arrived (already decoded and checked for this cluster), with its header flags.
 struct Receive {
     Message message;
-    uint16_t flags = 0;  // enum vl_flag; VL_FLAG_QUORUM marks a PrepareOK the kernel counted
+    // enum vl_flag: VL_FLAG_QUORUM marks a PrepareOK the leader's kernel counted;
+    // VL_FLAG_KERNEL_ACK marks a Prepare this replica's kernel acknowledged already.
+    uint16_t flags = 0;
 };
 // The shell has delivered everything it had at hand: the leader sends its partial batch.
 struct Flush {};
@@ -176,7 +178,7 @@ private:
 
     // Handlers, named after the paper's messages.
     void on_request(const Request& m);
-    void on_prepare(const Prepare& m);
+    void on_prepare(const Prepare& m, bool kernel_acked);
     void on_prepare_ok(const PrepareOk& m, bool quorum_marked);
     void on_commit(const Commit& m);
     void on_start_view_change(const StartViewChange& m);

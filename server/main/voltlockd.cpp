@@ -132,11 +132,6 @@ int main(int argc, char** argv)
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
     spdlog::set_level(spdlog::level::from_str(config.log_level));
 
-    if (config.electrode == ElectrodeMode::on)
-        spdlog::warn("r{}: electrode: this build has no eBPF fast paths yet; VR runs in user "
-                     "space",
-                     config.replica);
-
     auto signals = shutdown_signals();
     if (!signals.ok()) return fail(signals.error());
     auto loop = EventLoop::create();

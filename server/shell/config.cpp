@@ -137,6 +137,11 @@ Result<DaemonConfig> parse_config(const std::string& json_text)
         return field_error("electrode", "must be \"on\" or \"off\", not \"" + electrode + "\"");
     config.electrode = electrode == "on" ? ElectrodeMode::on : ElectrodeMode::off;
     VL_TRY(reader.string("log_level", config.log_level, false));
+    std::string fast_paths = "all";
+    VL_TRY(reader.string("fast_paths", fast_paths, false));
+    auto parsed_paths = parse_fast_paths(fast_paths);
+    if (!parsed_paths.ok()) return field_error("fast_paths", parsed_paths.error().context);
+    config.fast_paths = parsed_paths.value();
     std::string machine = "lock";
     VL_TRY(reader.string("machine", machine, false));
     if (machine != "lock" && machine != "register")
@@ -183,6 +188,43 @@ Result<Ok> validate_config(const DaemonConfig& config)
     if (!levels.contains(config.log_level))
         return field_error("log_level", "must be one of trace, debug, info, warn, error");
     return Ok{};
+}
+
+namespace {
+constexpr std::pair<const char*, uint32_t> fast_path_names[] = {
+    {"broadcast", VL_FAST_PATH_BROADCAST},
+    {"fast-ack", VL_FAST_PATH_FAST_ACK},
+    {"quorum", VL_FAST_PATH_QUORUM},
+};
+}  // namespace
+
+Result<uint32_t> parse_fast_paths(const std::string& list)
+{
+    if (list == "all") return uint32_t{VL_FAST_PATHS_ALL};
+    if (list == "none") return uint32_t{0};
+    uint32_t paths = 0;
+    std::stringstream items(list);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+        bool known = false;
+        for (const auto& [name, bit] : fast_path_names)
+            if (item == name) {
+                paths |= bit;
+                known = true;
+            }
+        if (!known)
+            return Error{0, "'" + item + "' is not a fast path (broadcast, fast-ack, quorum, "
+                                         "all, none)"};
+    }
+    return paths;
+}
+
+std::string fast_paths_name(uint32_t fast_paths)
+{
+    std::string names;
+    for (const auto& [name, bit] : fast_path_names)
+        if (fast_paths & bit) names += (names.empty() ? "" : ",") + std::string(name);
+    return names.empty() ? "none" : names;
 }
 
 Result<DaemonConfig> load_config(const std::string& path)

@@ -35,12 +35,17 @@ struct DaemonConfig {
     uint32_t retransmit_ticks = 4;
     uint32_t pipeline_ops = 4096;
     ElectrodeMode electrode = ElectrodeMode::off;
+    uint32_t fast_paths = VL_FAST_PATHS_ALL;  // with electrode on: enum vl_fast_path bits
     MachineKind machine = MachineKind::lock;
     std::string log_level = "info";
 
     const PeerAddress& self() const { return replicas.at(replica); }
     ReplicaConfig replica_config() const;
 };
+
+// Parses "broadcast,fast-ack,quorum" (any subset, "all" or "none") into enum vl_fast_path bits.
+Result<uint32_t> parse_fast_paths(const std::string& list);
+std::string fast_paths_name(uint32_t fast_paths);
 
 // Parses and validates a config document. Errors read "config: <field>: <problem>".
 Result<DaemonConfig> parse_config(const std::string& json_text);

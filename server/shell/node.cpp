@@ -57,9 +57,29 @@ Result<std::unique_ptr<Node>> Node::create(const DaemonConfig& config, Start sta
     auto timer = periodic_timer(config.tick_ms);
     if (!timer.ok()) return timer.error();
 
+    std::unique_ptr<Electrode> electrode;
+    if (config.electrode == ElectrodeMode::on) {
+        auto started = Electrode::start(config, config.fast_paths);
+        if (started.ok()) {
+            electrode = std::move(started.value());
+            spdlog::info("r{}: electrode on {} ({} XDP): {}", config.replica, config.interface,
+                         electrode->xdp_native() ? "native" : "generic",
+                         fast_paths_name(config.fast_paths));
+        } else {
+            spdlog::warn("r{}: {}; VR runs in user space", config.replica,
+                         started.error().message());
+        }
+    }
+
     std::unique_ptr<Node> node(new Node(config, start, std::move(socket.value()),
-                                        std::move(timer.value()), std::move(peers)));
+                                        std::move(timer.value()), std::move(peers),
+                                        std::move(electrode)));
     Node* raw = node.get();
+    if (raw->electrode_) {
+        if (auto watched = loop.watch(raw->electrode_->ring_fd(), [raw] { raw->on_ring_records(); });
+            !watched.ok())
+            return watched.error();
+    }
     if (auto watched = loop.watch(raw->socket_.fd(), [raw] { raw->on_datagrams(); });
         !watched.ok())
         return watched.error();
@@ -68,11 +88,20 @@ Result<std::unique_ptr<Node>> Node::create(const DaemonConfig& config, Start sta
     return node;
 }
 
+ReplicaConfig replica_config(const DaemonConfig& config, const Electrode* electrode)
+{
+    ReplicaConfig replica = config.replica_config();
+    replica.fast_ack_allowed = electrode && (electrode->enabled() & VL_FAST_PATH_FAST_ACK);
+    return replica;
+}
+
 Node::Node(const DaemonConfig& config, Start start, UdpSocket socket, FileDescriptor timer,
-           std::vector<sockaddr_in> peers)
+           std::vector<sockaddr_in> peers, std::unique_ptr<Electrode> electrode)
     : config_(config),
+      electrode_(std::move(electrode)),
+      kernel_acks_fed_(config.replicas.size(), 0),
       machine_(make_machine(config.machine)),
-      replica_(config.replica_config(), *machine_, start),
+      replica_(replica_config(config, electrode_.get()), *machine_, start),
       socket_(std::move(socket)),
       timer_(std::move(timer)),
       peers_(std::move(peers)),
@@ -95,10 +124,77 @@ void Node::on_timer()
     uint64_t expirations = 0;
     if (::read(timer_.get(), &expirations, sizeof expirations) != sizeof expirations) return;
     // After a stall, catch up a little at a time rather than fire every timeout at once.
-    for (uint64_t i = 0; i < std::min<uint64_t>(expirations, 4); i++)
+    for (uint64_t i = 0; i < std::min<uint64_t>(expirations, 4); i++) {
+        ticks_ += 1;
+        if (electrode_) feed_kernel_acks();
         step(Tick{.now_ms = wall_clock_ms()});
+    }
+    // A neighbour entry can appear or change at any time; the peers map follows it.
+    if (electrode_ && ticks_ % 10 == 0) electrode_->refresh_peers();
     step(Flush{});
     socket_.flush();
+}
+
+void Node::on_ring_records()
+{
+    electrode_->consume([this](std::span<const uint8_t> record) { take_ring_record(record); });
+    deliver_ring_records(false);
+    step(Flush{});
+    socket_.flush();
+}
+
+void Node::take_ring_record(std::span<const uint8_t> datagram)
+{
+    // The kernel verified the datagram before it acknowledged it; decode checks it again.
+    DecodeResult decoded = decode(datagram, config_.cluster_id);
+    if (!decoded.ok()) return;
+    if (auto* prepare = std::get_if<Prepare>(&decoded.value().message))
+        ring_records_.insert_or_assign(prepare->op, std::move(*prepare));
+}
+
+void Node::deliver_ring_records(bool past_gaps)
+{
+    // Records come in op order per CPU but may interleave across CPUs: deliver them in op order,
+    // waiting at a gap for the record that fills it (a drain delivers past gaps: the core
+    // fetches whatever is missing).
+    while (!ring_records_.empty()) {
+        auto first = ring_records_.begin();
+        const Prepare& prepare = first->second;
+        if (prepare.op <= replica_.op()) {  // already in the log, by the socket or a fetch
+            ring_records_.erase(first);
+            continue;
+        }
+        if (!past_gaps && prepare.op - prepare.entries.size() > replica_.op()) return;
+        Prepare next = std::move(first->second);
+        ring_records_.erase(first);
+        step(Receive{.message = std::move(next), .flags = VL_FLAG_KERNEL_ACK});
+    }
+}
+
+void Node::drain_kernel()
+{
+    // The record that switched the fast path off is in the kernel (execute wrote it): every op
+    // the kernel acknowledged is now in the ring.
+    if (electrode_) {
+        electrode_->consume([this](std::span<const uint8_t> record) { take_ring_record(record); });
+        deliver_ring_records(true);
+    }
+    step(KernelDrained{});
+}
+
+void Node::feed_kernel_acks()
+{
+    // The leader's XDP counts acknowledgements and drops all but the one that completes a
+    // quorum, so the core's own per-follower record goes stale; the kernel keeps the highest op
+    // each follower acknowledged, and the core hears it here.
+    if (!replica_.is_leader() || !(electrode_->enabled() & VL_FAST_PATH_QUORUM)) return;
+    const std::vector<vl_follower_ack> acked = electrode_->acked_ops();
+    for (ReplicaIndex r = 0; r < acked.size(); r++) {
+        if (r == config_.replica || acked[r].view != replica_.view()) continue;
+        if (acked[r].op <= kernel_acks_fed_[r]) continue;
+        kernel_acks_fed_[r] = acked[r].op;
+        step(Receive{.message = PrepareOk{.view = acked[r].view, .replica = r, .op = acked[r].op}});
+    }
 }
 
 void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& from)
@@ -127,33 +223,37 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
 
 void Node::step(const Input& input)
 {
-    effects_.clear();
-    replica_.step(input, effects_);
+    // Local: what the effects call back (a proposal's completion) may step the replica again.
+    Effects effects;
+    replica_.step(input, effects);
     bool drain = false;
-    for (const Effect& effect : effects_) {
+    for (const Effect& effect : effects) {
         if (std::holds_alternative<DrainKernel>(effect))
             drain = true;  // after the others: the record that turns the fast path off is first
         else
             execute(effect);
     }
-    // With no fast path loaded nothing was acknowledged in the kernel: the drain is empty.
-    if (drain) step(KernelDrained{});
+    if (drain) drain_kernel();
 }
 
 void Node::execute(const Effect& effect)
 {
     std::visit(Overloaded{
                    [&](const Send& send) { send_message(peers_.at(send.to), send.message); },
-                   [&](const Broadcast& broadcast) {
-                       for (size_t r = 0; r < peers_.size(); r++)
-                           if (r != config_.replica) send_message(peers_[r], broadcast.message);
-                   },
+                   [&](const Broadcast& b) { broadcast(b.message); },
                    [&](const SendReply& reply) { deliver_reply(reply.reply); },
                    [&](const Executed& executed) {
                        for (const ExecutedListener& listener : executed_listeners_)
                            listener(executed);
                    },
                    [&](const KernelStateChanged& changed) {
+                       if (electrode_) {
+                           // Before any effect that follows it leaves (docs/electrode.md).
+                           if (auto written = electrode_->write_state(changed.state); !written.ok())
+                               spdlog::error("r{}: {}", config_.replica, written.error().message());
+                           if (changed.state.view != last_state_.view)
+                               std::fill(kernel_acks_fed_.begin(), kernel_acks_fed_.end(), 0);
+                       }
                        log_transition(changed.state);
                        if (!replica_.is_leader()) fail_proposals();
                    },
@@ -207,9 +307,24 @@ void Node::fail_proposals()
         for (ProposeDone& done : waiting) done(ProposeOutcome{.committed = false});
 }
 
-void Node::send_message(const sockaddr_in& to, const Message& message)
+void Node::broadcast(const Message& message)
 {
-    const size_t length = encode(message, config_.cluster_id, 0, encode_buffer_);
+    // Electrode §4.1: a Prepare or Commit leaves once, marked, and TC egress clones it to every
+    // other follower; only when every one of them resolves, else one datagram per follower.
+    const bool clonable = std::holds_alternative<Prepare>(message) ||
+                          std::holds_alternative<Commit>(message);
+    if (electrode_ && clonable && electrode_->can_broadcast()) {
+        const size_t first_other = config_.replica == 0 ? 1 : 0;
+        send_message(peers_[first_other], message, VL_FLAG_BROADCAST);
+        return;
+    }
+    for (size_t r = 0; r < peers_.size(); r++)
+        if (r != config_.replica) send_message(peers_[r], message);
+}
+
+void Node::send_message(const sockaddr_in& to, const Message& message, uint16_t flags)
+{
+    const size_t length = encode(message, config_.cluster_id, flags, encode_buffer_);
     // The core sizes every message to the configured maximum; anything else is a bug there.
     VL_ASSERT(length > 0, "the core's messages fit in one datagram");
     counters_.messages_out[message_type(message)] += 1;
@@ -269,6 +384,7 @@ nlohmann::json Node::status() const
           {"state_transfers", core.state_transfers},
           {"recoveries", core.recoveries},
           {"requests_dropped", core.requests_dropped}}},
+        {"electrode", electrode_ ? electrode_->status() : nlohmann::json{{"mode", "off"}}},
     };
 }
 

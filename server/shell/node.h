@@ -16,6 +16,7 @@
 #include "core/replica.h"
 #include "core/state_machine.h"
 #include "shell/config.h"
+#include "shell/electrode.h"
 #include "shell/event_loop.h"
 #include "shell/udp_socket.h"
 
@@ -64,26 +65,35 @@ public:
 
 private:
     Node(const DaemonConfig& config, Start start, UdpSocket socket, FileDescriptor timer,
-         std::vector<sockaddr_in> peers);
+         std::vector<sockaddr_in> peers, std::unique_ptr<Electrode> electrode);
 
     void on_datagrams();
     void on_timer();
+    void on_ring_records();
+    void take_ring_record(std::span<const uint8_t> datagram);
+    void deliver_ring_records(bool past_gaps);
+    void drain_kernel();
+    void feed_kernel_acks();
+    void broadcast(const Message& message);
     void on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& from);
     void step(const Input& input);
     void execute(const Effect& effect);
-    void send_message(const sockaddr_in& to, const Message& message);
+    void send_message(const sockaddr_in& to, const Message& message, uint16_t flags = 0);
     void log_transition(const vl_kernel_state& state);
     void deliver_reply(const Reply& reply);
     void fail_proposals();
 
     DaemonConfig config_;
+    std::unique_ptr<Electrode> electrode_;  // null: VR runs all in user space
+    std::map<Op, Prepare> ring_records_;    // acknowledged by the kernel, not yet delivered
+    std::vector<Op> kernel_acks_fed_;       // per replica, the op last fed to the core
+    uint64_t ticks_ = 0;
     std::unique_ptr<StateMachine> machine_;
     Replica replica_;
     UdpSocket socket_;
     FileDescriptor timer_;
     std::vector<sockaddr_in> peers_;  // by replica index
     std::unordered_map<ClientId, sockaddr_in> clients_;
-    Effects effects_;
     std::vector<uint8_t> encode_buffer_;
     vl_kernel_state last_state_{};
     NodeCounters counters_;
