@@ -689,9 +689,13 @@ void Replica::on_new_state(const NewState& m)
 {
     if (!fetch_ || m.replica != fetch_->from || m.view != view_) return;
     Fetch& fetch = *fetch_;
+    // Only an answer that moved the fetch forward asks for the next chunk: a duplicated or
+    // overlapping one would otherwise start a second chain of requests, and duplicates of those
+    // more (vr_sim seed 4812 x 5 ran 170,000 NewStates for 1,000 ops). The timer covers loss.
     if (fetch.purpose == Fetch::Purpose::catch_up) {
         // Same view: our log is a prefix of the leader's, so entries append as they come.
-        if (!install_entries(m.first_op, m.entries)) return;  // stale; the timer asks again
+        const Op before = op();
+        if (!install_entries(m.first_op, m.entries) || op() == before) return;
         last_heard_from_leader_tick_ = tick_;
         commit_to(std::min(m.commit, op()));
         if (op() >= std::max(fetch.target_op, m.op)) {
@@ -702,7 +706,10 @@ void Replica::on_new_state(const NewState& m)
         }
         return;
     }
-    if (m.first_op > fetch.fetched_op()) return;  // stale or reordered; the timer asks again
+    if (m.first_op > fetch.fetched_op()) return;  // reordered; the timer asks again
+    if (m.first_op + m.entries.size() <= fetch.fetched_op() &&
+        fetch.fetched_op() < fetch.target_op)
+        return;  // adds nothing
     for (size_t i = fetch.fetched_op() - m.first_op; i < m.entries.size(); i++)
         fetch.entries.push_back(m.entries[i]);
     fetch.commit = std::max(fetch.commit, m.commit);
