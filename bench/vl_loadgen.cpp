@@ -89,13 +89,7 @@ public:
                                                    : Clock::now() >= deadline;
             if (stop_issuing) stopping_ = true;
             if (stopping_ && in_flight() == 0) break;
-            pollfd fd{socket_.fd(), POLLIN, 0};
-            ::poll(&fd, 1, 1);
-            socket_.receive_all([this](std::span<const uint8_t> datagram, const sockaddr_in&) {
-                on_datagram(datagram);
-            });
-            retry_overdue();
-            socket_.flush();
+            pump();
         }
         elapsed_s_ = std::chrono::duration<double>(Clock::now() - start).count();
     }
@@ -109,15 +103,7 @@ public:
         issue(client, RegisterMachine::read_op());
         socket_.flush();
         const auto deadline = Clock::now() + std::chrono::seconds(30);
-        while (!client.idle && Clock::now() < deadline) {
-            pollfd fd{socket_.fd(), POLLIN, 0};
-            ::poll(&fd, 1, 1);
-            socket_.receive_all([this](std::span<const uint8_t> datagram, const sockaddr_in&) {
-                on_datagram(datagram);
-            });
-            retry_overdue();
-            socket_.flush();
-        }
+        while (!client.idle && Clock::now() < deadline) pump();
         stopping_ = was_stopping;
         if (!client.idle) return false;
         return RegisterMachine::parse_result(last_read_result_, out);
@@ -180,6 +166,18 @@ private:
         client.started = Clock::now();
         client.idle = false;
         send(client, {&replicas_[leader_], 1});
+    }
+
+    // Waits up to a millisecond for replies, takes them, retries what is overdue.
+    void pump()
+    {
+        pollfd fd{socket_.fd(), POLLIN, 0};
+        ::poll(&fd, 1, 1);
+        socket_.receive_all([this](std::span<const uint8_t> datagram, const sockaddr_in&) {
+            on_datagram(datagram);
+        });
+        retry_overdue();
+        socket_.flush();
     }
 
     void send(ClientState& client, std::span<const sockaddr_in> to)

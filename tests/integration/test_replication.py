@@ -13,9 +13,9 @@ from replication import BackgroundLoad, converged, run_load, statuses, wait_unti
 pytestmark = [pytest.mark.usefixtures("root"), pytest.mark.voltlockd]
 
 
-def register_cell(replicas: int) -> Cell:
+def register_cell(replicas: int, electrode: str = "off") -> Cell:
     """A cell replicating the register machine, whose writes vl_loadgen --verify checks."""
-    return Cell(replicas=replicas, config_extra={"machine": "register"})
+    return Cell(replicas=replicas, electrode=electrode, config_extra={"machine": "register"})
 
 
 @pytest.mark.parametrize("replicas", [3, 5])
@@ -70,8 +70,9 @@ def test_a_partitioned_leader_is_replaced_and_rejoins_as_a_follower():
         assert rejoined["leader"] == new_leader and rejoined["leader"] != old_leader
 
 
-def test_loss_reordering_and_duplication_slow_but_do_not_stop_or_split_the_cell():
-    with register_cell(3) as cell:
+@pytest.mark.parametrize("electrode", ["off", "on"])
+def test_loss_reordering_and_duplication_slow_but_do_not_stop_or_split_the_cell(electrode):
+    with register_cell(3, electrode) as cell:
         for replica in range(3):
             cell.netem(replica, "loss 5% delay 1ms 1ms reorder 25% duplicate 2%")
         report = run_load(cell, "--clients", "4", "--seconds", "5", "--verify",
