@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/assert.h"
+#include "core/byte_reader.h"
 #include "core/overloaded.h"
 #include "voltlock/wire.h"
 
@@ -70,34 +71,15 @@ private:
     size_t size_ = 0;
 };
 
-// Reads little-endian fields; every read is checked against what is left, and the first failure
-// is remembered with its reason.
+// Reads an op's fields; the first failure is remembered with its reason.
 class Reader {
 public:
     explicit Reader(std::string_view in) : in_(in) {}
 
-    bool u8(uint8_t& v)
-    {
-        uint64_t x = 0;
-        if (!get_le(x, 1)) return false;
-        v = static_cast<uint8_t>(x);
-        return true;
-    }
-    bool u16(uint16_t& v)
-    {
-        uint64_t x = 0;
-        if (!get_le(x, 2)) return false;
-        v = static_cast<uint16_t>(x);
-        return true;
-    }
-    bool u32(uint32_t& v)
-    {
-        uint64_t x = 0;
-        if (!get_le(x, 4)) return false;
-        v = static_cast<uint32_t>(x);
-        return true;
-    }
-    bool u64(uint64_t& v) { return get_le(v, 8); }
+    bool u8(uint8_t& v) { return in_.u8(v) || fail(OpDecodeError::truncated); }
+    bool u16(uint16_t& v) { return in_.u16(v) || fail(OpDecodeError::truncated); }
+    bool u32(uint32_t& v) { return in_.u32(v) || fail(OpDecodeError::truncated); }
+    bool u64(uint64_t& v) { return in_.u64(v) || fail(OpDecodeError::truncated); }
     bool boolean(bool& v)
     {
         uint8_t x = 0;
@@ -109,11 +91,7 @@ public:
     bool str(std::string& s)
     {
         uint16_t len = 0;
-        if (!u16(len)) return false;
-        if (len > in_.size() - pos_) return fail(OpDecodeError::truncated);
-        s.assign(in_.data() + pos_, len);
-        pos_ += len;
-        return true;
+        return u16(len) && (in_.bytes(s, len) || fail(OpDecodeError::truncated));
     }
     // A u8 that must be one of the enum's values, 1..max.
     template <typename E>
@@ -141,23 +119,12 @@ public:
         if (!error_) error_ = error;
         return false;
     }
-    bool done() const { return pos_ == in_.size(); }
+    bool done() const { return in_.done(); }
     // The reason of the first failure, or trailing_bytes if everything read but bytes are left.
     OpDecodeError error() const { return error_.value_or(OpDecodeError::trailing_bytes); }
 
 private:
-    bool get_le(uint64_t& v, size_t bytes)
-    {
-        if (bytes > in_.size() - pos_) return fail(OpDecodeError::truncated);
-        v = 0;
-        for (size_t i = 0; i < bytes; i++)
-            v |= static_cast<uint64_t>(static_cast<uint8_t>(in_[pos_ + i])) << (8 * i);
-        pos_ += bytes;
-        return true;
-    }
-
-    std::string_view in_;
-    size_t pos_ = 0;
+    ByteReader in_;
     std::optional<OpDecodeError> error_;
 };
 

@@ -1,5 +1,6 @@
 #include "core/message.h"
 
+#include "core/byte_reader.h"
 #include "core/overloaded.h"
 
 #include <cstring>
@@ -48,21 +49,11 @@ private:
     bool ok_ = true;
 };
 
-// Reads little-endian fields from a bounded buffer; every read is checked against what is left.
-class Reader {
+// The wire's fields, and log entries on top of them.
+class Reader : public ByteReader {
 public:
-    explicit Reader(std::span<const uint8_t> in) : in_(in) {}
+    using ByteReader::ByteReader;
 
-    bool u16(uint16_t& v) { return get(&v, sizeof v); }
-    bool u64(uint64_t& v) { return get(&v, sizeof v); }
-    bool bytes(Bytes& b, size_t n)
-    {
-        if (n > in_.size() - pos_) return false;
-        b.assign(reinterpret_cast<const char*>(in_.data() + pos_), n);
-        pos_ += n;
-        return true;
-    }
-    bool rest(Bytes& b) { return bytes(b, in_.size() - pos_); }
     bool entry(Entry& e)
     {
         uint16_t len = 0;
@@ -73,25 +64,12 @@ public:
     {
         // Each entry takes at least VL_ENTRY_FIXED_BYTES, so a count that cannot fit is a lie
         // caught before anything is allocated for it.
-        if (static_cast<size_t>(count) * VL_ENTRY_FIXED_BYTES > in_.size() - pos_) return false;
+        if (static_cast<size_t>(count) * VL_ENTRY_FIXED_BYTES > remaining()) return false;
         out.resize(count);
         for (Entry& e : out)
             if (!entry(e)) return false;
         return true;
     }
-    bool done() const { return pos_ == in_.size(); }
-
-private:
-    bool get(void* p, size_t n)
-    {
-        if (n > in_.size() - pos_) return false;
-        std::memcpy(p, in_.data() + pos_, n);
-        pos_ += n;
-        return true;
-    }
-
-    std::span<const uint8_t> in_;
-    size_t pos_ = 0;
 };
 
 struct HeaderFields {
