@@ -112,8 +112,14 @@ static __always_inline int on_prepare(struct xdp_md *ctx, const struct vl_header
 
     if (d.verdict == VL_FAST_ACK_APPEND) {
         /* Into the ring first, then (second look, same lock) advance and acknowledge: the
-         * kernel's last op never covers an op that is not in the ring or the log. */
-        if (bpf_ringbuf_output(&vl_ring, scratch->words, len, 0))
+         * kernel's last op never covers an op that is not in the ring or the log. User space
+         * catches up with the ring on its own tick, off the commit path (Electrode §4.2), so a
+         * record wakes it only once the ring is half full. */
+        const __u64 wakeup = bpf_ringbuf_query(&vl_ring, BPF_RB_AVAIL_DATA) >
+                                     bpf_ringbuf_query(&vl_ring, BPF_RB_RING_SIZE) / 2
+                                 ? BPF_RB_FORCE_WAKEUP
+                                 : BPF_RB_NO_WAKEUP;
+        if (bpf_ringbuf_output(&vl_ring, scratch->words, len, wakeup))
             return pass(VL_STAT_FA_RING_FULL);
         bpf_spin_lock(&state->lock);
         d = vl_fast_ack_commit(&state->state, state->enabled, log, cfg_replica, m);

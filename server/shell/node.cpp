@@ -111,6 +111,8 @@ Node::Node(const DaemonConfig& config, Start start, UdpSocket socket, FileDescri
 
 void Node::on_datagrams()
 {
+    // What the kernel acknowledged came first: the ring before the socket.
+    if (electrode_) take_ring_records();
     socket_.receive_all(
         [this](std::span<const uint8_t> datagram, const sockaddr_in& from) {
             on_datagram(datagram, from);
@@ -123,6 +125,8 @@ void Node::on_timer()
 {
     uint64_t expirations = 0;
     if (::read(timer_.get(), &expirations, sizeof expirations) != sizeof expirations) return;
+    // The ring wakes nobody per record: the follower catches up here, off the commit path.
+    if (electrode_) take_ring_records();
     // After a stall, catch up a little at a time rather than fire every timeout at once.
     for (uint64_t i = 0; i < std::min<uint64_t>(expirations, 4); i++) {
         ticks_ += 1;
@@ -137,10 +141,15 @@ void Node::on_timer()
 
 void Node::on_ring_records()
 {
-    electrode_->consume([this](std::span<const uint8_t> record) { take_ring_record(record); });
-    deliver_ring_records(false);
+    take_ring_records();
     step(Flush{});
     socket_.flush();
+}
+
+void Node::take_ring_records()
+{
+    electrode_->consume([this](std::span<const uint8_t> record) { take_ring_record(record); });
+    deliver_ring_records(false);
 }
 
 void Node::take_ring_record(std::span<const uint8_t> datagram)
@@ -176,7 +185,7 @@ void Node::drain_kernel()
     // The record that switched the fast path off is in the kernel (execute wrote it): every op
     // the kernel acknowledged is now in the ring.
     if (electrode_) {
-        electrode_->consume([this](std::span<const uint8_t> record) { take_ring_record(record); });
+        take_ring_records();
         deliver_ring_records(true);
     }
     step(KernelDrained{});

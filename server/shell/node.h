@@ -70,6 +70,7 @@ private:
     void on_datagrams();
     void on_timer();
     void on_ring_records();
+    void take_ring_records();
     void take_ring_record(std::span<const uint8_t> datagram);
     void deliver_ring_records(bool past_gaps);
     void drain_kernel();
