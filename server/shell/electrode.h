@@ -42,6 +42,7 @@ public:
     void consume(const std::function<void(std::span<const uint8_t>)>& on_record);
     // Re-reads the neighbour table into the peers map; true if every other replica resolves.
     bool refresh_peers();
+    bool peers_resolved() const { return peers_resolved_; }
     // Broadcast by cloning is on and every other replica's MAC is known.
     bool can_broadcast() const;
     // The highest (view, op) each replica acknowledged, as the leader's XDP saw it.

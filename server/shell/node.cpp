@@ -133,8 +133,10 @@ void Node::on_timer()
         if (electrode_) feed_kernel_acks();
         step(Tick{.now_ms = wall_clock_ms()});
     }
-    // A neighbour entry can appear or change at any time; the peers map follows it.
-    if (electrode_ && ticks_ % 10 == 0) electrode_->refresh_peers();
+    // A neighbour entry can appear or change at any time; the peers map follows it, every tick
+    // until every peer resolves (broadcast waits for that), then every tenth.
+    if (electrode_ && (!electrode_->peers_resolved() || ticks_ % 10 == 0))
+        electrode_->refresh_peers();
     step(Flush{});
     socket_.flush();
 }
