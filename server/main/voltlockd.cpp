@@ -11,7 +11,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "shell/admin_http.h"
+#include "api/http_api.h"
+#include "core/lock_machine.h"
 #include "shell/config.h"
 #include "shell/event_loop.h"
 #include "shell/node.h"
@@ -142,7 +143,9 @@ int main(int argc, char** argv)
     auto node = Node::create(config, start, *loop.value());
     if (!node.ok()) return fail(node.error());
 
-    AdminHttp http(*loop.value(), *node.value());
+    // The lock service's API, or only the admin endpoints when the cell replicates the register.
+    auto* lock_machine = dynamic_cast<LockMachine*>(&node.value()->machine());
+    api::HttpApi http(*loop.value(), *node.value(), lock_machine);
     if (auto started = http.start(config.self().ip, config.self().http_port); !started.ok())
         return fail(started.error());
 

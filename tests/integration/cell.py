@@ -19,12 +19,10 @@ printed (pytest shows them with the failure) and the state dir is kept for a loo
 """
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import secrets
 import signal
-import socket
 import string
 import subprocess
 import sys
@@ -33,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(REPO, "scripts", "cell")
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))
-from cellrig.util import entered_netns, tail  # noqa: E402
+from cellrig.util import NamespacedConnection, tail  # noqa: E402
 
 
 def voltlockd_path() -> str:
@@ -232,10 +230,8 @@ class Cell:
         """An HTTP request to a replica from the client namespace; returns (status, JSON body,
         or the text if it is not JSON)."""
         r = self.replicas[replica]
-        with entered_netns(self.endpoints["client_namespace"]):
-            sock = socket.create_connection((r["ip"], r["http_port"]), timeout=timeout)
-        conn = http.client.HTTPConnection(r["ip"], r["http_port"], timeout=timeout)
-        conn.sock = sock
+        conn = NamespacedConnection(self.endpoints["client_namespace"], r["ip"], r["http_port"],
+                                    timeout)
         try:
             payload = json.dumps(body) if body is not None else None
             headers = {"Content-Type": "application/json"} if payload else {}

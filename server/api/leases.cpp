@@ -1,0 +1,88 @@
+#include "api/leases.h"
+
+#include <algorithm>
+
+namespace voltlock::api {
+
+void LeaseTracker::become_leader(uint64_t now_ms, const std::vector<SessionLease>& leases)
+{
+    active_ = true;
+    leases_.clear();
+    for (const SessionLease& lease : leases)
+        leases_[lease.session] = Lease{.ttl_ms = lease.ttl_ms,
+                                       .lease_epoch = lease.lease_epoch,
+                                       .deadline_ms = now_ms + lease.ttl_ms,
+                                       .replicated_deadline_ms = now_ms + lease.ttl_ms};
+}
+
+void LeaseTracker::step_down()
+{
+    active_ = false;
+    leases_.clear();
+}
+
+void LeaseTracker::on_created(SessionId session, uint32_t ttl_ms, Revision lease_epoch,
+                              uint64_t now_ms)
+{
+    if (!active_) return;
+    leases_[session] = Lease{.ttl_ms = ttl_ms,
+                             .lease_epoch = lease_epoch,
+                             .deadline_ms = now_ms + ttl_ms,
+                             .replicated_deadline_ms = now_ms + ttl_ms};
+}
+
+void LeaseTracker::on_renewed(SessionId session, Revision lease_epoch, uint64_t now_ms)
+{
+    const auto it = leases_.find(session);
+    if (!active_ || it == leases_.end()) return;
+    Lease& lease = it->second;
+    lease.lease_epoch = lease_epoch;
+    lease.replicated_deadline_ms = now_ms + lease.ttl_ms;
+    lease.deadline_ms = std::max(lease.deadline_ms, lease.replicated_deadline_ms);
+}
+
+void LeaseTracker::on_ended(SessionId session) { leases_.erase(session); }
+
+std::optional<LeaseTracker::Renewal> LeaseTracker::keep_alive(SessionId session, uint64_t now_ms)
+{
+    const auto it = leases_.find(session);
+    if (!active_ || it == leases_.end()) return std::nullopt;
+    Lease& lease = it->second;
+    lease.deadline_ms = std::max(lease.deadline_ms, now_ms + lease.ttl_ms);
+    // Replicate when the machine's lease lags the real one by more than half a TTL, or when an
+    // expiry is already on its way: the KeepAlive then either lands first (the expiry becomes
+    // stale) or after it (unknown session), and the client hears which.
+    const bool replicate =
+        lease.expiring || lease.deadline_ms > lease.replicated_deadline_ms + lease.ttl_ms / 2;
+    return Renewal{.deadline_ms = lease.deadline_ms, .ttl_ms = lease.ttl_ms,
+                   .lease_epoch = lease.lease_epoch, .replicate = replicate};
+}
+
+std::vector<ExpireSession> LeaseTracker::take_expired(uint64_t now_ms)
+{
+    std::vector<ExpireSession> expired;
+    if (!active_) return expired;
+    for (auto& [session, lease] : leases_) {
+        if (lease.deadline_ms > now_ms) continue;
+        if (lease.expiring && now_ms < lease.expiring_since_ms + kExpiryRetryMs) continue;
+        lease.expiring = true;
+        lease.expiring_since_ms = now_ms;
+        expired.push_back(ExpireSession{.session = session, .lease_epoch = lease.lease_epoch,
+                                        .reason = ExpireReason::lease_expired});
+    }
+    return expired;
+}
+
+void LeaseTracker::expiry_finished(SessionId session)
+{
+    if (const auto it = leases_.find(session); it != leases_.end()) it->second.expiring = false;
+}
+
+std::optional<uint64_t> LeaseTracker::deadline_ms(SessionId session) const
+{
+    const auto it = leases_.find(session);
+    if (it == leases_.end()) return std::nullopt;
+    return it->second.deadline_ms;
+}
+
+}  // namespace voltlock::api

@@ -1,0 +1,178 @@
+#include "api/metrics.h"
+
+#include <cctype>
+
+namespace voltlock::api {
+
+namespace {
+
+using Json = nlohmann::json;
+
+std::string metric_name(const std::string& text)
+{
+    std::string out;
+    for (char c : text) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    return out;
+}
+
+std::string label_value(const std::string& text)
+{
+    std::string out;
+    for (char c : text) {
+        if (c == '\\') out += "\\\\";
+        else if (c == '"') out += "\\\"";
+        else if (c == '\n') out += "\\n";
+        else out += c;
+    }
+    return out;
+}
+
+std::string number(const Json& value)
+{
+    if (value.is_boolean()) return value.get<bool>() ? "1" : "0";
+    if (value.is_number_unsigned()) return std::to_string(value.get<uint64_t>());
+    if (value.is_number_integer()) return std::to_string(value.get<int64_t>());
+    if (value.is_number()) return std::to_string(value.get<double>());
+    return "0";
+}
+
+class Writer {
+public:
+    void family(const std::string& name, const char* type, const std::string& help)
+    {
+        out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    }
+    void sample(const std::string& name, const std::string& labels, const std::string& value)
+    {
+        out_ += name + (labels.empty() ? "" : "{" + labels + "}") + " " + value + "\n";
+    }
+    std::string take() { return std::move(out_); }
+
+private:
+    std::string out_;
+};
+
+std::string label(const std::string& name, const std::string& value)
+{
+    return name + "=\"" + label_value(value) + "\"";
+}
+
+// A label name for a counter group in /v1/status's "counters".
+std::string group_label(const std::string& group)
+{
+    if (group == "messages_in" || group == "messages_out") return "type";
+    if (group == "rejected") return "reason";
+    return "kind";
+}
+
+}  // namespace
+
+std::string render_metrics(const Json& cluster,
+                           const std::map<std::tuple<std::string, std::string, int>, uint64_t>&
+                               requests)
+{
+    Writer w;
+    const std::string replica = std::to_string(cluster.value("replica", 0));
+
+    w.family("voltlock_replica_info", "gauge",
+             "This replica: its index and cluster id (always 1).");
+    w.sample("voltlock_replica_info",
+             label("replica", replica) + "," +
+                 label("cluster_id", std::to_string(cluster.value("cluster_id", 0))) + "," +
+                 label("electrode", cluster.value("electrode", "off")),
+             "1");
+    const std::pair<const char*, const char*> gauges[] = {
+        {"view", "The current view number."},
+        {"op", "The highest op in this replica's log."},
+        {"commit", "The highest committed (and applied) op."},
+        {"is_leader", "1 if this replica is the leader of its view."},
+    };
+    for (const auto& [field, help] : gauges) {
+        const std::string name = std::string("voltlock_") + field;
+        w.family(name, "gauge", help);
+        w.sample(name, "", number(cluster.value(field, Json(0))));
+    }
+    w.family("voltlock_status", "gauge", "1 for this replica's VR status.");
+    for (const char* status : {"normal", "view_change", "recovering"})
+        w.sample("voltlock_status", label("status", status),
+                 cluster.value("status", "") == status ? "1" : "0");
+    w.family("voltlock_leader", "gauge", "The leader's replica index (-1: none known).");
+    w.sample("voltlock_leader", "",
+             cluster.contains("leader") && !cluster["leader"].is_null()
+                 ? number(cluster["leader"])
+                 : "-1");
+
+    bool lag_family = false;
+    static const Json kNone = Json::array();
+    const Json& members = cluster.contains("members") ? cluster["members"] : kNone;
+    for (const Json& member : members) {
+        if (!member.contains("lag_ops")) continue;
+        if (!lag_family) {
+            w.family("voltlock_replica_lag_ops", "gauge",
+                     "Ops the leader has that a replica has not acknowledged (leader only).");
+            lag_family = true;
+        }
+        w.sample("voltlock_replica_lag_ops",
+                 label("replica", std::to_string(member.value("replica", 0))),
+                 number(member["lag_ops"]));
+    }
+
+    // Every counter in /v1/status, as <name>_total, grouped ones with a label.
+    static const Json kNoCounters = Json::object();
+    const Json& counters = cluster.contains("counters") ? cluster["counters"] : kNoCounters;
+    for (const auto& [group, value] : counters.items()) {
+        const std::string name = "voltlock_" + metric_name(group) + "_total";
+        if (value.is_object()) {
+            w.family(name, "counter", "VR counter '" + group + "', by " + group_label(group) + ".");
+            for (const auto& [key, count] : value.items())
+                w.sample(name, label(group_label(group), key), number(count));
+        } else if (value.is_number()) {
+            w.family(name, "counter", "VR counter '" + group + "'.");
+            w.sample(name, "", number(value));
+        }
+    }
+
+    const Json& api = cluster.contains("api") ? cluster["api"] : kNoCounters;
+    const std::pair<const char*, const char*> api_gauges[] = {
+        {"revision", "The lock service's revision as applied here."},
+        {"oldest_revision", "The oldest revision a watch can start from here."},
+        {"sessions", "Open sessions."},
+        {"locks", "Locks with a holder, a waiter or a lock-delay."},
+        {"keys", "Keys in the key/value namespace."},
+        {"barriers", "Barriers with members."},
+        {"watchers", "Watch streams open on this replica."},
+        {"waiters", "HTTP requests waiting here for a lock or barrier."},
+        {"leases_tracked", "Session leases this replica tracks as the leader."},
+        {"client_ids", "Internal VR client ids this replica has made."},
+    };
+    for (const auto& [field, help] : api_gauges) {
+        if (!api.contains(field)) continue;
+        const std::string name = std::string("voltlock_") + field;
+        w.family(name, "gauge", help);
+        w.sample(name, "", number(api[field]));
+    }
+    const std::pair<const char*, const char*> api_counters[] = {
+        {"forwarded", "Requests this replica forwarded to the leader."},
+        {"expiries_proposed", "ExpireSession ops this replica proposed as the leader."},
+        {"expire_waiters_proposed", "ExpireWaiters ops this replica proposed as the leader."},
+    };
+    for (const auto& [field, help] : api_counters) {
+        if (!api.contains(field)) continue;
+        const std::string name = std::string("voltlock_api_") + field + "_total";
+        w.family(name, "counter", help);
+        w.sample(name, "", number(api[field]));
+    }
+
+    w.family("voltlock_http_requests_total", "counter",
+             "HTTP requests answered, by method, endpoint and status code.");
+    for (const auto& [key, count] : requests) {
+        const auto& [method, endpoint, status] = key;
+        w.sample("voltlock_http_requests_total",
+                 label("method", method) + "," + label("endpoint", endpoint) + "," +
+                     label("code", std::to_string(status)),
+                 std::to_string(count));
+    }
+    return w.take();
+}
+
+}  // namespace voltlock::api

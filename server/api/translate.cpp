@@ -1,0 +1,741 @@
+#include "api/translate.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <limits>
+
+#include "core/message.h"
+#include "core/overloaded.h"
+
+namespace voltlock::api {
+
+namespace {
+
+ApiError bad_request(std::string code, std::string message, Json details = Json::object())
+{
+    return ApiError{400, std::move(code), std::move(message), std::move(details)};
+}
+
+ApiError invalid_field(std::string_view field, std::string rule)
+{
+    return bad_request("invalid_argument", std::string(field) + ": " + rule,
+                       Json{{"field", field}});
+}
+
+// The field as an unsigned integer; absent -> `otherwise` (nullopt: required).
+Parsed<uint64_t> get_u64(const Json& object, std::string_view field,
+                         std::optional<uint64_t> otherwise)
+{
+    const auto it = object.find(field);
+    if (it == object.end() || it->is_null()) {
+        if (otherwise) return *otherwise;
+        return invalid_field(field, "required");
+    }
+    if (!it->is_number_unsigned()) return invalid_field(field, "must be an integer >= 0");
+    return it->get<uint64_t>();
+}
+
+// u32 fields: a larger number is clamped to UINT32_MAX so that validate() reports the range.
+Parsed<uint32_t> get_u32(const Json& object, std::string_view field,
+                         std::optional<uint32_t> otherwise)
+{
+    auto value = get_u64(object, field, otherwise);
+    if (!value.ok()) return value.error();
+    return static_cast<uint32_t>(
+        std::min<uint64_t>(value.value(), std::numeric_limits<uint32_t>::max()));
+}
+
+Parsed<std::string> get_string(const Json& object, std::string_view field,
+                               std::optional<std::string> otherwise)
+{
+    const auto it = object.find(field);
+    if (it == object.end() || it->is_null()) {
+        if (otherwise) return *otherwise;
+        return invalid_field(field, "required");
+    }
+    if (!it->is_string()) return invalid_field(field, "must be a string");
+    return it->get<std::string>();
+}
+
+Parsed<SessionId> get_session(const Json& object, bool required)
+{
+    auto session = get_u64(object, "session", required ? std::nullopt
+                                                       : std::optional<uint64_t>(0));
+    if (!session.ok()) return session.error();
+    if (required && session.value() == 0) return invalid_field("session", "must be >= 1");
+    return session.value();
+}
+
+std::string thousands(uint64_t n)
+{
+    const std::string digits = std::to_string(n);
+    std::string out;
+    for (size_t i = 0; i < digits.size(); i++) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return out;
+}
+
+ApiError too_large(std::string message, size_t limit, size_t size)
+{
+    return ApiError{413, "too_large", std::move(message),
+                    Json{{"limit_bytes", limit}, {"size_bytes", size}}};
+}
+
+Parsed<LockOp> finish(LockOp op, uint32_t max_message_bytes)
+{
+    if (auto error = check_op(op, max_message_bytes)) return *error;
+    return op;
+}
+
+}  // namespace
+
+Json error_body(const ApiError& error)
+{
+    return Json{{"code", error.code},
+                {"message", error.message},
+                {"details", error.details.is_null() ? Json::object() : error.details}};
+}
+
+// ---- Building blocks ---------------------------------------------------------------------------
+
+namespace {
+constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+}
+
+std::string base64_encode(std::string_view bytes)
+{
+    std::string out;
+    out.reserve((bytes.size() + 2) / 3 * 4);
+    size_t i = 0;
+    for (; i + 3 <= bytes.size(); i += 3) {
+        const uint32_t n = (uint32_t(uint8_t(bytes[i])) << 16) |
+                           (uint32_t(uint8_t(bytes[i + 1])) << 8) | uint8_t(bytes[i + 2]);
+        out += kAlphabet[(n >> 18) & 63];
+        out += kAlphabet[(n >> 12) & 63];
+        out += kAlphabet[(n >> 6) & 63];
+        out += kAlphabet[n & 63];
+    }
+    if (const size_t rest = bytes.size() - i; rest > 0) {
+        uint32_t n = uint32_t(uint8_t(bytes[i])) << 16;
+        if (rest == 2) n |= uint32_t(uint8_t(bytes[i + 1])) << 8;
+        out += kAlphabet[(n >> 18) & 63];
+        out += kAlphabet[(n >> 12) & 63];
+        out += rest == 2 ? kAlphabet[(n >> 6) & 63] : '=';
+        out += '=';
+    }
+    return out;
+}
+
+std::optional<std::string> base64_decode(std::string_view text)
+{
+    if (text.size() % 4 != 0) return std::nullopt;
+    std::array<int, 256> value{};
+    value.fill(-1);
+    for (int c = 0; c < 64; c++) value[static_cast<uint8_t>(kAlphabet[c])] = c;
+    std::string out;
+    out.reserve(text.size() / 4 * 3);
+    for (size_t i = 0; i < text.size(); i += 4) {
+        const bool last = i + 4 == text.size();
+        const size_t pad = last ? (text[i + 3] == '=') + (text[i + 2] == '=') : 0;
+        if (pad == 1 && text[i + 2] == '=') return std::nullopt;  // "x=x=" is not padding
+        uint32_t n = 0;
+        for (size_t j = 0; j < 4; j++) {
+            if (j >= 4 - pad) {
+                n <<= 6;
+                continue;
+            }
+            const int v = value[static_cast<uint8_t>(text[i + j])];
+            if (v < 0) return std::nullopt;
+            n = (n << 6) | static_cast<uint32_t>(v);
+        }
+        // One encoding per value: the bits under the padding must be zero.
+        if ((pad == 1 && (n & 0xff) != 0) || (pad == 2 && (n & 0xffff) != 0)) return std::nullopt;
+        out += static_cast<char>((n >> 16) & 0xff);
+        if (pad < 2) out += static_cast<char>((n >> 8) & 0xff);
+        if (pad < 1) out += static_cast<char>(n & 0xff);
+    }
+    return out;
+}
+
+void put_value(Json& json, const Bytes& value, ValueEncoding encoding)
+{
+    if (encoding == ValueEncoding::automatic && is_valid_utf8(value)) {
+        json["value"] = value;
+    } else {
+        json["value"] = base64_encode(value);
+        json["encoding"] = "base64";
+    }
+}
+
+Parsed<bool> parse_bool_param(std::string_view name, std::string_view text)
+{
+    if (text == "true" || text == "1" || text.empty()) return true;
+    if (text == "false" || text == "0") return false;
+    return bad_request("invalid_argument",
+                       std::string(name) + ": must be true or false, not '" + std::string(text) +
+                           "'",
+                       Json{{"field", name}});
+}
+
+Parsed<uint64_t> parse_u64_param(std::string_view name, std::string_view text)
+{
+    uint64_t value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || error != std::errc{} || end != text.data() + text.size())
+        return bad_request("invalid_argument",
+                           std::string(name) + ": must be an integer >= 0, not '" +
+                               std::string(text) + "'",
+                           Json{{"field", name}});
+    return value;
+}
+
+Parsed<ValueEncoding> parse_encoding_param(std::string_view text)
+{
+    if (text == "base64") return ValueEncoding::base64;
+    if (text == "auto" || text == "utf8" || text.empty()) return ValueEncoding::automatic;
+    return invalid_field("encoding", "must be auto or base64");
+}
+
+Parsed<SessionId> parse_session_id(std::string_view text)
+{
+    auto value = parse_u64_param("session", text);
+    if (!value.ok() || value.value() == 0)
+        return bad_request("invalid_argument",
+                           "session: the id in the path must be an integer >= 1, not '" +
+                               std::string(text) + "'",
+                           Json{{"field", "session"}});
+    return value.value();
+}
+
+Parsed<Json> parse_object(std::string_view body, std::initializer_list<std::string_view> allowed)
+{
+    if (std::all_of(body.begin(), body.end(), [](char c) { return std::isspace(uint8_t(c)); }))
+        return Json::object();
+    Json json = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded())
+        return bad_request("bad_json", "the request body is not valid JSON");
+    if (!json.is_object())
+        return bad_request("bad_json", "the request body must be a JSON object");
+    for (const auto& [field, _] : json.items()) {
+        if (std::find(allowed.begin(), allowed.end(), field) == allowed.end()) {
+            Json known = Json::array();
+            for (std::string_view a : allowed) known.push_back(a);
+            return bad_request("unknown_field", "unknown field '" + field + "'",
+                               Json{{"field", field}, {"allowed", known}});
+        }
+    }
+    return json;
+}
+
+Parsed<std::optional<ClientIdentity>> parse_identity(const std::optional<std::string>& client_id,
+                                                     const std::optional<std::string>& number)
+{
+    if (!client_id && !number) return std::optional<ClientIdentity>{};
+    if (!client_id || !number)
+        return bad_request("invalid_argument",
+                           "X-Voltlock-Client-Id and X-Voltlock-Request-Number go together: "
+                           "send both or neither",
+                           Json{{"field", client_id ? "X-Voltlock-Request-Number"
+                                                    : "X-Voltlock-Client-Id"}});
+    auto id = parse_u64_param("X-Voltlock-Client-Id", *client_id);
+    if (!id.ok()) return id.error();
+    auto n = parse_u64_param("X-Voltlock-Request-Number", *number);
+    if (!n.ok()) return n.error();
+    if (id.value() == 0 || n.value() == 0)
+        return bad_request("invalid_argument",
+                           "X-Voltlock-Client-Id and X-Voltlock-Request-Number must be >= 1");
+    return std::optional<ClientIdentity>{ClientIdentity{id.value(), n.value()}};
+}
+
+Parsed<LockMode> parse_mode(const Json& json)
+{
+    auto mode = get_string(json, "mode", "exclusive");
+    if (!mode.ok()) return mode.error();
+    if (mode.value() == "exclusive") return LockMode::exclusive;
+    if (mode.value() == "shared") return LockMode::shared;
+    return invalid_field("mode", "must be exclusive or shared, not '" + mode.value() + "'");
+}
+
+Parsed<Sequencer> parse_sequencer(const Json& json, std::string_view field)
+{
+    if (!json.is_object())
+        return invalid_field(field, "must be an object {lock, mode, generation, session}");
+    for (const auto& [name, _] : json.items())
+        if (name != "lock" && name != "mode" && name != "generation" && name != "session")
+            return bad_request("unknown_field",
+                               "unknown field '" + name + "' in " + std::string(field),
+                               Json{{"field", std::string(field) + "." + name}});
+    auto lock = get_string(json, "lock", std::nullopt);
+    if (!lock.ok()) return lock.error();
+    auto mode = parse_mode(json);
+    if (!mode.ok()) return mode.error();
+    auto generation = get_u64(json, "generation", std::nullopt);
+    if (!generation.ok()) return generation.error();
+    auto session = get_session(json, true);
+    if (!session.ok()) return session.error();
+    return Sequencer{.lock = lock.value(), .mode = mode.value(),
+                     .generation = generation.value(), .session = session.value()};
+}
+
+Json sequencer_json(const Sequencer& s)
+{
+    return Json{{"lock", s.lock}, {"mode", lock_mode_name(s.mode)},
+                {"generation", s.generation}, {"session", s.session}};
+}
+
+namespace {
+
+// The optional "sequencer" field of a write.
+Parsed<std::optional<Sequencer>> get_optional_sequencer(const Json& json)
+{
+    const auto it = json.find("sequencer");
+    if (it == json.end() || it->is_null()) return std::optional<Sequencer>{};
+    auto sequencer = parse_sequencer(*it);
+    if (!sequencer.ok()) return sequencer.error();
+    return std::optional<Sequencer>{sequencer.value()};
+}
+
+}  // namespace
+
+// ---- Requests -> ops ---------------------------------------------------------------------------
+
+Parsed<LockOp> create_session_op(std::string_view body, uint32_t max_message_bytes)
+{
+    auto json = parse_object(body, {"ttl_ms", "lock_delay_ms", "name"});
+    if (!json.ok()) return json.error();
+    auto ttl = get_u32(json.value(), "ttl_ms", std::nullopt);
+    if (!ttl.ok()) return ttl.error();
+    auto delay = get_u32(json.value(), "lock_delay_ms", 0);
+    if (!delay.ok()) return delay.error();
+    auto name = get_string(json.value(), "name", "");
+    if (!name.ok()) return name.error();
+    return finish(CreateSession{.ttl_ms = ttl.value(), .lock_delay_ms = delay.value(),
+                                .name = name.value()},
+                  max_message_bytes);
+}
+
+Parsed<LockOp> acquire_op(const std::string& lock, std::string_view body,
+                          uint32_t max_message_bytes)
+{
+    auto json = parse_object(body, {"session", "mode", "wait_ms"});
+    if (!json.ok()) return json.error();
+    auto session = get_session(json.value(), true);
+    if (!session.ok()) return session.error();
+    auto mode = parse_mode(json.value());
+    if (!mode.ok()) return mode.error();
+    auto wait = get_u32(json.value(), "wait_ms", 0);
+    if (!wait.ok()) return wait.error();
+    return finish(Acquire{.lock = lock, .session = session.value(), .mode = mode.value(),
+                          .wait_ms = wait.value()},
+                  max_message_bytes);
+}
+
+Parsed<LockOp> release_op(const std::string& lock, std::string_view body,
+                          uint32_t max_message_bytes)
+{
+    auto json = parse_object(body, {"session"});
+    if (!json.ok()) return json.error();
+    auto session = get_session(json.value(), true);
+    if (!session.ok()) return session.error();
+    return finish(Release{.lock = lock, .session = session.value()}, max_message_bytes);
+}
+
+Parsed<LockOp> check_sequencer_op(std::string_view body, uint32_t max_message_bytes)
+{
+    auto json = parse_object(body, {"sequencer"});
+    if (!json.ok()) return json.error();
+    if (!json.value().contains("sequencer")) return invalid_field("sequencer", "required");
+    auto sequencer = parse_sequencer(json.value()["sequencer"]);
+    if (!sequencer.ok()) return sequencer.error();
+    return finish(CheckSequencer{.sequencer = sequencer.value()}, max_message_bytes);
+}
+
+Parsed<LockOp> put_op(const std::string& key, std::string_view body, uint32_t max_message_bytes)
+{
+    auto json = parse_object(body, {"value", "encoding", "prev_revision", "session", "sequencer"});
+    if (!json.ok()) return json.error();
+    auto text = get_string(json.value(), "value", std::nullopt);
+    if (!text.ok()) return text.error();
+    auto encoding = get_string(json.value(), "encoding", "utf8");
+    if (!encoding.ok()) return encoding.error();
+    Put put{.key = key};
+    if (encoding.value() == "base64") {
+        auto bytes = base64_decode(text.value());
+        if (!bytes) return invalid_field("value", "not valid base64 (RFC 4648, with padding)");
+        put.value = std::move(*bytes);
+    } else if (encoding.value() == "utf8") {
+        put.value = text.value();
+    } else {
+        return invalid_field("encoding", "must be utf8 or base64, not '" + encoding.value() + "'");
+    }
+    if (json.value().contains("prev_revision") && !json.value()["prev_revision"].is_null()) {
+        auto prev = get_u64(json.value(), "prev_revision", std::nullopt);
+        if (!prev.ok()) return prev.error();
+        put.prev_revision = prev.value();
+    }
+    auto session = get_session(json.value(), false);
+    if (!session.ok()) return session.error();
+    put.session = session.value();
+    auto sequencer = get_optional_sequencer(json.value());
+    if (!sequencer.ok()) return sequencer.error();
+    put.sequencer = sequencer.value();
+    return finish(std::move(put), max_message_bytes);
+}
+
+Parsed<LockOp> delete_op(const std::string& key, bool prefix, std::optional<uint64_t> prev_revision,
+                         std::string_view body, uint32_t max_message_bytes)
+{
+    auto json = parse_object(body, {"sequencer"});
+    if (!json.ok()) return json.error();
+    auto sequencer = get_optional_sequencer(json.value());
+    if (!sequencer.ok()) return sequencer.error();
+    return finish(Delete{.key = key, .prefix = prefix, .prev_revision = prev_revision,
+                         .sequencer = sequencer.value()},
+                  max_message_bytes);
+}
+
+Parsed<LockOp> get_op(const std::string& key, bool prefix, const std::string& after,
+                      uint32_t limit, uint32_t max_message_bytes)
+{
+    return finish(Get{.key = key, .prefix = prefix, .after = after, .limit = limit,
+                      .max_result_bytes =
+                          static_cast<uint32_t>(max_reply_result_bytes(max_message_bytes))},
+                  max_message_bytes);
+}
+
+Parsed<LockOp> barrier_enter_op(const std::string& barrier, std::string_view body,
+                                uint32_t max_message_bytes)
+{
+    auto json = parse_object(body, {"session", "count", "wait_ms"});
+    if (!json.ok()) return json.error();
+    auto session = get_session(json.value(), true);
+    if (!session.ok()) return session.error();
+    auto count = get_u32(json.value(), "count", std::nullopt);
+    if (!count.ok()) return count.error();
+    auto wait = get_u32(json.value(), "wait_ms", 0);
+    if (!wait.ok()) return wait.error();
+    return finish(BarrierEnter{.barrier = barrier, .session = session.value(),
+                               .count = count.value(), .wait_ms = wait.value()},
+                  max_message_bytes);
+}
+
+Parsed<LockOp> barrier_leave_op(const std::string& barrier, std::string_view body,
+                                uint32_t max_message_bytes)
+{
+    auto json = parse_object(body, {"session", "wait_ms"});
+    if (!json.ok()) return json.error();
+    auto session = get_session(json.value(), true);
+    if (!session.ok()) return session.error();
+    auto wait = get_u32(json.value(), "wait_ms", 0);
+    if (!wait.ok()) return wait.error();
+    return finish(BarrierLeave{.barrier = barrier, .session = session.value(),
+                               .wait_ms = wait.value()},
+                  max_message_bytes);
+}
+
+std::optional<ApiError> check_op(const LockOp& op, uint32_t max_message_bytes)
+{
+    const size_t op_budget = max_entry_payload_bytes(max_message_bytes);
+    const size_t result_budget = max_reply_result_bytes(max_message_bytes);
+    // The datagram limit comes first: a value too long for the codec is too large, not invalid.
+    if (const auto* put = std::get_if<Put>(&op)) {
+        const std::optional<size_t> limit = max_value_bytes(*put, op_budget, result_budget);
+        if (!limit)
+            return too_large("no value fits with this key and sequencer in one " +
+                                 thousands(max_message_bytes) + "-byte datagram",
+                             0, put->value.size());
+        if (put->value.size() > *limit)
+            return too_large("value is " + thousands(put->value.size()) + " bytes; at most " +
+                                 thousands(*limit) + " fit with a " +
+                                 thousands(put->key.size()) + "-byte key" +
+                                 (put->sequencer ? " and this sequencer" : "") + " (one " +
+                                 thousands(max_message_bytes) + "-byte datagram)",
+                             *limit, put->value.size());
+    }
+    if (auto invalid = validate(op)) {
+        Json details{{"field", invalid->field}, {"violation", violation_name(invalid->violation)}};
+        return bad_request("invalid_argument", describe(*invalid), std::move(details));
+    }
+    if (const size_t size = encoded_size(op); size > op_budget)
+        return too_large("the request encodes to " + thousands(size) + " bytes; at most " +
+                             thousands(op_budget) + " fit in one " +
+                             thousands(max_message_bytes) + "-byte datagram",
+                         op_budget, size);
+    return std::nullopt;
+}
+
+std::optional<ApiError> check_name(std::string_view field, std::string_view name,
+                                   bool empty_allowed)
+{
+    if (name.empty() && empty_allowed) return std::nullopt;
+    const Violation violation = validate_name(name);
+    if (violation == Violation::none) return std::nullopt;
+    Invalid invalid{.violation = violation, .field = ""};
+    std::string rule = describe(invalid);
+    if (const size_t colon = rule.find(": "); colon != std::string::npos)
+        rule = rule.substr(colon + 2);
+    return bad_request("invalid_argument", std::string(field) + ": " + rule,
+                       Json{{"field", field}, {"violation", violation_name(violation)}});
+}
+
+// ---- Results -> responses ----------------------------------------------------------------------
+
+ApiError op_error(const OpError& e)
+{
+    const Json revision{{"revision", e.revision}};
+    auto with = [&](Json extra) {
+        Json details = revision;
+        details.update(extra);
+        return details;
+    };
+    const bool lock = e.op == OpCode::acquire || e.op == OpCode::release;
+    switch (e.code) {
+    case ErrorCode::ok:
+        break;
+    case ErrorCode::malformed:
+        return ApiError{400, "malformed", "the op did not decode (a server bug)",
+                        with({{"reason", op_decode_error_name(OpDecodeError(e.detail))}})};
+    case ErrorCode::invalid_argument:
+        return ApiError{400, "invalid_argument", "invalid argument",
+                        with({{"violation", violation_name(Violation(e.detail))}})};
+    case ErrorCode::unknown_session:
+        return ApiError{404, "unknown_session",
+                        "no such session: it was never created, or it was closed or expired; "
+                        "create a new one",
+                        revision};
+    case ErrorCode::cas_mismatch:
+        return ApiError{409, "cas_mismatch",
+                        e.detail == 0 ? "compare-and-set failed: the key does not exist"
+                                      : "compare-and-set failed: the key's mod_revision is " +
+                                            std::to_string(e.detail),
+                        with({{"mod_revision", e.detail}})};
+    case ErrorCode::sequencer_invalid:
+        return ApiError{409, "sequencer_invalid",
+                        "the sequencer is no longer valid: that grant of the lock has ended",
+                        with({{"generation", e.detail}})};
+    case ErrorCode::busy:
+        if (lock)
+            return ApiError{409, "lock_busy",
+                            e.detail != 0 ? "the lock is under lock-delay; try again later, or "
+                                            "wait with wait_ms"
+                                          : "the lock is held; try again, or wait with wait_ms",
+                            with({{"delay_until_ms", e.detail}})};
+        return ApiError{409, "barrier_not_ready",
+                        "the barrier is not complete; wait for it with wait_ms", revision};
+    case ErrorCode::not_held:
+        return ApiError{409, "not_held", "the session neither holds nor waits for this lock",
+                        revision};
+    case ErrorCode::mode_conflict:
+        return ApiError{409, "mode_conflict",
+                        "the session already holds or waits for this lock in the other mode",
+                        revision};
+    case ErrorCode::count_mismatch:
+        return ApiError{409, "count_mismatch",
+                        "the barrier exists with count " + std::to_string(e.detail),
+                        with({{"count", e.detail}})};
+    case ErrorCode::barrier_in_use:
+        return ApiError{409, "barrier_in_use",
+                        "the barrier has released its members; a new round starts once they "
+                        "have all left",
+                        revision};
+    case ErrorCode::not_member:
+        return ApiError{409, "not_member", "the session did not enter this barrier", revision};
+    case ErrorCode::too_large:
+        return ApiError{413, "too_large",
+                        "a key of " + thousands(e.detail) +
+                            " bytes does not fit in one reply datagram",
+                        with({{"size_bytes", e.detail}})};
+    }
+    return ApiError{500, "internal", std::string("unexpected machine error ") +
+                                         error_code_name(e.code),
+                    revision};
+}
+
+Json key_value_json(const KeyValue& kv, ValueEncoding encoding)
+{
+    Json json{{"key", kv.key}, {"create_revision", kv.create_revision},
+              {"mod_revision", kv.mod_revision}, {"version", kv.version}};
+    put_value(json, kv.value, encoding);
+    if (kv.session != 0) json["session"] = kv.session;
+    return json;
+}
+
+Json result_json(const OpResult& result, ValueEncoding encoding)
+{
+    return std::visit(
+        Overloaded{
+            [](const OpError& e) { return error_body(op_error(e)); },
+            [](const CreateSessionResult& r) {
+                return Json{{"session", r.session}, {"lease_epoch", r.lease_epoch},
+                            {"deadline_ms", r.deadline_ms}, {"revision", r.revision}};
+            },
+            [](const KeepAliveResult& r) {
+                return Json{{"lease_epoch", r.lease_epoch}, {"deadline_ms", r.deadline_ms},
+                            {"revision", r.revision}};
+            },
+            [](const CloseSessionResult& r) {
+                return Json{{"closed", r.ended}, {"locks_released", r.locks_released},
+                            {"keys_deleted", r.keys_deleted}, {"revision", r.revision}};
+            },
+            [](const ExpireSessionResult& r) {
+                return Json{{"ended", r.ended}, {"locks_released", r.locks_released},
+                            {"keys_deleted", r.keys_deleted}, {"revision", r.revision}};
+            },
+            [](const AcquireResult& r) {
+                if (r.status == AcquireStatus::granted)
+                    return Json{{"granted", true}, {"sequencer", sequencer_json(r.sequencer)},
+                                {"revision", r.revision}};
+                return Json{{"granted", false}, {"deadline_ms", r.deadline_ms},
+                            {"position", r.position}, {"revision", r.revision}};
+            },
+            [](const ReleaseResult& r) {
+                return Json{{"released", r.released}, {"wait_withdrawn", r.wait_withdrawn},
+                            {"granted", r.granted}, {"revision", r.revision}};
+            },
+            [](const CheckSequencerResult& r) {
+                return Json{{"valid", r.valid}, {"revision", r.revision}};
+            },
+            [](const PutResult& r) {
+                return Json{{"revision", r.revision}, {"prev_mod_revision", r.prev_mod_revision},
+                            {"create_revision", r.create_revision}, {"version", r.version}};
+            },
+            [](const DeleteResult& r) {
+                return Json{{"deleted", r.deleted}, {"revision", r.revision}};
+            },
+            [&](const GetResult& r) {
+                Json kvs = Json::array();
+                for (const KeyValue& kv : r.kvs) kvs.push_back(key_value_json(kv, encoding));
+                return Json{{"kvs", kvs}, {"more", r.more}, {"revision", r.revision}};
+            },
+            [](const BarrierEnterResult& r) {
+                return Json{{"passed", r.status == BarrierStatus::passed},
+                            {"deadline_ms", r.deadline_ms}, {"revision", r.revision}};
+            },
+            [](const BarrierLeaveResult& r) {
+                return Json{{"passed", r.status == BarrierStatus::passed},
+                            {"deadline_ms", r.deadline_ms}, {"revision", r.revision}};
+            },
+            [](const ExpireWaitersResult& r) { return Json{{"revision", r.revision}}; },
+        },
+        result);
+}
+
+Json event_json(const WatchEvent& e, ValueEncoding encoding)
+{
+    Json json{{"revision", e.revision}, {"type", event_type_name(e.type)}, {"key", e.key}};
+    switch (event_space(e.type)) {
+    case EventSpace::kv:
+        if (e.type == EventType::put) put_value(json, e.value, encoding);
+        json["prev_revision"] = e.prev_revision;
+        json["session"] = e.session;
+        break;
+    case EventSpace::lock:
+        json["session"] = e.session;
+        json["mode"] = lock_mode_name(e.mode);
+        if (e.type == EventType::lock_grant || e.type == EventType::lock_release)
+            json["generation"] = e.generation;
+        break;
+    case EventSpace::session:
+    case EventSpace::barrier:
+        json["session"] = e.session;
+        break;
+    }
+    json["cause"] = cause_name(e.cause);
+    return json;
+}
+
+// ---- Waits -------------------------------------------------------------------------------------
+
+namespace {
+
+ApiError timed_out(WaitKind kind)
+{
+    const char* what = kind == WaitKind::lock            ? "for the lock"
+                       : kind == WaitKind::barrier_enter ? "for the barrier's count"
+                                                         : "for the barrier's members to leave";
+    return ApiError{408, "wait_timed_out",
+                    std::string("the wait ") + what + " timed out; nothing changed", {}};
+}
+
+ApiError cancelled(const WatchEvent& e)
+{
+    if (e.cause != Cause::request)
+        return ApiError{404, "unknown_session",
+                        std::string("the session ended while waiting (") + cause_name(e.cause) +
+                            ")",
+                        Json{{"revision", e.revision}}};
+    return ApiError{409, "wait_withdrawn", "the wait was withdrawn by a release or leave",
+                    Json{{"revision", e.revision}}};
+}
+
+}  // namespace
+
+std::optional<std::variant<Json, ApiError>> wait_outcome(WaitKind kind, SessionId session,
+                                                         const WatchEvent& e)
+{
+    if (e.session != session) return std::nullopt;
+    using Outcome = std::variant<Json, ApiError>;
+    switch (kind) {
+    case WaitKind::lock:
+        if (e.type == EventType::lock_grant)
+            return Outcome{Json{{"granted", true},
+                                {"sequencer", sequencer_json(Sequencer{.lock = e.key,
+                                                                       .mode = e.mode,
+                                                                       .generation = e.generation,
+                                                                       .session = session})},
+                                {"revision", e.revision}}};
+        if (e.type == EventType::lock_timeout) return Outcome{timed_out(kind)};
+        if (e.type == EventType::lock_cancel) return Outcome{cancelled(e)};
+        return std::nullopt;
+    case WaitKind::barrier_enter:
+    case WaitKind::barrier_leave: {
+        const EventType passed = kind == WaitKind::barrier_enter ? EventType::barrier_release
+                                                                 : EventType::barrier_done;
+        if (e.type == passed)
+            return Outcome{Json{{"passed", true}, {"revision", e.revision}}};
+        if (e.type == EventType::barrier_timeout) return Outcome{timed_out(kind)};
+        if (e.type == EventType::barrier_cancel) return Outcome{cancelled(e)};
+        return std::nullopt;
+    }
+    }
+    return std::nullopt;
+}
+
+ApiError wait_unknown(WaitKind kind)
+{
+    return ApiError{503, "wait_outcome_unknown",
+                    std::string("no outcome of the ") +
+                        (kind == WaitKind::lock ? "lock" : "barrier") +
+                        " wait was seen in time (the cell may be changing leaders); send the "
+                        "same request again: the wait keeps its place",
+                    {}};
+}
+
+ApiError unavailable(std::string message)
+{
+    return ApiError{503, "unavailable", std::move(message), {}};
+}
+
+ApiError compacted(Revision oldest_revision, Revision requested)
+{
+    return ApiError{410, "compacted",
+                    "revision " + std::to_string(requested) +
+                        " is older than the retained history; the oldest revision a watch can "
+                        "start from is " +
+                        std::to_string(oldest_revision) + " (read the current state, then "
+                        "watch from its revision + 1)",
+                    Json{{"oldest_revision", oldest_revision}, {"start_revision", requested}}};
+}
+
+ApiError not_found_route(std::string_view method, std::string_view path)
+{
+    return ApiError{404, "not_found",
+                    "no endpoint " + std::string(method) + " " + std::string(path) +
+                        " (see /v1/openapi.json)",
+                    {}};
+}
+
+}  // namespace voltlock::api

@@ -1,0 +1,75 @@
+// The leader's in-memory session leases (server/api/leases.h; DESIGN.md §4, Chubby §2.8).
+#include <doctest/doctest.h>
+
+#include "api/leases.h"
+
+namespace voltlock::api {
+namespace {
+
+TEST_CASE("a new leader grants every session a fresh lease of its TTL before expiring any")
+{
+    LeaseTracker leases;
+    leases.become_leader(1'000, {{.session = 1, .ttl_ms = 5'000, .lease_epoch = 1},
+                                 {.session = 2, .ttl_ms = 2'000, .lease_epoch = 4}});
+    CHECK(leases.deadline_ms(1) == 6'000u);
+    CHECK(leases.take_expired(2'999).empty());
+    const auto expired = leases.take_expired(3'000);
+    REQUIRE(expired.size() == 1);
+    CHECK(expired[0] == ExpireSession{.session = 2, .lease_epoch = 4,
+                                      .reason = ExpireReason::lease_expired});
+    CHECK(leases.take_expired(3'500).empty());  // already on its way
+}
+
+TEST_CASE("keepalives renew in memory and are replicated about twice per TTL")
+{
+    LeaseTracker leases;
+    leases.become_leader(0, {});
+    leases.on_created(7, 10'000, 7, 0);
+    auto renewal = leases.keep_alive(7, 1'000);
+    REQUIRE(renewal);
+    CHECK(renewal->deadline_ms == 11'000);
+    CHECK_FALSE(renewal->replicate);
+    renewal = leases.keep_alive(7, 5'001);  // more than half a TTL past the replicated lease
+    CHECK(renewal->replicate);
+    leases.on_renewed(7, 20, 5'002);
+    CHECK_FALSE(leases.keep_alive(7, 5'100)->replicate);
+    CHECK(leases.take_expired(15'001).empty());
+    CHECK(leases.take_expired(15'102).front().lease_epoch == 20);
+}
+
+TEST_CASE("a keepalive during an expiry is replicated, so the log decides which came first")
+{
+    LeaseTracker leases;
+    leases.become_leader(0, {{.session = 3, .ttl_ms = 1'000, .lease_epoch = 3}});
+    REQUIRE(leases.take_expired(1'000).size() == 1);
+    CHECK(leases.keep_alive(3, 1'001)->replicate);
+    leases.expiry_finished(3);
+    // The keepalive renewed it: nothing is due now.
+    CHECK(leases.take_expired(1'500).empty());
+}
+
+TEST_CASE("an expiry that never finishes is offered again")
+{
+    LeaseTracker leases;
+    leases.become_leader(0, {{.session = 3, .ttl_ms = 1'000, .lease_epoch = 3}});
+    REQUIRE(leases.take_expired(1'000).size() == 1);
+    CHECK(leases.take_expired(1'000 + LeaseTracker::kExpiryRetryMs - 1).empty());
+    CHECK(leases.take_expired(1'000 + LeaseTracker::kExpiryRetryMs).size() == 1);
+}
+
+TEST_CASE("only the leader tracks; ended sessions and a step-down are forgotten")
+{
+    LeaseTracker leases;
+    leases.on_created(1, 1'000, 1, 0);
+    CHECK_FALSE(leases.keep_alive(1, 10));
+    leases.become_leader(0, {{.session = 1, .ttl_ms = 1'000, .lease_epoch = 1}});
+    leases.on_ended(1);
+    CHECK_FALSE(leases.keep_alive(1, 10));
+    leases.on_created(2, 1'000, 2, 0);
+    leases.step_down();
+    CHECK_FALSE(leases.active());
+    CHECK(leases.take_expired(1'000'000).empty());
+}
+
+}  // namespace
+}  // namespace voltlock::api
