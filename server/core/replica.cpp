@@ -65,11 +65,13 @@ void Replica::step(const Input& input, Effects& out)
 
 bool Replica::must_fence_kernel(const Input& input) const
 {
-    // Only a follower whose kernel may be acknowledging (the last record said so) needs it, and
-    // only for inputs that can take it out of normal status or into another view: the view
-    // change it is about to join must see every op the kernel acknowledged on its behalf.
-    // Erring towards fencing costs a drain; erring the other way would lose committed ops.
-    if (!kernel_state_.fast_ack || waiting_for_drain_) return false;
+    // Only a follower whose kernel may have acknowledged ops since the last drain needs it (the
+    // fast path may be off already: a catch-up fetch turns it off without draining), and only
+    // for inputs that can take it out of normal status or into another view: the view change
+    // it is about to join must see every op the kernel acknowledged on its behalf. Erring
+    // towards fencing costs a drain; erring the other way loses committed ops (vr_sim's kernel
+    // model found the fetch case).
+    if (!kernel_may_hold_acks_ || waiting_for_drain_) return false;
     if (std::holds_alternative<Tick>(input))
         return tick_ + 1 - last_heard_from_leader_tick_ >= config_.view_change_timeout_ticks;
     const auto* receive = std::get_if<Receive>(&input);
@@ -88,6 +90,7 @@ bool Replica::must_fence_kernel(const Input& input) const
 void Replica::on_kernel_drained()
 {
     if (!waiting_for_drain_) return;
+    kernel_may_hold_acks_ = false;  // the fast path is off and its ring is in the log
     const Input input = std::move(*waiting_for_drain_);
     waiting_for_drain_.reset();
     std::visit(Overloaded{
@@ -829,6 +832,7 @@ void Replica::emit_kernel_state()
     if (std::memcmp(&state, &kernel_state_, sizeof state) == 0) return;
     state.version += 1;
     kernel_state_ = state;
+    if (state.fast_ack) kernel_may_hold_acks_ = true;
     out_->push_back(KernelStateChanged{.state = state});
 }
 

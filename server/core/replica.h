@@ -277,6 +277,9 @@ private:
     // view change, the fast path goes off and the ring buffer is drained; the input that called
     // for it waits here meanwhile.
     std::optional<Input> waiting_for_drain_;
+    // A record with fast_ack 1 went out since the last drain: the ring may hold Prepares the
+    // kernel acknowledged that are not in the log yet, even if the fast path is off now.
+    bool kernel_may_hold_acks_ = false;
     ReplicaCounters counters_;
 };
 

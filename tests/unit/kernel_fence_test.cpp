@@ -113,3 +113,23 @@ TEST_CASE("after a drain that changed nothing the fast path comes back on")
     REQUIRE(records.size() == 1);
     CHECK(records[0].state.fast_ack == 1);
 }
+
+// Found by vr_sim's kernel model: the kernel acknowledged a Prepare into its ring; a later gap
+// started a catch-up fetch, which turned the fast path off without a drain; then a view change
+// came. The ring still held the acknowledged op.
+TEST_CASE("a follower drains the kernel before a view change even if the fast path is off now")
+{
+    TestReplica follower(fast_ack_config(2));
+    follower.receive(prepare(1));
+    follower.receive(prepare(4));  // ops 2 and 3 missing: fetch, fast path off
+    REQUIRE(follower.effects_of<KernelStateChanged>().back().state.fast_ack == 0);
+    REQUIRE(follower.sent_to<GetState>(0).size() == 1);
+
+    follower.receive(StartViewChange{.view = 1, .replica = 0});
+    CHECK(follower.effects_of<DrainKernel>().size() == 1);
+    CHECK(follower->status() == Status::normal);
+    follower.receive(prepare(2));  // the ring held op 2, acknowledged by the kernel
+    follower.step(KernelDrained{});
+    CHECK(follower->status() == Status::view_change);
+    CHECK(follower->op() == 2);
+}
