@@ -80,7 +80,7 @@ struct Pair {
         runs++;
     }
 
-    // The leader's Prepare(view, op) leaves through TC: both arm.
+    // The leader's Prepare(view, op) leaves through TC: both arm, and exit the same way.
     void tc_prepare(View view, Op op)
     {
         const Stats before = electrode.stats();
@@ -89,11 +89,13 @@ struct Pair {
                           make_prepare(view, model.replica, op, 1));
         CHECK(electrode.run_tc(frame).retval == TC_ACT_OK);
         const Stats after = electrode.stats();
+        const electrode_model::TcPayloadOutcome expected = electrode_model::model_tc_payload(
+            model, std::span<const uint8_t>(frame).subspan(42), 1);
+        CHECK(after[expected.stat] - before[expected.stat] == 1);
         if (model.state.enabled & VL_FAST_PATH_QUORUM) {
-            const uint32_t event = vl_quorum_arm(
-                &model.slots[vl_quorum_slot_index(op, model.quorum_slot_mask)], view, op);
-            CHECK(after[event] - before[event] == 1);
+            CHECK(after[expected.armed_event] - before[expected.armed_event] == 1);
         } else {
+            CHECK(expected.armed_event == VL_STAT_NONE);
             CHECK(after[VL_STAT_TC_ARMED] == before[VL_STAT_TC_ARMED]);
         }
     }

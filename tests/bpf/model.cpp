@@ -1,5 +1,6 @@
 #include "model.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace voltlock::bpf_test {
@@ -55,75 +56,6 @@ std::vector<uint8_t> prepare_ok_frame(std::span<const uint8_t> in, const vl_head
     return f;
 }
 
-struct alignas(8) Scratch {
-    uint8_t bytes[VL_MESSAGE_WORDS * 8];
-};
-
-XdpOutcome on_prepare(KernelModel& m, std::span<const uint8_t> frame, uint32_t len)
-{
-    std::vector<uint8_t> same(frame.begin(), frame.end());
-    vl_header h{};
-    std::memcpy(&h, &frame[payload_at], sizeof h);
-    uint32_t stat = vl_check_prepare(&h);
-    if (stat != VL_STAT_NONE) return verdict(xdp_pass, stat, same);
-
-    static Scratch s;
-    std::memcpy(s.bytes, &frame[payload_at], len);
-    if (vl_checksum_words(s.bytes, len) != h.checksum)
-        return verdict(xdp_pass, VL_STAT_XDP_BAD_CHECKSUM, same);
-    if (!vl_prepare_entries_ok(s.bytes + VL_HEADER_BYTES, len - VL_HEADER_BYTES, h.batch_count))
-        return verdict(xdp_pass, VL_STAT_XDP_MALFORMED, same);
-
-    vl_fast_ack_decision d = vl_fast_ack_decide(&m.state.state, m.state.enabled,
-                                                vl_fast_ack_last_op(&m.state.state, &m.log),
-                                                m.replica, &h);
-    if (d.verdict == VL_FAST_ACK_PASS) return verdict(xdp_pass, d.stat, same);
-    if (d.verdict == VL_FAST_ACK_APPEND) {
-        if (m.ring_full) return verdict(xdp_pass, VL_STAT_FA_RING_FULL, same);
-        m.ring.emplace_back(s.bytes, s.bytes + len);
-        d = vl_fast_ack_commit(&m.state.state, m.state.enabled, &m.log, m.replica, &h);
-        if (d.verdict == VL_FAST_ACK_PASS) return verdict(xdp_pass, d.stat, same);
-    }
-    vl_header ack{};
-    vl_prepare_ok_init(&ack, m.cluster_id, m.replica, h.view, h.op, VL_FLAG_KERNEL_ACK);
-    return verdict(xdp_tx, d.stat, prepare_ok_frame(frame, ack));
-}
-
-XdpOutcome on_prepare_ok(KernelModel& m, std::span<const uint8_t> frame)
-{
-    std::vector<uint8_t> same(frame.begin(), frame.end());
-    vl_header h{};
-    std::memcpy(&h, &frame[payload_at], sizeof h);
-    const uint32_t stat = vl_check_prepare_ok(&h);
-    if (stat == VL_STAT_Q_FORGED) return verdict(xdp_drop, stat, same);
-    if (stat != VL_STAT_NONE) return verdict(xdp_pass, stat, same);
-    if (vl_checksum_words(&h, VL_HEADER_BYTES) != h.checksum)
-        return verdict(xdp_pass, VL_STAT_XDP_BAD_CHECKSUM, same);
-    if (!vl_quorum_sender_ok(h.replica, m.replica, m.replica_count))
-        return verdict(xdp_pass, VL_STAT_Q_INVALID, same);
-    vl_follower_ack_update(&m.acked[h.replica], h.view, h.op);
-    if (!vl_quorum_active(&m.state.state, m.state.enabled, m.replica))
-        return verdict(xdp_pass, VL_STAT_Q_DISABLED, same);
-    vl_quorum_slot& slot = m.slots[vl_quorum_slot_index(h.op, m.quorum_slot_mask)];
-    const vl_quorum_decision d =
-        vl_quorum_count(&slot, h.view, h.op, h.replica, m.replica, m.replica_count);
-    switch (d.verdict) {
-    case VL_QUORUM_COMPLETE: {
-        h.flags = static_cast<uint16_t>(h.flags | VL_FLAG_QUORUM);
-        h.checksum = vl_checksum_words(&h, VL_HEADER_BYTES);
-        std::memcpy(&same[payload_at], &h, sizeof h);
-        same[eth + ip + 6] = 0;
-        same[eth + ip + 7] = 0;
-        return verdict(xdp_pass, d.stat, same);
-    }
-    case VL_QUORUM_COUNT_AND_DROP:
-    case VL_QUORUM_DUPLICATE_DROP:
-        return verdict(xdp_drop, d.stat, same);
-    default:
-        return verdict(xdp_pass, d.stat, same);
-    }
-}
-
 }  // namespace
 
 XdpOutcome model_xdp(KernelModel& m, std::span<const uint8_t> frame)
@@ -145,17 +77,28 @@ XdpOutcome model_xdp(KernelModel& m, std::span<const uint8_t> frame)
     const uint32_t len = udp_len - udp;
     if (frame.size() < payload_at + VL_HEADER_BYTES)
         return verdict(xdp_pass, VL_STAT_XDP_TRUNCATED, same);
-    vl_header h{};
-    std::memcpy(&h, &frame[payload_at], sizeof h);
-    const uint32_t stat = vl_check_header(&h, len, m.cluster_id, m.replica_count);
-    if (stat != VL_STAT_NONE) return verdict(xdp_pass, stat, same);
-    const vl_peer& peer = m.peers[h.replica];
-    if (!(peer.flags & VL_PEER_CONFIGURED) || peer.ipv4_be != raw32(frame, eth + 12) ||
-        peer.port_be != raw16(frame, eth + ip))
-        return verdict(xdp_pass, VL_STAT_XDP_NOT_PEER, same);
-    if (h.type == VL_MSG_PREPARE) return on_prepare(m, frame, len);
-    if (h.type == VL_MSG_PREPARE_OK) return on_prepare_ok(m, frame);
-    return verdict(xdp_pass, VL_STAT_XDP_OTHER_TYPE, same);
+    // Which configured peers the frame's source address is (the program compares it with
+    // peers[header.replica] once the header is checked).
+    uint32_t source_peers = 0;
+    for (uint32_t r = 0; r < VL_MAX_REPLICAS; r++) {
+        const vl_peer& peer = m.peers[r];
+        if ((peer.flags & VL_PEER_CONFIGURED) && peer.ipv4_be == raw32(frame, eth + 12) &&
+            peer.port_be == raw16(frame, eth + ip))
+            source_peers |= 1u << r;
+    }
+    electrode_model::XdpPayloadOutcome out =
+        electrode_model::model_xdp_payload(m, frame.subspan(payload_at, len), source_peers);
+    if (out.action == xdp_tx) {
+        vl_header ack{};
+        std::memcpy(&ack, out.payload.data(), sizeof ack);
+        return verdict(xdp_tx, out.stat, prepare_ok_frame(frame, ack));
+    }
+    if (out.rewritten) {
+        std::copy(out.payload.begin(), out.payload.end(), same.begin() + payload_at);
+        same[eth + ip + 6] = 0;  // UDP checksum: none
+        same[eth + ip + 7] = 0;
+    }
+    return verdict(out.action, out.stat, same);
 }
 
 }  // namespace voltlock::bpf_test

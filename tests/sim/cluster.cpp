@@ -22,6 +22,8 @@ Cluster::Cluster(const ClusterOptions& options)
       op_budget_left_(options.op_budget)
 {
     VL_ASSERT(options.client_count >= 1, "a workload needs a client");
+    VL_ASSERT(options.electrode.empty() || options.electrode.size() == options.replica_count,
+              "Electrode options for every replica, or for none");
     network_.set_faults(options.faults);
     replicas_.resize(options.replica_count);
     for (ReplicaIndex r = 0; r < options.replica_count; r++) {
@@ -30,6 +32,7 @@ Cluster::Cluster(const ClusterOptions& options)
         slot.replica = std::make_unique<Replica>(replica_config(r), *slot.machine, StartFresh{});
         slot.last_status = slot.replica->status();
         slot.last_view = slot.replica->view();
+        start_kernel(r);
     }
     for (uint32_t i = 0; i < options.client_count; i++) {
         // Client ids look like real ones (random, 64-bit) rather than small integers, so that
@@ -44,12 +47,18 @@ Cluster::Cluster(const ClusterOptions& options)
 
 ReplicaConfig Cluster::replica_config(ReplicaIndex r) const
 {
-    return ReplicaConfig{
+    ReplicaConfig config{
         .cluster_id = options_.cluster_id,
         .replica = r,
         .replica_count = options_.replica_count,
         .max_message_bytes = options_.max_message_bytes,
     };
+    // As voltlockd's replica_config(): the core lets the kernel acknowledge only where it can.
+    if (!options_.electrode.empty()) {
+        const ElectrodeOptions& electrode = options_.electrode[r];
+        config.fast_ack_allowed = electrode.attached && (electrode.enabled & VL_FAST_PATH_FAST_ACK);
+    }
+    return config;
 }
 
 // ---- Time -------------------------------------------------------------------------------------
@@ -65,16 +74,32 @@ void Cluster::run_tick()
     prng_.shuffle(order);
     for (ReplicaIndex r : order) {
         if (violation_) return;
-        if (!crashed(r)) step(r, Tick{now_tick_ * options_.ms_per_tick});
+        if (crashed(r)) continue;
+        maybe_stall(r);
+        if (stalled(r))
+            replicas_[r].missed_ticks++;
+        else if (replicas_[r].missed_ticks > 0)
+            resume(r);
+        else
+            on_timer(r, 1);
     }
+    // Datagrams and the ring buffers' wakeups, in the order they fall due.
     while (!violation_) {
-        std::optional<Datagram> datagram = network_.receive_due(now_tick_);
-        if (!datagram) break;
-        deliver(std::move(*datagram));
+        const std::optional<std::pair<uint64_t, uint64_t>> datagram_due =
+            network_.next_due(now_tick_);
+        if (ring_wakeup_due(datagram_due)) {
+            std::pop_heap(ring_wakeups_.begin(), ring_wakeups_.end(), wakes_later);
+            const RingWakeup wakeup = ring_wakeups_.back();
+            ring_wakeups_.pop_back();
+            on_ring_wakeup(wakeup.replica, wakeup.incarnation);
+            continue;
+        }
+        if (!datagram_due) break;
+        deliver(std::move(*network_.receive_due(now_tick_)));
     }
     for (ReplicaIndex r : order) {
         if (violation_) return;
-        if (!crashed(r) && replicas_[r].needs_flush) step(r, Flush{});
+        if (!crashed(r) && !stalled(r) && replicas_[r].needs_flush) step(r, Flush{});
     }
 }
 
@@ -112,6 +137,16 @@ void Cluster::crash(ReplicaIndex r)
     slot.awaiting_recovery = false;
     slot.needs_flush = false;
     slot.last_commit = 0;
+    // The daemon's process is gone, and with it the kernel's maps and the shell's state.
+    slot.incarnation++;
+    slot.kernel.reset();
+    slot.ring_records.clear();
+    slot.ring_wakeup_pending = false;
+    slot.stalled_until_tick = 0;
+    slot.missed_ticks = 0;
+    slot.socket_queue.clear();
+    slot.kernel_acked = false;
+    slot.kernel_acked_entries.clear();
 }
 
 void Cluster::restart(ReplicaIndex r)
@@ -126,6 +161,7 @@ void Cluster::restart(ReplicaIndex r)
     slot.awaiting_recovery = true;
     slot.last_status = slot.replica->status();
     slot.last_view = slot.replica->view();
+    start_kernel(r);
     trace("r%u: restart, recovering with nonce %llx", r, ull(nonce));
 }
 
@@ -226,11 +262,13 @@ void Cluster::step(ReplicaIndex r, const Input& input)
     Effects effects;
     slot.replica->step(input, effects);
     check_step(r, effects);
+    if (!violation_ && slot.kernel) check_kernel(r);
     if (!violation_) carry_out(r, effects);
 }
 
 void Cluster::carry_out(ReplicaIndex r, const Effects& effects)
 {
+    bool drain = false;
     for (const Effect& effect : effects) {
         if (violation_) return;
         std::visit(
@@ -241,18 +279,12 @@ void Cluster::carry_out(ReplicaIndex r, const Effects& effects)
                              describe(send.message).c_str(), send.to);
                         return;
                     }
+                    if (const auto* ack = std::get_if<PrepareOk>(&send.message))
+                        check_prepare_ok_sent(r, *ack, false);
                     if (auto bytes = encode_checked(r, send.message))
-                        network_.send(Address::replica(r), Address::replica(send.to),
-                                      std::move(*bytes), now_tick_);
+                        send_to_replica(r, send.to, *bytes);
                 },
-                [&](const Broadcast& broadcast) {
-                    const auto bytes = encode_checked(r, broadcast.message);
-                    if (!bytes) return;
-                    for (ReplicaIndex to = 0; to < options_.replica_count; to++)
-                        if (to != r)
-                            network_.send(Address::replica(r), Address::replica(to), *bytes,
-                                          now_tick_);
-                },
+                [&](const Broadcast& broadcast) { broadcast_from(r, broadcast.message); },
                 [&](const SendReply& send) {
                     const auto client = client_slot_of_.find(send.reply.client_id);
                     if (client == client_slot_of_.end()) {
@@ -264,19 +296,56 @@ void Cluster::carry_out(ReplicaIndex r, const Effects& effects)
                         network_.send(Address::replica(r), Address::client(client->second),
                                       std::move(*bytes), now_tick_);
                 },
-                [](const Executed&) {},            // checked in check_step
-                [](const KernelStateChanged&) {},  // no kernel here
-                [&](const DrainKernel&) {
-                    fail("r%u asked to drain a kernel fast path the simulation does not run", r);
+                [](const Executed&) {},  // checked in check_step
+                [&](const KernelStateChanged& changed) {
+                    // Into the kernel before any effect that follows it (docs/electrode.md).
+                    write_kernel_state(r, changed.state);
                 },
+                // After the others, as voltlockd does: the record that switches the fast path
+                // off comes first.
+                [&](const DrainKernel&) { drain = true; },
             },
             effect);
     }
+    if (drain && !violation_) drain_kernel(r);
 }
 
-std::optional<std::vector<uint8_t>> Cluster::encode_checked(ReplicaIndex r, const Message& message)
+// TC egress, then the wire: to `to`, and to every peer TC clones the datagram to.
+void Cluster::send_to_replica(ReplicaIndex r, ReplicaIndex to, const std::vector<uint8_t>& bytes)
 {
-    std::vector<uint8_t> bytes = encode(message, options_.cluster_id);
+    if (ReplicaKernel* kernel = replicas_[r].kernel.get()) {
+        const uint32_t clones = kernel->tc_egress(bytes, to).clone_to;
+        for (ReplicaIndex peer = 0; peer < options_.replica_count; peer++)
+            if (clones & (1u << peer))
+                network_.send(Address::replica(r), Address::replica(peer), bytes, now_tick_);
+    }
+    network_.send(Address::replica(r), Address::replica(to), bytes, now_tick_);
+}
+
+// voltlockd's broadcast(): a Prepare or Commit leaves once, marked VL_FLAG_BROADCAST, for TC to
+// clone, when the broadcast path is on (every peer resolves in the simulation); anything else,
+// or without it, one datagram per peer.
+void Cluster::broadcast_from(ReplicaIndex r, const Message& message)
+{
+    const ReplicaKernel* kernel = replicas_[r].kernel.get();
+    const bool clonable =
+        std::holds_alternative<Prepare>(message) || std::holds_alternative<Commit>(message);
+    if (kernel && clonable && (kernel->enabled() & VL_FAST_PATH_BROADCAST) &&
+        options_.replica_count > 1) {
+        if (const auto bytes = encode_checked(r, message, VL_FLAG_BROADCAST))
+            send_to_replica(r, r == 0 ? 1 : 0, *bytes);
+        return;
+    }
+    const auto bytes = encode_checked(r, message);
+    if (!bytes) return;
+    for (ReplicaIndex to = 0; to < options_.replica_count; to++)
+        if (to != r) send_to_replica(r, to, *bytes);
+}
+
+std::optional<std::vector<uint8_t>> Cluster::encode_checked(ReplicaIndex r, const Message& message,
+                                                            uint16_t flags)
+{
+    std::vector<uint8_t> bytes = encode(message, options_.cluster_id, flags);
     if (bytes.empty()) {
         fail("r%u emitted a message that does not encode: %s (%zu bytes)", r,
              describe(message).c_str(), encoded_size(message));
@@ -346,6 +415,9 @@ void Cluster::record_commit(ReplicaIndex r, Op op, const Entry& entry,
 {
     if (op == committed_.size() + 1) {
         committed_.push_back(CommittedOp{entry, result});
+        Op& highest = committed_in_view_[replicas_[r].replica->view()];
+        highest = std::max(highest, op);
+        committed_before_view_.clear();
         if (!result) return;
         const auto [it, first] = executed_at_.try_emplace({entry.client_id, entry.request_number},
                                                           op);
@@ -372,18 +444,28 @@ void Cluster::record_commit(ReplicaIndex r, Op op, const Entry& entry,
 void Cluster::check_holds_committed_ops(ReplicaIndex r, bool entered_view)
 {
     const Replica& replica = *replicas_[r].replica;
-    const Op required =
-        committed_when_view_began_.try_emplace(replica.view(), committed_.size()).first->second;
+    views_established_.insert(replica.view());
+    const Op required = committed_before(replica.view());
     if (replica.op() < required)
-        return fail("r%u v%llu: in normal status with %llu ops, without op %llu, committed before "
-                    "the view began",
+        return fail("r%u v%llu: in normal status with %llu ops, without op %llu, committed in an "
+                    "earlier view",
                     r, ull(replica.view()), ull(replica.op()), ull(replica.op() + 1));
     if (!entered_view) return;
     for (Op op = 1; op <= required; op++)
         if (replica.entry(op) != committed_[op - 1].entry)
             return fail("r%u v%llu: entered normal status with another entry at op %llu than "
-                        "was committed there before the view began",
+                        "was committed there in an earlier view",
                         r, ull(replica.view()), ull(op));
+}
+
+Op Cluster::committed_before(View view)
+{
+    const auto [memo, added] = committed_before_view_.try_emplace(view, 0);
+    if (added)
+        for (auto it = committed_in_view_.begin(); it != committed_in_view_.end() && it->first < view;
+             ++it)
+            memo->second = std::max(memo->second, it->second);
+    return memo->second;
 }
 
 void Cluster::note_state_change(ReplicaIndex r)
@@ -413,7 +495,13 @@ void Cluster::note_state_change(ReplicaIndex r)
 
 void Cluster::deliver(Datagram datagram)
 {
-    DecodeResult decoded = decode(datagram.bytes, options_.cluster_id);
+    // A replica's kernel sees the datagram first, and may keep it from the socket.
+    std::vector<uint8_t> bytes = std::move(datagram.bytes);
+    if (datagram.to.is_replica()) {
+        const auto r = static_cast<ReplicaIndex>(datagram.to.index);
+        if (!crashed(r) && replicas_[r].kernel && !run_xdp(r, datagram, bytes)) return;
+    }
+    DecodeResult decoded = decode(bytes, options_.cluster_id);
     if (datagram.corrupted) {
         if (decoded.ok())
             return fail("a datagram corrupted in flight decoded as %s",
@@ -425,24 +513,42 @@ void Cluster::deliver(Datagram datagram)
     if (!decoded.ok())
         return fail("a datagram the cluster sent does not decode: %s",
                     decode_error_name(decoded.error()));
-    if (datagram.to.is_replica())
-        deliver_to_replica(static_cast<ReplicaIndex>(datagram.to.index),
-                           std::move(decoded.value().message));
-    else
+    if (datagram.to.is_replica()) {
+        const auto r = static_cast<ReplicaIndex>(datagram.to.index);
+        if (!crashed(r) && stalled(r)) {
+            // Into the socket's receive queue, for when the process runs again.
+            ReplicaSlot& slot = replicas_[r];
+            if (slot.socket_queue.size() < options_.socket_queue_limit)
+                slot.socket_queue.push_back(std::move(decoded.value()));
+            else
+                electrode_counters_.socket_drops++;
+            return;
+        }
+        deliver_to_replica(r, std::move(decoded.value()));
+    } else
         deliver_to_client(datagram.to.index, decoded.value().message);
 }
 
-void Cluster::deliver_to_replica(ReplicaIndex r, Message message)
+void Cluster::deliver_to_replica(ReplicaIndex r, Decoded decoded, bool batched)
 {
     if (crashed(r)) return;
+    // voltlockd reads the ring before each batch from its socket: what the kernel acknowledged
+    // first. A batch ends with a Flush.
+    if (replicas_[r].kernel && !replicas_[r].needs_flush) take_ring_records(r);
+    if (violation_ || crashed(r)) return;
     if (options_.verbose) {
         const Replica& replica = *replicas_[r].replica;
-        trace("r%u v%llu %s: <- %s", r, ull(replica.view()), status_name(replica.status()),
-              describe(message).c_str());
+        trace("r%u v%llu %s: <- %s%s", r, ull(replica.view()), status_name(replica.status()),
+              describe(decoded.message).c_str(),
+              decoded.flags & VL_FLAG_QUORUM ? " [quorum]" : "");
     }
-    step(r, Receive{std::move(message)});
+    if (const auto* ack = std::get_if<PrepareOk>(&decoded.message);
+        ack && (decoded.flags & VL_FLAG_QUORUM))
+        check_quorum_mark(r, *ack);
+    if (violation_) return;
+    step(r, Receive{.message = std::move(decoded.message), .flags = decoded.flags});
     if (violation_ || crashed(r)) return;
-    if (prng_.chance(options_.flush_after_each_message))
+    if (!batched && prng_.chance(options_.flush_after_each_message))
         step(r, Flush{});
     else
         replicas_[r].needs_flush = true;
@@ -480,6 +586,7 @@ bool Cluster::quiesce(uint64_t max_ticks)
     stop_new_ops();
     network_.heal();
     network_.set_faults(NetworkFaults{});
+    options_.stall_per_tick = 0;
     for (ReplicaIndex r = 0; r < options_.replica_count; r++)
         if (crashed(r)) restart(r);
     trace("quiesce: faults stopped, %zu operations outstanding", outstanding_ops());

@@ -11,12 +11,34 @@
 //   result, or every replica skips it as a duplicate request;
 // - a replica's commit number never goes back (per incarnation) and never passes its op number,
 //   and it executes its ops in order, each at most once;
-// - a replica in normal status holds every op committed before its view began, as committed
-//   (§4.2: the new view's log includes them); one that holds less has lost committed ops, which
-//   the next view change could make final;
+// - a replica in normal status in view v holds every op committed in a view before v, as
+//   committed (§4.2: the new view's log includes them); one that holds less has lost committed
+//   ops, which the next view change could make final. (Not "committed before v began": a
+//   replica that was stalled or cut off can complete an old view's change after a later view
+//   committed more, and lead that old view, harmlessly: nobody follows it.)
 // - a reply a client accepts answers a request executed at exactly one op, with that op's result;
 // - every message a replica emits encodes within the configured datagram size, names its sender,
-//   and decodes back; every datagram corrupted in flight is rejected by the decoder.
+//   and decodes back; every datagram corrupted in flight is rejected by the decoder (and by the
+//   kernel: never acknowledged, counted or marked).
+// With Electrode on a replica (ClusterOptions::electrode), every datagram to it passes through a
+// model of its kernel's XDP program and every datagram from it through TC (kernel_model.h:
+// fast_path.h's decisions), and the cluster plays the shell's part as server/shell/node.cpp does:
+// the kernel's state record written as the core emits it, before the effects after it; the ring
+// read on every tick and before every socket batch (a batch ends with a Flush), and after a
+// wakeup once it is half full; DrainKernel carried out after the other effects of its step;
+// vl_acked_ops fed to the leader's core before each tick; Prepares and Commits broadcast once
+// for TC to clone. Such a replica's process can also stall (be descheduled) while its kernel
+// goes on. Then, also after every step:
+// - the kernel acknowledges op n of view v only while every op <= n of v is in the replica's log
+//   or in a ring record (in the ring, or read by the shell and not yet given to the core), and
+//   what the core installs at those ops is what the kernel acknowledged;
+// - a replica that has left normal status in v, v still its last normal view (it takes part in
+//   a view change), holds every op its kernel acknowledged in v in its log: the ring was drained
+//   before it reported its log (docs/electrode.md; the original Electrode code's bug);
+// - a PrepareOK(v, n), the core's or the kernel's (VL_FLAG_KERNEL_ACK), leaves a replica only
+//   while it is a follower in normal status in v holding every op <= n: the two mean the same;
+// - a PrepareOK that reaches the leader's core marked VL_FLAG_QUORUM, and every entry of
+//   vl_acked_ops fed to it, stands for acknowledgements f followers (resp. that follower) sent.
 // At the end of a run: linearizability (linearizability.h), and liveness: once the faults stop,
 // every outstanding operation completes and the replicas converge (quiesce()).
 //
@@ -24,6 +46,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,6 +59,7 @@
 #include "client.h"
 #include "core/register_machine.h"
 #include "core/replica.h"
+#include "kernel_model.h"
 #include "linearizability.h"
 #include "network.h"
 #include "prng.h"
@@ -58,6 +82,21 @@ struct ClusterOptions {
     uint64_t op_budget = 1000;           // operations the clients invoke, in all
 
     double flush_after_each_message = 0;  // else a replica is flushed once per tick
+
+    // Electrode, per replica (empty: nowhere). The shell reads the ring on every tick and before
+    // every batch from its socket; a record wakes it only once the ring is half full, and then it
+    // reads the ring 0..ring_wakeup_ticks later.
+    std::vector<ElectrodeOptions> electrode;
+    uint32_t ring_wakeup_ticks = 0;
+    // A process with Electrode stalls (is descheduled) with this chance per tick, for
+    // 1..max_stall_ticks ticks: its kernel goes on acknowledging and counting, its socket queues
+    // what XDP passes up (up to socket_queue_limit datagrams), its timer expirations add up.
+    double stall_per_tick = 0;
+    uint32_t max_stall_ticks = 0;
+    size_t socket_queue_limit = 1024;
+    // Of the datagrams a replica's XDP passes up, the share its full receive buffer drops: for a
+    // quorum-marked PrepareOK, the one way its quorum reaches the core only through vl_acked_ops.
+    double socket_drop = 0;
     uint32_t ms_per_tick = 10;
     bool verbose = false;  // trace every delivery, state change and fault to stdout
 };
@@ -80,6 +119,7 @@ public:
     // Runs until `done()` holds (checked after every tick) or `max_ticks` pass; true if done.
     bool run_until(const std::function<bool()>& done, uint64_t max_ticks);
     uint64_t now_tick() const { return now_tick_; }
+    const ClusterOptions& options() const { return options_; }
 
     // ---- Faults -------------------------------------------------------------------------------
     Network& network() { return network_; }
@@ -89,6 +129,9 @@ public:
     // nonce this replica never used before.
     void restart(ReplicaIndex r);
     bool crashed(ReplicaIndex r) const { return !replicas_[r].replica; }
+    // Replica r's process stops for `ticks` ticks (its kernel does not); see ClusterOptions.
+    void stall(ReplicaIndex r, uint64_t ticks);
+    bool stalled(ReplicaIndex r) const { return replicas_[r].stalled_until_tick > now_tick_; }
     // Crashed, or restarted and not yet back in normal status: VR tolerates f of these at once.
     bool down(ReplicaIndex r) const;
     size_t down_count() const;
@@ -121,8 +164,16 @@ public:
     // Counters of every replica incarnation, including those lost to crashes.
     ReplicaCounters total_counters() const;
     // Views other than the first that some replica reached normal status in.
-    size_t views_established() const { return committed_when_view_began_.size() - 1; }
+    size_t views_established() const { return views_established_.size() - 1; }
     uint64_t corrupted_rejected() const { return corrupted_rejected_; }
+    // Electrode on replica r (this incarnation), and what every kernel and shell did.
+    bool electrode(ReplicaIndex r) const { return replicas_[r].kernel != nullptr; }
+    // The record replica r's kernel holds (vl_state), if it runs Electrode.
+    std::optional<vl_kernel_state> kernel_state(ReplicaIndex r) const;
+    const ElectrodeCounters& electrode_counters() const { return electrode_counters_; }
+    // Prepares replica r's kernel acknowledged that its core has not been given yet: in the ring,
+    // or read by the shell and held.
+    size_t ring_records(ReplicaIndex r) const;
     const std::optional<std::string>& violation() const { return violation_; }
     // One line per replica: status, view, op, commit.
     std::string describe_replicas() const;
@@ -142,7 +193,32 @@ private:
         Status last_status = Status::normal;
         View last_view = 0;
         std::set<uint64_t> used_nonces;
+        uint64_t incarnation = 0;
+
+        // Electrode: the kernel (null without Electrode, or while crashed) and the shell's state
+        // (server/shell/node.cpp).
+        std::unique_ptr<ReplicaKernel> kernel;
+        std::map<Op, Prepare> ring_records;  // read from the ring, not yet given to the core
+        std::vector<Op> kernel_acks_fed;     // per follower, the op last fed from vl_acked_ops
+        bool ring_wakeup_pending = false;
+        uint64_t stalled_until_tick = 0;  // the process runs again from this tick on
+        uint64_t missed_ticks = 0;        // timer expirations while stalled
+        std::deque<Decoded> socket_queue;  // what XDP passed up while the process was stalled
+        // What this incarnation's kernel acknowledged: the highest (view, op), and the entries it
+        // appended in that view that the core's log does not hold yet.
+        bool kernel_acked = false;
+        View kernel_ack_view = 0;
+        Op kernel_ack_op = 0;
+        std::map<Op, Entry> kernel_acked_entries;
     };
+    // A ring buffer's wakeup of its shell, on the network's clock.
+    struct RingWakeup {
+        uint64_t tick = 0;
+        uint64_t tie_breaker = 0;
+        ReplicaIndex replica = 0;
+        uint64_t incarnation = 0;
+    };
+    static bool wakes_later(const RingWakeup& a, const RingWakeup& b);
     struct ClientSlot {
         Client client;
         uint64_t ready_at_tick = 0;
@@ -157,17 +233,46 @@ private:
 
     void step(ReplicaIndex r, const Input& input);
     void carry_out(ReplicaIndex r, const Effects& effects);
-    std::optional<std::vector<uint8_t>> encode_checked(ReplicaIndex r, const Message& message);
+    std::optional<std::vector<uint8_t>> encode_checked(ReplicaIndex r, const Message& message,
+                                                       uint16_t flags = 0);
+    void send_to_replica(ReplicaIndex r, ReplicaIndex to, const std::vector<uint8_t>& bytes);
+    void broadcast_from(ReplicaIndex r, const Message& message);
     void check_step(ReplicaIndex r, const Effects& effects);
     void check_executions(ReplicaIndex r, const Effects& effects,
                           std::map<Op, const Executed*>& executed);
     void record_commit(ReplicaIndex r, Op op, const Entry& entry,
                        const std::optional<Bytes>& result);
     void check_holds_committed_ops(ReplicaIndex r, bool entered_view);
+    Op committed_before(View view);
     void note_state_change(ReplicaIndex r);
 
     void deliver(Datagram datagram);
-    void deliver_to_replica(ReplicaIndex r, Message message);
+    // `batched`: part of a batch voltlockd flushes once, at its end (else as the seed chooses).
+    void deliver_to_replica(ReplicaIndex r, Decoded decoded, bool batched = false);
+
+    // Electrode: the kernel's part (cluster_electrode.cpp).
+    void start_kernel(ReplicaIndex r);
+    bool run_xdp(ReplicaIndex r, const Datagram& datagram, std::vector<uint8_t>& bytes);
+    void note_kernel_ack(ReplicaIndex r, View view, Op op, const Prepare* appended);
+    // ... and the shell's (node.cpp).
+    void write_kernel_state(ReplicaIndex r, const vl_kernel_state& state);
+    void maybe_stall(ReplicaIndex r);
+    void on_timer(ReplicaIndex r, uint64_t expirations);
+    void resume(ReplicaIndex r);
+    void read_socket_queue(ReplicaIndex r);
+    void schedule_ring_wakeup(ReplicaIndex r);
+    bool ring_wakeup_due(std::optional<std::pair<uint64_t, uint64_t>> datagram_due) const;
+    void on_ring_wakeup(ReplicaIndex r, uint64_t incarnation);
+    void take_ring_records(ReplicaIndex r);
+    void consume_ring(ReplicaIndex r);
+    void deliver_ring_records(ReplicaIndex r, bool past_gaps, bool draining);
+    void drain_kernel(ReplicaIndex r);
+    void feed_kernel_acks(ReplicaIndex r);
+    // ... and the invariants that concern them.
+    Op held_through(ReplicaIndex r, View view) const;
+    void check_kernel(ReplicaIndex r);
+    void check_prepare_ok_sent(ReplicaIndex r, const PrepareOk& ack, bool by_kernel);
+    void check_quorum_mark(ReplicaIndex r, const PrepareOk& ack);
     void deliver_to_client(uint32_t slot, const Message& message);
     void accept_reply(ClientSlot& slot, const Reply& reply);
 
@@ -188,11 +293,20 @@ private:
     std::vector<CommittedOp> committed_;  // [op - 1]
     std::map<std::pair<ClientId, RequestNumber>, Op> executed_at_;
     std::vector<ClientOp> client_ops_;
-    // For each view, how many ops were committed when its first replica (its leader) entered
-    // normal status in it.
-    std::map<View, Op> committed_when_view_began_{{0, 0}};
+    // Views some replica reached normal status in.
+    std::set<View> views_established_{0};
+    // For each view, the highest op first committed by a replica in that view; and, computed
+    // from it, for a view v the highest op committed in a view before v.
+    std::map<View, Op> committed_in_view_;
+    std::map<View, Op> committed_before_view_;
     ReplicaCounters retired_counters_;  // of incarnations lost to crashes
     uint64_t corrupted_rejected_ = 0;
+
+    ElectrodeCounters electrode_counters_;
+    std::vector<RingWakeup> ring_wakeups_;  // a heap: earliest first
+    // Per (view, replica), the highest op a PrepareOK of that replica acknowledged, from its core
+    // or its kernel, by any incarnation.
+    std::map<std::pair<View, ReplicaIndex>, Op> acks_sent_;
 
     std::optional<std::string> violation_;
 };

@@ -84,4 +84,37 @@ std::optional<Datagram> Network::receive_due(uint64_t now_tick)
     return datagram;
 }
 
+void Network::place(Address from, Address to, std::vector<uint8_t> bytes, uint64_t arrival_tick,
+                    uint64_t tie_breaker)
+{
+    queue_.push_back(InFlight{arrival_tick, tie_breaker,
+                              Datagram{from, to, std::move(bytes), false}});
+    std::push_heap(queue_.begin(), queue_.end(), arrives_later);
+}
+
+std::vector<Datagram> Network::take(Address from, Address to)
+{
+    const auto on_link = [&](const InFlight& f) {
+        return f.datagram.from.kind == from.kind && f.datagram.from.index == from.index &&
+               f.datagram.to.kind == to.kind && f.datagram.to.index == to.index;
+    };
+    std::vector<InFlight> kept;
+    std::vector<Datagram> taken;
+    for (InFlight& f : queue_) {
+        if (on_link(f))
+            taken.push_back(std::move(f.datagram));
+        else
+            kept.push_back(std::move(f));
+    }
+    queue_ = std::move(kept);
+    std::make_heap(queue_.begin(), queue_.end(), arrives_later);
+    return taken;
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> Network::next_due(uint64_t now_tick) const
+{
+    if (queue_.empty() || queue_.front().arrival_tick > now_tick) return std::nullopt;
+    return std::pair(queue_.front().arrival_tick, queue_.front().tie_breaker);
+}
+
 }  // namespace voltlock::sim

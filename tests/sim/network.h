@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/types.h"
@@ -71,6 +72,16 @@ public:
     void send(Address from, Address to, std::vector<uint8_t> bytes, uint64_t now_tick);
     // The next datagram due by `now_tick`, earliest first; ties in random order.
     std::optional<Datagram> receive_due(uint64_t now_tick);
+    // Scenarios: a datagram that arrives at `arrival_tick` exactly, whatever the faults and
+    // partitions, ordered among those due then by `tie_breaker` (the network draws its own
+    // uniformly from 64 bits: 0, 1, 2... come first, UINT64_MAX last).
+    void place(Address from, Address to, std::vector<uint8_t> bytes, uint64_t arrival_tick,
+               uint64_t tie_breaker);
+    // Scenarios: takes every datagram in flight from `from` to `to` off the network.
+    std::vector<Datagram> take(Address from, Address to);
+    // When that datagram arrives, as (tick, tie breaker): other events on the network's clock
+    // (the simulated shells reading their ring buffers) interleave with deliveries by it.
+    std::optional<std::pair<uint64_t, uint64_t>> next_due(uint64_t now_tick) const;
     const NetworkStats& stats() const { return stats_; }
 
 private:

@@ -4,10 +4,13 @@
 #include <doctest/doctest.h>
 
 #include <initializer_list>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "cluster.h"
+#include "core/register_machine.h"
 #include "simulation.h"
 #include "text.h"
 
@@ -224,6 +227,212 @@ TEST_CASE("a partition heals in the middle of a view change")
                         3'000, "100 operations after the heal");
         finish(cluster);
     }
+}
+
+namespace {
+
+// Electrode on every replica, every fast path on (the simulated kernels run fast_path.h).
+ClusterOptions electrode_options(uint8_t replica_count, uint64_t seed, size_t client_count = 4)
+{
+    ClusterOptions options = scenario_options(replica_count, seed, client_count);
+    // One tick for every datagram: a follower's kernel sees the leader's Prepares in order and
+    // acknowledges them all.
+    options.faults.max_delay_ticks = 1;
+    options.electrode.assign(replica_count,
+                             ElectrodeOptions{.attached = true, .enabled = VL_FAST_PATHS_ALL});
+    return options;
+}
+
+bool new_leader_elected(const Cluster& cluster)
+{
+    const auto leader = cluster.leader();
+    return leader && cluster.replica(*leader).view() > 0;
+}
+
+// The new leader's log holds every op of `committed` (the cell's committed ops when r0 died).
+void require_holds(const Cluster& cluster, const std::vector<CommittedOp>& committed)
+{
+    const Replica& leader = cluster.replica(*cluster.leader());
+    REQUIRE(leader.op() >= committed.size());
+    for (Op op = 1; op <= committed.size(); op++)
+        REQUIRE(leader.entry(op) == committed[op - 1].entry);
+}
+
+void restart_and_finish(Cluster& cluster)
+{
+    cluster.restart(0);
+    const size_t completed = cluster.completed_ops();
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; }, 2'000,
+                    "100 more operations in the new view");
+    finish(cluster);
+}
+
+}  // namespace
+
+TEST_CASE("Electrode: the followers' processes stall while their kernels acknowledge; the leader "
+          "commits on those acks and dies; no committed op is lost (§4.2)")
+{
+    Cluster cluster(electrode_options(3, 606));
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= 100; }, 2'000,
+                    "100 operations with every fast path on");
+    REQUIRE(cluster.leader() == ReplicaIndex{0});
+
+    // Descheduled: their kernels go on appending to the ring and acknowledging; their cores
+    // hear nothing until the processes run again.
+    for (ReplicaIndex r : {ReplicaIndex{1}, ReplicaIndex{2}}) cluster.stall(r, 100);
+    require_reaches(cluster,
+                    [&] {
+                        for (ReplicaIndex r : {ReplicaIndex{1}, ReplicaIndex{2}})
+                            if (cluster.ring_records(r) < 3 ||
+                                cluster.replica(r).op() + 3 > cluster.replica(0).commit())
+                                return false;
+                        return true;
+                    },
+                    100, "the leader commits 3 ops both followers hold only in their rings");
+    const std::vector<CommittedOp> committed = cluster.committed();
+    cluster.crash(0);
+
+    // When they run again, each reads its ring before anything else (voltlockd's on_timer and
+    // on_datagrams), so the view change they go through has those ops in its logs.
+    require_reaches(cluster, [&] { return new_leader_elected(cluster); }, 1'000,
+                    "§4.2: the followers elect a new leader");
+    require_holds(cluster, committed);
+    restart_and_finish(cluster);
+}
+
+TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare after its shell last read the "
+          "ring, and a StartViewChange comes later in the same batch: the drain puts the op in "
+          "the DoViewChange (§4.2), and the leader, which committed it on that acknowledgement, "
+          "can die")
+{
+    Cluster cluster(electrode_options(3, 601));
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= 100; }, 2'000,
+                    "100 operations with every fast path on");
+    REQUIRE(cluster.leader() == ReplicaIndex{0});
+
+    // r1 loses the leader and, for now, cannot reach r2 either: r0 commits on r2's acks alone.
+    Network& network = cluster.network();
+    network.block(0, 1);
+    network.block(1, 0);
+    network.block(1, 2);
+    require_reaches(cluster, [&] { return cluster.replica(1).status() == Status::view_change; },
+                    100, "r1's view-change timeout");
+    // A tick in which r0 sends a Prepare: it reaches r2 in the next.
+    Op before = cluster.replica(0).op();
+    require_reaches(cluster,
+                    [&] {
+                        const bool sent = cluster.replica(0).op() > before;
+                        before = cluster.replica(0).op();
+                        return sent;
+                    },
+                    100, "r0 sends a Prepare");
+    REQUIRE(cluster.kernel_state(2)->fast_ack == 1);
+    // In that next tick, r2's socket batch starts with a client's stale request (the shell reads
+    // the ring: nothing new), its kernel appends and acknowledges the Prepare, and the batch
+    // ends with r1's StartViewChange.
+    const uint64_t next = cluster.now_tick() + 1;
+    const uint32_t cluster_id = cluster.options().cluster_id;
+    network.place(Address::client(0), Address::replica(2),
+                  encode(Request{.view = 0, .client_id = 1, .request_number = 1,
+                                 .payload = RegisterMachine::read_op()},
+                         cluster_id),
+                  next, 0);
+    network.place(Address::replica(1), Address::replica(2),
+                  encode(StartViewChange{.view = cluster.replica(1).view(), .replica = 1},
+                         cluster_id),
+                  next, UINT64_MAX);
+    network.heal();
+    network.block(0, 1);
+    network.block(1, 0);
+    const ElectrodeCounters counters = cluster.electrode_counters();
+    cluster.run_tick();  // r2 fences on the StartViewChange, drains, then sends DoViewChange
+    require_safe(cluster);
+    const Op acked = cluster.replica(2).op();
+    CHECK(cluster.electrode_counters().drained_records > counters.drained_records);
+    CHECK(cluster.replica(1).op() < acked);
+    cluster.run_tick();  // r0 commits on r2's kernel acknowledgement
+    require_safe(cluster);
+    CHECK(cluster.committed().size() >= acked);
+
+    const std::vector<CommittedOp> committed = cluster.committed();
+    cluster.crash(0);
+    require_reaches(cluster, [&] { return new_leader_elected(cluster); }, 1'000,
+                    "§4.2: r1 and r2 elect a new leader");
+    require_holds(cluster, committed);
+    restart_and_finish(cluster);
+}
+
+TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare; in the same batch, the next "
+          "one is lost, the one after makes its core fetch the gap (§5.2), which switches fast "
+          "ack off, and a StartViewChange follows: the acknowledged op must still be in the "
+          "DoViewChange")
+{
+    // Clients that think a while: their requests reach r0 over several ticks, and r0 has three
+    // Prepares' worth in hand when r2's acknowledgements stop.
+    ClusterOptions options = electrode_options(3, 601, 16);
+    options.max_think_ticks = 6;
+    Cluster cluster(options);
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= 100; }, 2'000,
+                    "100 operations with every fast path on");
+    REQUIRE(cluster.leader() == ReplicaIndex{0});
+
+    Network& network = cluster.network();
+    network.block(0, 1);
+    network.block(1, 0);
+    network.block(1, 2);
+    require_reaches(cluster, [&] { return cluster.replica(1).status() == Status::view_change; },
+                    100, "r1's view-change timeout");
+    // r0's next three Prepares to r2, held back (by last op).
+    const uint32_t cluster_id = cluster.options().cluster_id;
+    std::map<Op, Datagram> held;
+    require_reaches(cluster,
+                    [&] {
+                        for (Datagram& d : network.take(Address::replica(0), Address::replica(2))) {
+                            DecodeResult decoded = decode(d.bytes, cluster_id);
+                            if (!decoded.ok()) continue;
+                            if (const auto* p = std::get_if<Prepare>(&decoded.value().message))
+                                held.try_emplace(p->op, std::move(d));
+                        }
+                        return held.size() >= 3;
+                    },
+                    100, "r0 sends three more Prepares");
+    const auto first_prepare = [&](std::map<Op, Datagram>::iterator it) {
+        return std::get<Prepare>(decode(it->second.bytes, cluster_id).value().message);
+    };
+    const Prepare appended = first_prepare(held.begin());
+    REQUIRE(cluster.kernel_state(2)->fast_ack == 1);
+    REQUIRE(cluster.ring_records(2) == 0);
+    REQUIRE(appended.op - appended.entries.size() == cluster.replica(2).op());
+    // Next tick, one batch at r2: a client's stale request (the shell reads the ring), the first
+    // Prepare (the kernel appends and acknowledges it), the third (a gap: up to the core, which
+    // starts fetching and says fast_ack 0), r1's StartViewChange.
+    const uint64_t next = cluster.now_tick() + 1;
+    network.place(Address::client(0), Address::replica(2),
+                  encode(Request{.view = 0, .client_id = 1, .request_number = 1,
+                                 .payload = RegisterMachine::read_op()},
+                         cluster_id),
+                  next, 0);
+    network.place(Address::replica(0), Address::replica(2), held.begin()->second.bytes, next, 1);
+    network.place(Address::replica(0), Address::replica(2), std::next(held.begin(), 2)->second.bytes,
+                  next, 2);
+    network.place(Address::replica(1), Address::replica(2),
+                  encode(StartViewChange{.view = cluster.replica(1).view(), .replica = 1},
+                         cluster_id),
+                  next, UINT64_MAX);
+    network.heal();
+    network.block(0, 1);
+    network.block(1, 0);
+    cluster.run_ticks(2);  // r2 changes view; r0 gets r2's kernel acknowledgement
+    require_safe(cluster);
+    CHECK(cluster.replica(1).op() < appended.op);
+    CHECK(cluster.committed().size() >= appended.op);
+
+    const std::vector<CommittedOp> committed = cluster.committed();
+    cluster.crash(0);
+    require_reaches(cluster, [&] { return new_leader_elected(cluster); }, 1'000,
+                    "§4.2: r1 and r2 elect a new leader");
+    require_holds(cluster, committed);
+    restart_and_finish(cluster);
 }
 
 TEST_CASE("random seeds for cells of 1, 3, 5 and 7 replicas")

@@ -49,6 +49,60 @@ ClusterOptions draw_cluster_options(const SeedOptions& seed, Prng& prng)
 
 }  // namespace
 
+const char* electrode_mode_name(ElectrodeMode mode)
+{
+    switch (mode) {
+    case ElectrodeMode::off: return "off";
+    case ElectrodeMode::on: return "on";
+    case ElectrodeMode::mixed: return "mixed";
+    }
+    return "unknown";
+}
+
+void draw_electrode(ElectrodeMode mode, Prng& prng, ClusterOptions& options)
+{
+    if (mode == ElectrodeMode::off) return;
+    const double draw = prng.fraction();
+    if (mode == ElectrodeMode::mixed && draw < 0.25) return;
+    const bool all_paths = draw < (mode == ElectrodeMode::mixed ? 0.75 : 2.0 / 3.0);
+    // Otherwise one of the six non-empty proper subsets of fast ack, quorum and broadcast.
+    const auto enabled = all_paths ? VL_FAST_PATHS_ALL
+                                   : static_cast<uint32_t>(prng.between(1, VL_FAST_PATHS_ALL - 1));
+    // Now and then one replica's programs fail to load and it runs VR in user space alone.
+    const uint8_t n = options.replica_count;
+    const uint32_t without = prng.chance(0.1) ? static_cast<uint32_t>(prng.below(n)) : n;
+    // A small ring fills up (room for one datagram at least): Prepares go up the slow path.
+    const auto ring_bytes =
+        prng.chance(0.25)
+            ? static_cast<uint32_t>(prng.between(options.max_message_bytes + 16, 8 << 10))
+            : 4u << 20;
+    options.electrode.assign(n, ElectrodeOptions{.attached = true,
+                                                 .enabled = enabled,
+                                                 .ring_bytes = ring_bytes});
+    if (without < n) options.electrode[without].attached = false;
+    options.ring_wakeup_ticks = static_cast<uint32_t>(prng.between(0, 2));
+    // Descheduled processes: their kernels acknowledge for them meanwhile.
+    options.stall_per_tick = maybe_probability(prng, 0.3, 0.003);
+    options.max_stall_ticks = static_cast<uint32_t>(prng.between(1, 30));
+    options.socket_drop = maybe_probability(prng, 0.5, 0.05);
+}
+
+std::string describe_electrode(const ClusterOptions& options)
+{
+    if (options.electrode.empty()) return "electrode off";
+    std::string text = "electrode";
+    const ElectrodeOptions& any = options.electrode[0];  // paths and ring: the same everywhere
+    if (any.enabled & VL_FAST_PATH_FAST_ACK) text += " fast-ack";
+    if (any.enabled & VL_FAST_PATH_QUORUM) text += " quorum";
+    if (any.enabled & VL_FAST_PATH_BROADCAST) text += " broadcast";
+    for (ReplicaIndex r = 0; r < options.electrode.size(); r++)
+        if (!options.electrode[r].attached) text += strprintf(" (not on r%u)", r);
+    return text + strprintf(", %u-byte ring (wakeup after 0..%u ticks), stalls/tick=%.4f(1..%u), "
+                            "socket drops %.3f",
+                            any.ring_bytes, options.ring_wakeup_ticks, options.stall_per_tick,
+                            options.max_stall_ticks, options.socket_drop);
+}
+
 FaultRegime draw_fault_regime(Prng& prng)
 {
     FaultRegime regime;
@@ -188,11 +242,15 @@ SeedResult run_seed(const SeedOptions& options)
     const FaultRegime regime = draw_fault_regime(prng);
     ClusterOptions cluster_options = draw_cluster_options(options, prng);
     cluster_options.faults = regime.network;
+    Prng scheduler_prng = prng.fork();
+    // Drawn last, so that a seed's world without Electrode is the same in every mode.
+    draw_electrode(options.electrode, prng, cluster_options);
     Cluster cluster(cluster_options);
-    FaultScheduler scheduler(regime, options.replica_count, prng.fork());
-    cluster.trace("seed %llu: %u replicas, %zu clients, %u-byte datagrams; %s",
+    FaultScheduler scheduler(regime, options.replica_count, scheduler_prng);
+    cluster.trace("seed %llu: %u replicas, %zu clients, %u-byte datagrams; %s; %s",
                   ull(options.seed), options.replica_count, cluster_options.client_count,
-                  cluster_options.max_message_bytes, describe(regime).c_str());
+                  cluster_options.max_message_bytes, describe(regime).c_str(),
+                  describe_electrode(cluster_options).c_str());
 
     const uint64_t chaos_ticks = std::max(chaos_min_ticks, chaos_ticks_per_op * options.ops);
     while (!cluster.violation() && cluster.ops_remaining() > 0 &&
@@ -216,6 +274,10 @@ SeedResult run_seed(const SeedOptions& options)
         .views_established = cluster.views_established(),
         .corrupted_rejected = cluster.corrupted_rejected(),
         .counters = cluster.total_counters(),
+        .electrode_paths = cluster_options.electrode.empty()
+                               ? 0
+                               : cluster_options.electrode[0].enabled,
+        .electrode = cluster.electrode_counters(),
     };
 }
 

@@ -51,10 +51,24 @@ private:
     std::vector<std::optional<uint64_t>> restart_at_tick_;  // per replica, while crashed
 };
 
+// Which seeds run the Electrode fast paths (docs/electrode.md), modelled by fast_path.h.
+enum class ElectrodeMode : uint8_t {
+    off,    // none: VR in user space only
+    on,     // every seed: all three paths on most, a subset on the rest
+    mixed,  // a quarter of the seeds off, the rest as `on`
+};
+const char* electrode_mode_name(ElectrodeMode mode);
+
+// This seed's Electrode: on which replicas, which paths, how big the ring, how slow the shell
+// to read it.
+void draw_electrode(ElectrodeMode mode, Prng& prng, ClusterOptions& options);
+std::string describe_electrode(const ClusterOptions& options);
+
 struct SeedOptions {
     uint64_t seed = 1;
     uint8_t replica_count = 3;
     uint64_t ops = 1000;
+    ElectrodeMode electrode = ElectrodeMode::mixed;
     bool verbose = false;
 };
 
@@ -66,6 +80,8 @@ struct SeedResult {
     uint64_t views_established = 0;
     uint64_t corrupted_rejected = 0;
     ReplicaCounters counters;
+    uint32_t electrode_paths = 0;  // the VL_FAST_PATH_* bits this seed ran (0: Electrode off)
+    ElectrodeCounters electrode;
 };
 
 SeedResult run_seed(const SeedOptions& options);

@@ -1,10 +1,13 @@
 // vr_sim: runs seeded whole-cell simulations of the VR core and stops at the first violation,
 // printing the command that replays it.
 //
-//   vr_sim [--seeds N] [--seed S] [--replicas R[,R...]] [--ops K] [--verbose]
+//   vr_sim [--seeds N] [--seed S] [--replicas R[,R...]] [--ops K] [--electrode on|off|mixed]
+//          [--verbose]
 //
 // Runs seeds S..S+N-1 (default S=1, N=1) for each replica count R (odd, 1..15; default 3), each
-// with K client operations (default 1000). --verbose traces every event (for one seed).
+// with K client operations (default 1000). --electrode: which seeds run the Electrode fast paths,
+// each replica's kernel modelled by fast_path.h (default mixed: a quarter of the seeds without).
+// --verbose traces every event (for one seed).
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -21,6 +24,8 @@
 
 namespace {
 
+using voltlock::sim::ElectrodeCounters;
+using voltlock::sim::ElectrodeMode;
 using voltlock::sim::SeedOptions;
 using voltlock::sim::SeedResult;
 using voltlock::sim::strprintf;
@@ -33,15 +38,19 @@ struct Arguments {
     uint64_t seed_count = 1;
     std::vector<uint8_t> replica_counts{3};
     uint64_t ops = default_ops;
+    ElectrodeMode electrode = ElectrodeMode::mixed;
     bool verbose = false;
 };
 
 void usage(const char* program)
 {
     std::fprintf(stderr,
-                 "usage: %s [--seeds N] [--seed S] [--replicas R[,R...]] [--ops K] [--verbose]\n"
+                 "usage: %s [--seeds N] [--seed S] [--replicas R[,R...]] [--ops K]\n"
+                 "          [--electrode on|off|mixed] [--verbose]\n"
                  "  runs seeds S..S+N-1 (default S=1, N=1) for each replica count R (odd, "
-                 "1..15; default 3),\n  each with K client operations (default %llu)\n",
+                 "1..15; default 3),\n  each with K client operations (default %llu); "
+                 "--electrode: which seeds run the Electrode\n  fast paths (default mixed: "
+                 "a quarter of them without)\n",
                  program, ull(default_ops));
 }
 
@@ -98,6 +107,15 @@ std::optional<Arguments> parse_arguments(int argc, char** argv)
             auto counts = parse_replica_counts(*value);
             if (!counts) return std::nullopt;
             arguments.replica_counts = std::move(*counts);
+        } else if (name == "--electrode") {
+            if (*value == "on")
+                arguments.electrode = ElectrodeMode::on;
+            else if (*value == "off")
+                arguments.electrode = ElectrodeMode::off;
+            else if (*value == "mixed")
+                arguments.electrode = ElectrodeMode::mixed;
+            else
+                return std::nullopt;
         } else if (name == "--ops") {
             const auto k = parse_number(*value);
             if (!k) return std::nullopt;
@@ -123,10 +141,12 @@ void print_reproduce_line(int signal_number)
 
 void set_reproduce_line(const char* program, const SeedOptions& seed)
 {
-    const std::string ops = seed.ops == default_ops ? "" : strprintf(" --ops=%llu", ull(seed.ops));
+    std::string options = seed.ops == default_ops ? "" : strprintf(" --ops=%llu", ull(seed.ops));
+    if (seed.electrode != ElectrodeMode::mixed)
+        options += strprintf(" --electrode=%s", electrode_mode_name(seed.electrode));
     std::snprintf(reproduce_line, sizeof reproduce_line,
                   "reproduce with: %s --seed=%llu --replicas=%u%s (add --verbose to trace)\n",
-                  program, ull(seed.seed), seed.replica_count, ops.c_str());
+                  program, ull(seed.seed), seed.replica_count, options.c_str());
 }
 
 std::string join(const std::vector<uint8_t>& counts)
@@ -147,6 +167,9 @@ struct Totals {
     uint64_t corrupted_rejected = 0;
     double slowest_seed_ms = 0;
     std::string slowest_seed;
+    uint64_t electrode_all_paths = 0;  // seeds with all three fast paths
+    uint64_t electrode_some_paths = 0;
+    ElectrodeCounters electrode;
 
     void add(const SeedOptions& seed, const SeedResult& result, double seed_ms)
     {
@@ -157,6 +180,11 @@ struct Totals {
         recoveries += result.counters.recoveries;
         state_transfers += result.counters.state_transfers;
         corrupted_rejected += result.corrupted_rejected;
+        if (result.electrode_paths == VL_FAST_PATHS_ALL)
+            electrode_all_paths++;
+        else if (result.electrode_paths != 0)
+            electrode_some_paths++;
+        electrode.add(result.electrode);
         if (seed_ms > slowest_seed_ms) {
             slowest_seed_ms = seed_ms;
             slowest_seed = strprintf("seed %llu x %u", ull(seed.seed), seed.replica_count);
@@ -176,6 +204,25 @@ void print_summary(const Arguments& arguments, const Totals& totals, double wall
                 ull(totals.state_transfers), ull(totals.corrupted_rejected), wall_s,
                 1000 * wall_s / double(totals.seeds_run), totals.slowest_seed.c_str(),
                 totals.slowest_seed_ms);
+    // Proof that the fast paths ran: what the kernels (fast_path.h) and the shells did.
+    const ElectrodeCounters& e = totals.electrode;
+    const auto stat = [&](uint32_t s) { return ull(e.stats[s]); };
+    std::printf("electrode %s: %llu seeds with all fast paths, %llu with some, %llu without; "
+                "follower kernels appended %llu Prepares and re-acked %llu (passed up: %llu gap, "
+                "%llu ring full, %llu fast ack off); shells gave the core %llu ring records, "
+                "%llu of them in %llu drains; leader kernels completed %llu quorums, counted and "
+                "dropped %llu acks, armed %llu slots (%llu marked acks lost to a full socket); "
+                "shells fed %llu kernel acks; TC cloned %llu datagrams; %llu process stalls\n",
+                electrode_mode_name(arguments.electrode), ull(totals.electrode_all_paths),
+                ull(totals.electrode_some_paths),
+                ull(totals.seeds_run - totals.electrode_all_paths - totals.electrode_some_paths),
+                stat(VL_STAT_FA_APPENDED), stat(VL_STAT_FA_REACKED), stat(VL_STAT_FA_GAP),
+                stat(VL_STAT_FA_RING_FULL), stat(VL_STAT_FA_DISABLED), ull(e.ring_records_given),
+                ull(e.drained_records), ull(e.drains), stat(VL_STAT_Q_COMPLETE),
+                ull(e.stats[VL_STAT_Q_COUNTED] + e.stats[VL_STAT_Q_LATE] +
+                    e.stats[VL_STAT_Q_DUPLICATE]),
+                stat(VL_STAT_TC_ARMED), ull(e.marked_acks_dropped), ull(e.kernel_acks_fed),
+                stat(VL_STAT_TC_CLONES), ull(e.stalls));
 }
 
 }  // namespace
@@ -200,6 +247,7 @@ int main(int argc, char** argv)
             const SeedOptions seed{.seed = arguments->first_seed + i,
                                    .replica_count = replica_count,
                                    .ops = arguments->ops,
+                                   .electrode = arguments->electrode,
                                    .verbose = arguments->verbose};
             set_reproduce_line(argv[0], seed);
             const auto seed_started = Clock::now();
