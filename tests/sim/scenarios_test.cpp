@@ -300,23 +300,33 @@ TEST_CASE("Electrode: the followers' processes stall while their kernels acknowl
     restart_and_finish(cluster);
 }
 
-TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare after its shell last read the "
-          "ring, and a StartViewChange comes later in the same batch: the drain puts the op in "
-          "the DoViewChange (§4.2), and the leader, which committed it on that acknowledgement, "
-          "can die")
+namespace {
+
+// After 100 operations with r0 leading, r1 loses the leader and, for now, cannot reach r2
+// either, and starts a view change: r0 commits on r2's acknowledgements alone.
+Network& isolate_r1_from_a_working_cell(Cluster& cluster)
 {
-    Cluster cluster(electrode_options(3, 601));
     require_reaches(cluster, [&] { return cluster.completed_ops() >= 100; }, 2'000,
                     "100 operations with every fast path on");
     REQUIRE(cluster.leader() == ReplicaIndex{0});
-
-    // r1 loses the leader and, for now, cannot reach r2 either: r0 commits on r2's acks alone.
     Network& network = cluster.network();
     network.block(0, 1);
     network.block(1, 0);
     network.block(1, 2);
     require_reaches(cluster, [&] { return cluster.replica(1).status() == Status::view_change; },
                     100, "r1's view-change timeout");
+    return network;
+}
+
+}  // namespace
+
+TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare after its shell last read the "
+          "ring, and a StartViewChange comes later in the same batch: the drain puts the op in "
+          "the DoViewChange (§4.2), and the leader, which committed it on that acknowledgement, "
+          "can die")
+{
+    Cluster cluster(electrode_options(3, 601));
+    Network& network = isolate_r1_from_a_working_cell(cluster);
     // A tick in which r0 sends a Prepare: it reaches r2 in the next.
     Op before = cluster.replica(0).op();
     require_reaches(cluster,
@@ -372,16 +382,7 @@ TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare; in the same ba
     ClusterOptions options = electrode_options(3, 601, 16);
     options.max_think_ticks = 6;
     Cluster cluster(options);
-    require_reaches(cluster, [&] { return cluster.completed_ops() >= 100; }, 2'000,
-                    "100 operations with every fast path on");
-    REQUIRE(cluster.leader() == ReplicaIndex{0});
-
-    Network& network = cluster.network();
-    network.block(0, 1);
-    network.block(1, 0);
-    network.block(1, 2);
-    require_reaches(cluster, [&] { return cluster.replica(1).status() == Status::view_change; },
-                    100, "r1's view-change timeout");
+    Network& network = isolate_r1_from_a_working_cell(cluster);
     // r0's next three Prepares to r2, held back (by last op).
     const uint32_t cluster_id = cluster.options().cluster_id;
     std::map<Op, Datagram> held;
