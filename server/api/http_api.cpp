@@ -829,15 +829,32 @@ void HttpApi::read_at_leader(const Request& req, Response& res, std::function<Js
             send_error(out, unavailable("the read could not be confirmed by a quorum in time"));
             return true;
         }
-        if (proposed.snapshot.contains("code")) {
-            send_error(out, ApiError{proposed.snapshot.value("status", 404),
-                                     proposed.snapshot["code"], proposed.snapshot["message"],
-                                     proposed.snapshot.value("details", Json::object())});
-            return true;
-        }
-        send_json(out, 200, proposed.snapshot);
+        send_snapshot(out, proposed.snapshot);
         return true;
     });
+}
+
+void HttpApi::read_state(const Request& req, Response& res, bool stale,
+                         std::function<Json()> snapshot)
+{
+    if (!stale) return read_at_leader(req, res, snapshot);
+    auto local = on_loop([this, snapshot] {
+        Json body = snapshot();
+        body["stale"] = staleness_json();
+        return body;
+    });
+    if (!local) return send_error(res, unavailable("the replica's event loop did not answer"));
+    send_snapshot(res, *local);
+}
+
+void HttpApi::send_snapshot(Response& res, const Json& snapshot)
+{
+    // A snapshot that found nothing says so as {"status", "code", "message", "details"}.
+    if (snapshot.contains("code"))
+        return send_error(res, ApiError{snapshot.value("status", 404), snapshot["code"],
+                                        snapshot["message"],
+                                        snapshot.value("details", Json::object())});
+    send_json(res, 200, snapshot);
 }
 
 std::variant<Json, ApiError> HttpApi::await_outcome(WaitKind kind, const std::string& name,
@@ -985,17 +1002,7 @@ void HttpApi::get_sessions(const Request& req, Response& res, bool one)
             list.push_back(session_json(sid, s, service->lease_deadline_ms(sid)));
         return Json{{"sessions", list}, {"revision", machine->revision()}};
     };
-    if (!stale.value()) return read_at_leader(req, res, snapshot);
-    auto local = on_loop([this, snapshot] {
-        Json body = snapshot();
-        body["stale"] = staleness_json();
-        return body;
-    });
-    if (!local) return send_error(res, unavailable("the replica's event loop did not answer"));
-    if (local->contains("code"))
-        return send_error(res, ApiError{404, "unknown_session", "no such session",
-                                        (*local)["details"]});
-    send_json(res, 200, *local);
+    read_state(req, res, stale.value(), snapshot);
 }
 
 // ---- Locks -------------------------------------------------------------------------------------
@@ -1045,14 +1052,7 @@ void HttpApi::get_locks(const Request& req, Response& res, bool one)
         for (const auto& [n, lock] : locks) list.push_back(lock_json(n, &lock));
         return Json{{"locks", list}, {"revision", machine->revision()}};
     };
-    if (!stale.value()) return read_at_leader(req, res, snapshot);
-    auto local = on_loop([this, snapshot] {
-        Json body = snapshot();
-        body["stale"] = staleness_json();
-        return body;
-    });
-    if (!local) return send_error(res, unavailable("the replica's event loop did not answer"));
-    send_json(res, 200, *local);
+    read_state(req, res, stale.value(), snapshot);
 }
 
 void HttpApi::check_sequencer(const Request& req, Response& res)
@@ -1346,17 +1346,7 @@ void HttpApi::get_barriers(const Request& req, Response& res, bool one)
         for (const auto& [n, b] : barriers) list.push_back(barrier_json(n, b));
         return Json{{"barriers", list}, {"revision", machine->revision()}};
     };
-    if (!stale.value()) return read_at_leader(req, res, snapshot);
-    auto local = on_loop([this, snapshot] {
-        Json body = snapshot();
-        body["stale"] = staleness_json();
-        return body;
-    });
-    if (!local) return send_error(res, unavailable("the replica's event loop did not answer"));
-    if (local->contains("code"))
-        return send_error(res, ApiError{404, "barrier_not_found", "no such barrier",
-                                        (*local)["details"]});
-    send_json(res, 200, *local);
+    read_state(req, res, stale.value(), snapshot);
 }
 
 // ---- Admin -------------------------------------------------------------------------------------

@@ -229,6 +229,10 @@ private:
     // A linearizable read of state the ops do not return (sessions, locks, barriers): a no-op
     // through the log, then `snapshot` on the leader right after it is applied.
     void read_at_leader(const Request& req, Response& res, std::function<Json()> snapshot);
+    // A read of the machine's state: through the leader (linearizable), or with ?stale=true
+    // from this replica's applied state, marked with how far behind it may be.
+    void read_state(const Request& req, Response& res, bool stale, std::function<Json()> snapshot);
+    void send_snapshot(Response& res, const Json& snapshot);
     // Waits for the outcome of a lock or barrier wait in this replica's applied history.
     std::variant<Json, ApiError> await_outcome(WaitKind kind, const std::string& name,
                                                SessionId session, Revision after,
