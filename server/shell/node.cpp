@@ -160,26 +160,13 @@ void Node::take_ring_record(std::span<const uint8_t> datagram)
     DecodeResult decoded = decode(datagram, config_.cluster_id);
     if (!decoded.ok()) return;
     if (auto* prepare = std::get_if<Prepare>(&decoded.value().message))
-        ring_records_.insert_or_assign(prepare->op, std::move(*prepare));
+        ring_records_.take(std::move(*prepare));
 }
 
 void Node::deliver_ring_records(bool past_gaps)
 {
-    // Records come in op order per CPU but may interleave across CPUs: deliver them in op order,
-    // waiting at a gap for the record that fills it (a drain delivers past gaps: the core
-    // fetches whatever is missing).
-    while (!ring_records_.empty()) {
-        auto first = ring_records_.begin();
-        const Prepare& prepare = first->second;
-        if (prepare.op <= replica_.op()) {  // already in the log, by the socket or a fetch
-            ring_records_.erase(first);
-            continue;
-        }
-        if (!past_gaps && prepare.op - prepare.entries.size() > replica_.op()) return;
-        Prepare next = std::move(first->second);
-        ring_records_.erase(first);
-        step(Receive{.message = std::move(next), .flags = VL_FLAG_KERNEL_ACK});
-    }
+    while (auto next = ring_records_.next(replica_.op(), past_gaps))
+        step(Receive{.message = std::move(*next), .flags = VL_FLAG_KERNEL_ACK});
 }
 
 void Node::drain_kernel()

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/replica.h"
+#include "core/ring_records.h"
 #include "core/state_machine.h"
 #include "shell/config.h"
 #include "shell/electrode.h"
@@ -86,7 +87,7 @@ private:
 
     DaemonConfig config_;
     std::unique_ptr<Electrode> electrode_;  // null: VR runs all in user space
-    std::map<Op, Prepare> ring_records_;    // acknowledged by the kernel, not yet delivered
+    RingRecords ring_records_;              // acknowledged by the kernel, not yet delivered
     std::vector<Op> kernel_acks_fed_;       // per replica, the op last fed to the core
     uint64_t ticks_ = 0;
     std::unique_ptr<StateMachine> machine_;

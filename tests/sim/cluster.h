@@ -59,6 +59,7 @@
 #include "client.h"
 #include "core/register_machine.h"
 #include "core/replica.h"
+#include "core/ring_records.h"
 #include "kernel_model.h"
 #include "linearizability.h"
 #include "network.h"
@@ -198,7 +199,7 @@ private:
         // Electrode: the kernel (null without Electrode, or while crashed) and the shell's state
         // (server/shell/node.cpp).
         std::unique_ptr<ReplicaKernel> kernel;
-        std::map<Op, Prepare> ring_records;  // read from the ring, not yet given to the core
+        RingRecords ring_records;  // read from the ring, not yet given to the core
         std::vector<Op> kernel_acks_fed;     // per follower, the op last fed from vl_acked_ops
         bool ring_wakeup_pending = false;
         uint64_t stalled_until_tick = 0;  // the process runs again from this tick on

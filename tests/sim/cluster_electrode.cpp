@@ -252,7 +252,7 @@ void Cluster::consume_ring(ReplicaIndex r)
             return fail("r%u's kernel put a record in its ring that does not decode: %s", r,
                         decode_error_name(decoded.error()));
         if (auto* prepare = std::get_if<Prepare>(&decoded.value().message))
-            slot.ring_records.insert_or_assign(prepare->op, std::move(*prepare));
+            slot.ring_records.take(std::move(*prepare));
     }
 }
 
@@ -260,22 +260,15 @@ void Cluster::consume_ring(ReplicaIndex r)
 void Cluster::deliver_ring_records(ReplicaIndex r, bool past_gaps, bool draining)
 {
     ReplicaSlot& slot = replicas_[r];
-    while (!slot.ring_records.empty() && !violation_ && !crashed(r)) {
-        const auto first = slot.ring_records.begin();
-        const Prepare& prepare = first->second;
-        if (prepare.op <= slot.replica->op()) {  // already in the log, by the socket or a fetch
-            slot.ring_records.erase(first);
-            continue;
-        }
-        if (!past_gaps && prepare.op - prepare.entries.size() > slot.replica->op()) return;
-        Prepare next = std::move(first->second);
-        slot.ring_records.erase(first);
+    while (!violation_ && !crashed(r)) {
+        std::optional<Prepare> next = slot.ring_records.next(slot.replica->op(), past_gaps);
+        if (!next) return;
         electrode_counters_.ring_records_given++;
         if (draining) electrode_counters_.drained_records++;
         if (options_.verbose)
             trace("r%u v%llu: <- ring %s", r, ull(slot.replica->view()),
-                  describe(Message(next)).c_str());
-        step(r, Receive{.message = std::move(next), .flags = VL_FLAG_KERNEL_ACK});
+                  describe(Message(*next)).c_str());
+        step(r, Receive{.message = std::move(*next), .flags = VL_FLAG_KERNEL_ACK});
     }
 }
 
@@ -335,7 +328,7 @@ Op Cluster::held_through(ReplicaIndex r, View view) const
                 records.emplace_back(h.op - h.batch_count, h.op);
         }
     }
-    for (const auto& [op, prepare] : slot.ring_records)
+    for (const auto& [op, prepare] : slot.ring_records.held())
         if (prepare.view == view) records.emplace_back(op - prepare.entries.size(), op);
     std::sort(records.begin(), records.end());
     Op held = slot.replica->op();

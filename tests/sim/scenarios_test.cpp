@@ -267,6 +267,17 @@ void restart_and_finish(Cluster& cluster)
     finish(cluster);
 }
 
+// r0, the leader, dies: the others elect a new one, and every op r0 had committed survives.
+void crash_the_leader_and_keep_what_it_committed(Cluster& cluster)
+{
+    const std::vector<CommittedOp> committed = cluster.committed();
+    cluster.crash(0);
+    require_reaches(cluster, [&] { return new_leader_elected(cluster); }, 1'000,
+                    "§4.2: the followers elect a new leader");
+    require_holds(cluster, committed);
+    restart_and_finish(cluster);
+}
+
 }  // namespace
 
 TEST_CASE("Electrode: the followers' processes stall while their kernels acknowledge; the leader "
@@ -289,15 +300,9 @@ TEST_CASE("Electrode: the followers' processes stall while their kernels acknowl
                         return true;
                     },
                     100, "the leader commits 3 ops both followers hold only in their rings");
-    const std::vector<CommittedOp> committed = cluster.committed();
-    cluster.crash(0);
-
     // When they run again, each reads its ring before anything else (voltlockd's on_timer and
     // on_datagrams), so the view change they go through has those ops in its logs.
-    require_reaches(cluster, [&] { return new_leader_elected(cluster); }, 1'000,
-                    "§4.2: the followers elect a new leader");
-    require_holds(cluster, committed);
-    restart_and_finish(cluster);
+    crash_the_leader_and_keep_what_it_committed(cluster);
 }
 
 namespace {
@@ -364,12 +369,7 @@ TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare after its shell
     require_safe(cluster);
     CHECK(cluster.committed().size() >= acked);
 
-    const std::vector<CommittedOp> committed = cluster.committed();
-    cluster.crash(0);
-    require_reaches(cluster, [&] { return new_leader_elected(cluster); }, 1'000,
-                    "§4.2: r1 and r2 elect a new leader");
-    require_holds(cluster, committed);
-    restart_and_finish(cluster);
+    crash_the_leader_and_keep_what_it_committed(cluster);
 }
 
 TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare; in the same batch, the next "
@@ -428,12 +428,7 @@ TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare; in the same ba
     CHECK(cluster.replica(1).op() < appended.op);
     CHECK(cluster.committed().size() >= appended.op);
 
-    const std::vector<CommittedOp> committed = cluster.committed();
-    cluster.crash(0);
-    require_reaches(cluster, [&] { return new_leader_elected(cluster); }, 1'000,
-                    "§4.2: r1 and r2 elect a new leader");
-    require_holds(cluster, committed);
-    restart_and_finish(cluster);
+    crash_the_leader_and_keep_what_it_committed(cluster);
 }
 
 TEST_CASE("random seeds for cells of 1, 3, 5 and 7 replicas")
