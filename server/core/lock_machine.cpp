@@ -1,10 +1,15 @@
 #include "core/lock_machine.h"
 
 #include <algorithm>
+#include <concepts>
+#include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "core/assert.h"
+#include "core/byte_reader.h"
+#include "core/byte_writer.h"
 #include "core/overloaded.h"
 #include "voltlock/wire.h"
 
@@ -40,6 +45,19 @@ Cause cause_of(ExpireReason reason)
 bool is_expiry(Cause cause)
 {
     return cause == Cause::session_expired || cause == Cause::session_evicted;
+}
+
+// Drops whole revisions, oldest first, while the history holds more than `history_events` events;
+// the newest revision stays whole (LockMachineConfig::history_events).
+void trim_history(LockServiceState& s, size_t history_events)
+{
+    auto& history = s.history;
+    while (history.size() > history_events &&
+           history.front().revision != history.back().revision) {
+        const Revision oldest = history.front().revision;
+        while (history.front().revision == oldest) history.pop_front();
+        s.compacted_revision = oldest;
+    }
 }
 
 // Hashes the state word by word with the wire checksum's mixing step.
@@ -183,7 +201,7 @@ void LockMachine::begin_apply(Op op, uint64_t timestamp_ms)
 
 void LockMachine::end_apply()
 {
-    trim_history();
+    trim_history(state_, config_.history_events);
     if (config_.check_invariants_every_apply) check_invariants();
 }
 
@@ -215,17 +233,6 @@ void LockMachine::emit(WatchEvent event)
     event.revision = write_revision();
     state_.history.push_back(event);
     pending_events_.push_back(std::move(event));
-}
-
-void LockMachine::trim_history()
-{
-    auto& history = state_.history;
-    while (history.size() > config_.history_events &&
-           history.front().revision != history.back().revision) {
-        const Revision oldest = history.front().revision;
-        while (history.front().revision == oldest) history.pop_front();
-        state_.compacted_revision = oldest;
-    }
 }
 
 // ---- Deadlines ---------------------------------------------------------------------------------
@@ -875,6 +882,14 @@ WatchBatch LockMachine::watch(Revision start_revision, const WatchFilter& filter
 
 // ---- Digest and invariants ---------------------------------------------------------------------
 
+void LockMachine::skip_past_lost_writes()
+{
+    state_.revision += kLostWritesBound;
+    state_.last_generation += kLostWritesBound;
+    state_.history.clear();
+    state_.compacted_revision = state_.revision;
+}
+
 uint64_t LockMachine::state_digest() const
 {
     Hasher h;
@@ -959,103 +974,452 @@ uint64_t LockMachine::state_digest() const
     return h.digest();
 }
 
-void LockMachine::check_invariants() const
-{
-    const LockServiceState& s = state_;
-    std::set<TimerRecord> timers;
-    std::map<SessionId, SessionRecord> index;  // the sessions' indexes, rebuilt from the records
-    for (const auto& [id, r] : s.sessions) {
-        VL_ASSERT(id >= 1 && id <= s.revision, "session ids are revisions");
-        VL_ASSERT(r.lease_epoch >= id && r.lease_epoch <= s.revision, "lease epochs are revisions");
-        index[id];
-    }
-    const auto session_index = [&](SessionId id) -> SessionRecord& {
-        const auto it = index.find(id);
-        VL_ASSERT(it != index.end(), "records name live sessions only");
-        return it->second;
-    };
+namespace {
 
-    for (const auto& [name, lock] : s.locks) {
-        VL_ASSERT(!lock.holders.empty() || !lock.waiters.empty() || lock.delay_until_ms != 0,
-                  "idle locks are erased");
-        VL_ASSERT(lock.generation <= s.last_generation, "generations come from the counter");
-        std::set<SessionId> seen;
+// Rebuilds what lock_machine.h calls derived data from the lock, key and barrier records: the
+// timers, and the index sets of the sessions in `sessions`, whose ids say which sessions exist and
+// whose index sets start empty. Reads no other part of `records`, so `sessions` and `timers` may
+// be its own (restore fills them in place). Returns why the records cannot be indexed (a record
+// names a session that does not exist, or one session twice in a lock or barrier), or nullptr.
+const char* index_records(const LockServiceState& records,
+                          std::map<SessionId, SessionRecord>& sessions,
+                          std::set<TimerRecord>& timers)
+{
+    const auto index_of = [&](SessionId id) -> SessionRecord* {
+        const auto it = sessions.find(id);
+        return it == sessions.end() ? nullptr : &it->second;
+    };
+    for (const auto& [name, lock] : records.locks) {
         for (const LockHolder& h : lock.holders) {
-            VL_ASSERT(seen.insert(h.session).second, "a session holds a lock once");
-            VL_ASSERT(h.mode == LockMode::shared || lock.holders.size() == 1,
-                      "an exclusive holder is alone");
-            VL_ASSERT(h.generation >= 1 && h.generation <= lock.generation, "holder generation");
-            session_index(h.session).held_locks.insert(name);
+            SessionRecord* index = index_of(h.session);
+            if (index == nullptr) return "lock holders are live sessions";
+            if (!index->held_locks.insert(name).second) return "a session holds a lock once";
         }
         for (const LockWaiter& w : lock.waiters) {
-            VL_ASSERT(seen.insert(w.session).second, "a session holds or waits, once");
-            VL_ASSERT(w.deadline_ms > s.now_ms, "expired waiters were swept");
-            session_index(w.session).waiting_locks.insert(name);
+            SessionRecord* index = index_of(w.session);
+            if (index == nullptr) return "lock waiters are live sessions";
+            if (index->held_locks.contains(name) || !index->waiting_locks.insert(name).second)
+                return "a session holds or waits, once";
             timers.insert({w.deadline_ms, TimerKind::lock_wait, name, w.session});
         }
-        if (lock.delay_until_ms != 0) {
-            VL_ASSERT(lock.delay_until_ms > s.now_ms, "ended lock-delays were swept");
+        if (lock.delay_until_ms != 0)
             timers.insert({lock.delay_until_ms, TimerKind::lock_delay_end, name, 0});
-        } else if (!lock.waiters.empty()) {
-            // No lost wakeup: a waiter that could be granted would have been.
-            VL_ASSERT(!compatible(lock, lock.waiters.front().mode), "the queue head is blocked");
+    }
+    for (const auto& [key, r] : records.kv) {
+        if (r.session == 0) continue;
+        SessionRecord* index = index_of(r.session);
+        if (index == nullptr) return "ephemeral keys belong to live sessions";
+        // Keys come in order, so each goes at the end of the set.
+        index->ephemeral_keys.insert(index->ephemeral_keys.end(), key);
+    }
+    for (const auto& [name, b] : records.barriers) {
+        for (const BarrierMember& m : b.members) {
+            SessionRecord* index = index_of(m.session);
+            if (index == nullptr) return "barrier members are live sessions";
+            if (!index->barriers.insert(name).second) return "a session enters a barrier once";
+            if (m.deadline_ms != 0)
+                timers.insert({m.deadline_ms, TimerKind::barrier_wait, name, m.session});
+        }
+    }
+    return nullptr;
+}
+
+// The first rule of the records that `s` breaks, or nullptr; the derived data is index_records'
+// concern. check_invariants() aborts on one, restore() rejects the snapshot.
+const char* broken_invariant(const LockServiceState& s, size_t history_events)
+{
+    for (const auto& [id, r] : s.sessions) {
+        if (id < 1 || id > s.revision) return "session ids are revisions";
+        if (r.lease_epoch < id || r.lease_epoch > s.revision) return "lease epochs are revisions";
+    }
+    for (const auto& [name, lock] : s.locks) {
+        if (lock.holders.empty() && lock.waiters.empty() && lock.delay_until_ms == 0)
+            return "idle locks are erased";
+        if (lock.generation > s.last_generation) return "generations come from the counter";
+        for (const LockHolder& h : lock.holders) {
+            if (h.mode != LockMode::shared && lock.holders.size() != 1)
+                return "an exclusive holder is alone";
+            if (h.generation < 1 || h.generation > lock.generation) return "holder generation";
+        }
+        for (const LockWaiter& w : lock.waiters)
+            if (w.deadline_ms <= s.now_ms) return "expired waiters were swept";
+        if (lock.delay_until_ms != 0) {
+            if (lock.delay_until_ms <= s.now_ms) return "ended lock-delays were swept";
+        } else if (!lock.waiters.empty() && compatible(lock, lock.waiters.front().mode)) {
+            return "the queue head is blocked";  // else a wakeup was lost
         }
     }
     for (const auto& [key, r] : s.kv) {
-        VL_ASSERT(validate_name(key) == Violation::none, "keys are valid names");
-        VL_ASSERT(r.create_revision >= 1 && r.create_revision <= r.mod_revision &&
-                      r.mod_revision <= s.revision,
-                  "key revisions");
-        VL_ASSERT(r.version >= 1, "a key has been written");
-        if (r.session != 0) session_index(r.session).ephemeral_keys.insert(key);
+        if (validate_name(key) != Violation::none) return "keys are valid names";
+        if (r.create_revision < 1 || r.create_revision > r.mod_revision ||
+            r.mod_revision > s.revision)
+            return "key revisions";
+        if (r.version < 1) return "a key has been written";
     }
     for (const auto& [name, b] : s.barriers) {
-        VL_ASSERT(!b.members.empty(), "empty barriers are erased");
-        VL_ASSERT(b.count >= 1 && b.count <= kMaxBarrierCount, "barrier count");
-        std::set<SessionId> seen;
+        if (b.members.empty()) return "empty barriers are erased";
+        if (b.count < 1 || b.count > kMaxBarrierCount) return "barrier count";
         for (const BarrierMember& m : b.members) {
-            VL_ASSERT(seen.insert(m.session).second, "a session enters a barrier once");
-            session_index(m.session).barriers.insert(name);
             const bool waiting = b.phase == BarrierPhase::entering || m.leaving;
-            VL_ASSERT(waiting == (m.deadline_ms != 0), "exactly the waiting have deadlines");
-            VL_ASSERT(b.phase == BarrierPhase::entered || !m.leaving, "leaving is after entering");
-            if (m.deadline_ms != 0) {
-                VL_ASSERT(m.deadline_ms > s.now_ms, "expired barrier waits were swept");
-                timers.insert({m.deadline_ms, TimerKind::barrier_wait, name, m.session});
-            }
+            if (waiting != (m.deadline_ms != 0)) return "exactly the waiting have deadlines";
+            if (b.phase == BarrierPhase::entering && m.leaving) return "leaving is after entering";
+            if (m.deadline_ms != 0 && m.deadline_ms <= s.now_ms)
+                return "expired barrier waits were swept";
         }
-        if (b.phase == BarrierPhase::entering) {
-            VL_ASSERT(b.members.size() < b.count, "a full barrier is released");
-        } else {
-            VL_ASSERT(!std::all_of(b.members.begin(), b.members.end(),
-                                   [](const BarrierMember& m) { return m.leaving; }),
-                      "a barrier everyone left is gone");
-        }
+        if (b.phase == BarrierPhase::entering && b.members.size() >= b.count)
+            return "a full barrier is released";
+        if (b.phase == BarrierPhase::entered &&
+            std::all_of(b.members.begin(), b.members.end(),
+                        [](const BarrierMember& m) { return m.leaving; }))
+            return "a barrier everyone left is gone";
     }
-    for (const auto& [id, r] : s.sessions) {
-        const SessionRecord& rebuilt = index.at(id);
-        VL_ASSERT(r.held_locks == rebuilt.held_locks, "held_locks index");
-        VL_ASSERT(r.waiting_locks == rebuilt.waiting_locks, "waiting_locks index");
-        VL_ASSERT(r.barriers == rebuilt.barriers, "barriers index");
-        VL_ASSERT(r.ephemeral_keys == rebuilt.ephemeral_keys, "ephemeral_keys index");
-    }
-    VL_ASSERT(timers == s.timers, "the timer index matches the records");
 
     // The history: every revision since the compacted one, in order, none empty.
-    if (s.history.empty()) {
-        VL_ASSERT(s.revision == 0 && s.compacted_revision == 0, "only new machines lack history");
-    } else {
-        VL_ASSERT(s.history.front().revision == s.compacted_revision + 1, "history start");
-        VL_ASSERT(s.history.back().revision == s.revision, "history end");
-        for (size_t i = 1; i < s.history.size(); i++) {
-            const Revision prev = s.history[i - 1].revision;
-            const Revision cur = s.history[i].revision;
-            VL_ASSERT(cur == prev || cur == prev + 1, "no revision without events");
-        }
-        VL_ASSERT(s.history.size() <= config_.history_events ||
-                      s.history.front().revision == s.history.back().revision,
-                  "history bound");
+    const auto& history = s.history;
+    if (history.empty()) {
+        // A new machine, or one that skipped past lost writes (skip_past_lost_writes).
+        if (s.compacted_revision != s.revision) return "history reaches the revision";
+        return nullptr;
     }
+    if (history.front().revision != s.compacted_revision + 1) return "history start";
+    if (history.back().revision != s.revision) return "history end";
+    for (size_t i = 1; i < history.size(); i++) {
+        const Revision prev = history[i - 1].revision;
+        const Revision cur = history[i].revision;
+        if (cur != prev && cur != prev + 1) return "no revision without events";
+    }
+    if (history.size() > history_events && history.front().revision != history.back().revision)
+        return "history bound";
+    return nullptr;
+}
+
+}  // namespace
+
+void LockMachine::check_invariants() const
+{
+    std::map<SessionId, SessionRecord> rebuilt;  // the sessions' indexes, rebuilt from the records
+    for (const auto& session : state_.sessions) rebuilt[session.first];
+    std::set<TimerRecord> timers;
+    const char* unindexable = index_records(state_, rebuilt, timers);
+    VL_ASSERT(unindexable == nullptr, unindexable);
+    for (const auto& [id, r] : state_.sessions) {
+        const SessionRecord& index = rebuilt.at(id);
+        VL_ASSERT(r.held_locks == index.held_locks, "held_locks index");
+        VL_ASSERT(r.waiting_locks == index.waiting_locks, "waiting_locks index");
+        VL_ASSERT(r.barriers == index.barriers, "barriers index");
+        VL_ASSERT(r.ephemeral_keys == index.ephemeral_keys, "ephemeral_keys index");
+    }
+    VL_ASSERT(timers == state_.timers, "the timer index matches the records");
+    const char* broken = broken_invariant(state_, config_.history_events);
+    VL_ASSERT(broken == nullptr, broken);
+}
+
+// ---- Snapshots ---------------------------------------------------------------------------------
+
+namespace {
+
+constexpr uint32_t kSnapshotMagic = 0x314D4C56;  // "VLM1" in little-endian byte order
+
+// The enum values a snapshot may hold: the enumerators (-Wswitch names one left out here).
+bool known(LockMode mode)
+{
+    switch (mode) {
+    case LockMode::exclusive:
+    case LockMode::shared: return true;
+    }
+    return false;
+}
+
+bool known(BarrierPhase phase)
+{
+    switch (phase) {
+    case BarrierPhase::entering:
+    case BarrierPhase::entered: return true;
+    }
+    return false;
+}
+
+bool known(Cause cause)
+{
+    switch (cause) {
+    case Cause::request:
+    case Cause::session_closed:
+    case Cause::session_expired:
+    case Cause::session_evicted: return true;
+    }
+    return false;
+}
+
+bool known(EventType type)
+{
+    switch (type) {
+    case EventType::put:
+    case EventType::erase:
+    case EventType::session_create:
+    case EventType::session_keepalive:
+    case EventType::session_close:
+    case EventType::session_expire:
+    case EventType::lock_wait:
+    case EventType::lock_grant:
+    case EventType::lock_release:
+    case EventType::lock_timeout:
+    case EventType::lock_cancel:
+    case EventType::barrier_enter:
+    case EventType::barrier_release:
+    case EventType::barrier_leave:
+    case EventType::barrier_done:
+    case EventType::barrier_timeout:
+    case EventType::barrier_cancel: return true;
+    }
+    return false;
+}
+
+// Counts the bytes a ByteWriter would append, so that snapshot() allocates its buffer once.
+class ByteCounter {
+public:
+    void u8(uint8_t) { size_ += 1; }
+    void u32(uint32_t) { size_ += 4; }
+    void u64(uint64_t) { size_ += 8; }
+    void bytes(std::string_view s) { size_ += s.size(); }
+    size_t size() const { return size_; }
+
+private:
+    size_t size_ = 0;
+};
+
+// The two directions of the codec run the same description of the layout, the fields()
+// functions below: on a SnapshotEncoder each field is appended, on a SnapshotDecoder it is read
+// and checked. Every call answers whether it succeeded, which encoding always does.
+template <typename Sink>  // ByteWriter, or ByteCounter to measure first
+class SnapshotEncoder {
+public:
+    explicit SnapshotEncoder(Sink& out) : out_(out) {}
+
+    bool magic(uint32_t v) { return u32(v); }
+    bool u32(uint32_t v)
+    {
+        out_.u32(v);
+        return true;
+    }
+    bool u64(uint64_t v)
+    {
+        out_.u64(v);
+        return true;
+    }
+    bool boolean(bool v)
+    {
+        out_.u8(v ? 1 : 0);
+        return true;
+    }
+    template <typename Enum>
+    bool enumeration(Enum v)
+    {
+        out_.u8(static_cast<uint8_t>(v));
+        return true;
+    }
+    bool str(std::string_view s)
+    {
+        count(s.size());
+        out_.bytes(s);
+        return true;
+    }
+    template <typename Sequence>
+    bool sequence(const Sequence& items)
+    {
+        count(items.size());
+        for (const auto& item : items) fields(*this, item);
+        return true;
+    }
+    template <typename Map>
+    bool map(const Map& records)
+    {
+        count(records.size());
+        for (const auto& [key, record] : records) {
+            map_key(key);
+            fields(*this, record);
+        }
+        return true;
+    }
+
+private:
+    void count(size_t n)
+    {
+        VL_ASSERT(n <= UINT32_MAX, "snapshot lengths and counts fit a u32");
+        out_.u32(static_cast<uint32_t>(n));
+    }
+    void map_key(std::string_view key) { str(key); }
+    void map_key(SessionId key) { out_.u64(key); }
+
+    Sink& out_;
+};
+
+// Reads what SnapshotEncoder writes, and accepts nothing else: every read is bounded, enums are
+// their enumerators, bools 0 or 1, and map keys strictly increasing (no key twice).
+class SnapshotDecoder {
+public:
+    explicit SnapshotDecoder(std::string_view in) : in_(in) {}
+
+    bool magic(uint32_t expected)
+    {
+        uint32_t v = 0;
+        return in_.u32(v) && v == expected;
+    }
+    bool u32(uint32_t& v) { return in_.u32(v); }
+    bool u64(uint64_t& v) { return in_.u64(v); }
+    bool boolean(bool& v)
+    {
+        uint8_t x = 0;
+        if (!in_.u8(x) || x > 1) return false;
+        v = x == 1;
+        return true;
+    }
+    template <typename Enum>
+    bool enumeration(Enum& v)
+    {
+        uint8_t x = 0;
+        if (!in_.u8(x)) return false;
+        v = static_cast<Enum>(x);  // defined for any u8: the enums have uint8_t underneath
+        return known(v);
+    }
+    bool str(std::string& s)
+    {
+        uint32_t size = 0;
+        return in_.u32(size) && in_.bytes(s, size);
+    }
+    // A count is not trusted for an allocation: items are added as they decode, so a count
+    // beyond the bytes fails at the first item missing.
+    template <typename Sequence>
+    bool sequence(Sequence& items)
+    {
+        uint32_t count = 0;
+        if (!in_.u32(count)) return false;
+        for (uint32_t i = 0; i < count; i++)
+            if (!fields(*this, items.emplace_back())) return false;
+        return true;
+    }
+    template <typename Map>
+    bool map(Map& records)
+    {
+        uint32_t count = 0;
+        if (!in_.u32(count)) return false;
+        for (uint32_t i = 0; i < count; i++) {
+            typename Map::key_type key{};
+            typename Map::mapped_type record;
+            if (!map_key(key) || !fields(*this, record)) return false;
+            // In key order, as snapshot() writes them: each insert is at the end, in O(1).
+            if (!records.empty() && !(records.rbegin()->first < key)) return false;
+            records.emplace_hint(records.end(), std::move(key), std::move(record));
+        }
+        return true;
+    }
+    bool done() const { return in_.done(); }
+
+private:
+    bool map_key(std::string& key) { return str(key); }
+    bool map_key(SessionId& key) { return in_.u64(key); }
+
+    ByteReader in_;
+};
+
+// The layout, one function per record, for both directions: `R` is the record, const when
+// encoding. Fields go in declaration order; what is derived from other records is left out.
+template <typename R, typename Record>
+concept MaybeConst = std::same_as<std::remove_const_t<R>, Record>;
+
+template <typename Io, MaybeConst<SessionRecord> R>
+bool fields(Io& io, R& r)
+{
+    // Not the index sets (held_locks .. ephemeral_keys): index_records() rebuilds them.
+    return io.str(r.name) && io.u32(r.ttl_ms) && io.u32(r.lock_delay_ms) &&
+           io.u64(r.lease_epoch) && io.u64(r.deadline_ms) && io.u64(r.created_ms);
+}
+
+template <typename Io, MaybeConst<LockHolder> R>
+bool fields(Io& io, R& r)
+{
+    return io.u64(r.session) && io.enumeration(r.mode) && io.u64(r.generation) &&
+           io.u64(r.granted_ms);
+}
+
+template <typename Io, MaybeConst<LockWaiter> R>
+bool fields(Io& io, R& r)
+{
+    return io.u64(r.session) && io.enumeration(r.mode) && io.u64(r.deadline_ms) &&
+           io.u64(r.since_ms);
+}
+
+template <typename Io, MaybeConst<LockRecord> R>
+bool fields(Io& io, R& r)
+{
+    return io.sequence(r.holders) && io.sequence(r.waiters) && io.u64(r.generation) &&
+           io.u64(r.delay_until_ms);
+}
+
+template <typename Io, MaybeConst<ValueRecord> R>
+bool fields(Io& io, R& r)
+{
+    return io.str(r.value) && io.u64(r.create_revision) && io.u64(r.mod_revision) &&
+           io.u64(r.version) && io.u64(r.session);
+}
+
+template <typename Io, MaybeConst<BarrierMember> R>
+bool fields(Io& io, R& r)
+{
+    return io.u64(r.session) && io.boolean(r.leaving) && io.u64(r.deadline_ms);
+}
+
+template <typename Io, MaybeConst<BarrierRecord> R>
+bool fields(Io& io, R& r)
+{
+    return io.u32(r.count) && io.enumeration(r.phase) && io.sequence(r.members);
+}
+
+template <typename Io, MaybeConst<WatchEvent> R>
+bool fields(Io& io, R& r)
+{
+    return io.u64(r.revision) && io.enumeration(r.type) && io.str(r.key) && io.u64(r.session) &&
+           io.str(r.value) && io.u64(r.prev_revision) && io.enumeration(r.mode) &&
+           io.u64(r.generation) && io.enumeration(r.cause);
+}
+
+template <typename Io, MaybeConst<LockServiceState> R>
+bool fields(Io& io, R& r)
+{
+    // Not the timers: index_records() rebuilds them.
+    return io.magic(kSnapshotMagic) && io.u64(r.now_ms) && io.u64(r.last_applied_op) &&
+           io.u64(r.revision) && io.u64(r.last_generation) && io.map(r.sessions) &&
+           io.map(r.locks) && io.map(r.kv) && io.map(r.barriers) && io.sequence(r.history) &&
+           io.u64(r.compacted_revision);
+}
+
+}  // namespace
+
+Bytes LockMachine::snapshot() const
+{
+    ByteCounter size;
+    SnapshotEncoder measure(size);
+    fields(measure, state_);
+    Bytes out;
+    out.reserve(size.size());
+    ByteWriter writer(out);
+    SnapshotEncoder encode(writer);
+    fields(encode, state_);
+    return out;
+}
+
+bool LockMachine::restore(std::string_view snapshot)
+{
+    // Decoded and checked aside: the machine changes only once the whole snapshot has passed.
+    LockServiceState restored;
+    SnapshotDecoder in(snapshot);
+    if (!fields(in, restored) || !in.done()) return false;
+    if (index_records(restored, restored.sessions, restored.timers) != nullptr) return false;
+    trim_history(restored, config_.history_events);
+    if (broken_invariant(restored, config_.history_events) != nullptr) return false;
+    state_ = std::move(restored);
+    revision_bumped_ = false;
+    pending_events_.clear();
+    return true;
 }
 
 }  // namespace voltlock

@@ -36,6 +36,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/lock_ops.h"
@@ -205,6 +206,7 @@ struct LockServiceState {
     std::set<TimerRecord> timers;
     std::deque<WatchEvent> history;  // revisions compacted_revision + 1 .. revision, in order
     Revision compacted_revision = 0; // events up to here were dropped
+    bool operator==(const LockServiceState&) const = default;
 };
 
 // ---- The machine -------------------------------------------------------------------------------
@@ -262,6 +264,26 @@ public:
 
     // A hash over the whole state (history included); equal on replicas that applied the same ops.
     uint64_t state_digest() const override;
+
+    // Snapshots (StateMachine). The layout: u32 magic "VLM1", then the fields of
+    // LockServiceState in declaration order, nested records likewise; integers little-endian
+    // (ByteWriter), enums and bools one byte, strings and sequences a u32 count first, maps in
+    // key order. Derived data (the timers, the sessions' index sets) is left out and rebuilt by
+    // restore(), which accepts only states that pass check_invariants(): every record names a
+    // live session, at most once per lock or barrier, and so on. The history is trimmed to this
+    // machine's history_events (configuration is no part of a snapshot). A restored machine has
+    // no pending events: those of the state it replaced were never drained and no longer apply.
+    Bytes snapshot() const override;
+    bool restore(std::string_view snapshot) override;
+    // Revisions (and so session ids) and lock generations jump by kLostWritesBound; the watch
+    // history is compacted to the new revision, so that a watch from before the jump is told
+    // "compacted" rather than miss the lost writes' events.
+    void skip_past_lost_writes() override;
+    // More than any number of revisions or generations a cell hands out between two snapshots:
+    // each op takes at most two revisions, and a snapshot comes every 2^30 ops at most
+    // (config snapshot_every_ops) or every snapshot_every_seconds.
+    static constexpr uint64_t kLostWritesBound = uint64_t{1} << 32;
+
     // Aborts (VL_ASSERT) if the state is inconsistent. O(state).
     void check_invariants() const;
 
@@ -279,7 +301,6 @@ private:
     void begin_change_group();
     Revision write_revision();
     void emit(WatchEvent event);
-    void trim_history();
 
     // One handler per op.
     OpResult on_create_session(const CreateSession& o);

@@ -7,6 +7,7 @@
 
 #include "core/assert.h"
 #include "core/byte_reader.h"
+#include "core/byte_writer.h"
 #include "core/overloaded.h"
 #include "voltlock/wire.h"
 
@@ -34,27 +35,16 @@ constexpr uint8_t kGetPrefix = 1u << 0;
 
 // ---- Sinks: the one description of each layout, either written or only measured -----------
 
-// Appends little-endian fields to a string.
-class Writer {
+// Appends little-endian fields to a string; strings with a u16 length.
+class Writer : public ByteWriter {
 public:
-    explicit Writer(Bytes& out) : out_(out) {}
-    void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
-    void u16(uint16_t v) { put_le(v, 2); }
-    void u32(uint32_t v) { put_le(v, 4); }
-    void u64(uint64_t v) { put_le(v, 8); }
+    using ByteWriter::ByteWriter;
     void str(std::string_view s)
     {
         VL_ASSERT(s.size() <= UINT16_MAX, "validate() keeps every string within its u16 length");
         u16(static_cast<uint16_t>(s.size()));
-        out_.append(s);
+        bytes(s);
     }
-
-private:
-    void put_le(uint64_t v, int bytes)
-    {
-        for (int i = 0; i < bytes; i++) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-    }
-    Bytes& out_;
 };
 
 // Counts the bytes a Writer would append; accepts strings of any length.

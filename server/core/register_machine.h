@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "core/state_machine.h"
 
@@ -26,6 +27,12 @@ public:
     uint64_t version() const { return version_; }
     uint64_t digest() const { return digest_; }
     uint64_t state_digest() const override { return digest_; }
+    // The register is for measuring replication: its version counts the writes it applied, and
+    // a restart that lost some starts counting again from its snapshot.
+    void skip_past_lost_writes() override {}
+    // Snapshot: u32 magic "VLR1", u64 version, u64 digest, u32 value length, the value.
+    Bytes snapshot() const override;
+    bool restore(std::string_view snapshot) override;
     const Bytes& value() const { return value_; }
 
     static Bytes write_op(const Bytes& value) { return "W" + value; }

@@ -182,6 +182,30 @@ TEST_CASE("lock machine: every write bumps the revision once; reads and failures
     CHECK(h.ok<CheckSequencerResult>(CheckSequencer{.sequencer = {.lock = "L"}}).revision == 8);
 }
 
+TEST_CASE("lock machine: skipping past lost writes never hands out a revision, session id or "
+          "lock generation twice")
+{
+    // After a whole-cell restart from snapshots, writes that followed them may be lost; what
+    // the restarted cell hands out next must differ from anything they were given.
+    Machine h;
+    const SessionId s = h.session();
+    const Sequencer first = h.granted("L", s);
+    h.put("k", "v");
+    const Revision before = h.revision();
+    h.machine().skip_past_lost_writes();
+    h.machine().check_invariants();
+    CHECK(h.revision() == before + LockMachine::kLostWritesBound);
+    CHECK(h.machine().oldest_revision() == h.revision() + 1);
+    // A watch from before the jump is told its revisions are compacted, not silently served.
+    CHECK(h.machine().watch(before, WatchFilter{.key = "k"}).compacted);
+    CHECK(h.put("k", "w").revision == before + LockMachine::kLostWritesBound + 1);
+    const SessionId t = h.session();
+    CHECK(t > before + LockMachine::kLostWritesBound);
+    h.release("L", s);
+    CHECK(h.granted("L", t).generation == first.generation + LockMachine::kLostWritesBound + 1);
+    CHECK(h.get(Get{.key = "k"}).revision == h.revision());
+}
+
 TEST_CASE("lock machine: KeepAlive renews the lease epoch and the deadline")
 {
     Machine h;
