@@ -19,8 +19,8 @@ import time
 from . import faults, replicas, topology
 from .state import (Cell, cell_dir, check_name, known_cells, random_name,
                     resolve_name, rig_lock)
-from .util import (CellError, ProcessRef, UsageError, http_get_json, netns_list, port_is_free,
-                   say, signals_held, terminate)
+from .util import (CellError, ProcessRef, UsageError, netns_list, port_is_free, say,
+                   signals_held, terminate)
 
 EPILOG = """\
 examples:
@@ -28,11 +28,17 @@ examples:
   scripts/cell exec client curl -s http://10.77.0.10:7480/v1/status
   scripts/cell partition 0                     # cut r0 off; `heal` undoes it
   scripts/cell netem 1 "loss 5% delay 1ms 0.5ms reorder 25% duplicate 2%"
-  scripts/cell kill 2 && scripts/cell start 2  # crash, then recover (VR recovery)
+  scripts/cell kill 2 && scripts/cell start 2  # crash, then restart on its data dir
+  scripts/cell kill all && scripts/cell start all   # every replica crashes at once (power cut)
+  scripts/cell up --durability sync --data-root /mnt/tiny   # data dirs /mnt/tiny/r<i>
   scripts/cell down
 
 Cells live in network namespaces vl-<name>-r<i>, vl-<name>-br (bridge), vl-<name>-cl (client);
-their state (configs, logs, pids) in $VOLTLOCK_CELLS_DIR (default /tmp/voltlock-cells).
+their state (configs, logs, pids) in $VOLTLOCK_CELLS_DIR (default /tmp/voltlock-cells), and
+replica i's data dir in <state dir>/r<i>/data (or --data-root DIR/r<i>). The data dirs outlive
+kill, stop and start; `down` removes them (never DIR itself).
+kill, stop and start take several replicas (kill 0 2) or `all`: for kill and stop, every
+replica that is running; for start, every replica that is not.
 --name may be left out whenever exactly one cell is up.
 """
 
@@ -79,6 +85,18 @@ def parser() -> argparse.ArgumentParser:
                    "needed; partition and netem unavailable)")
     c.add_argument("--config-extra", metavar="JSON",
                    help="fields merged into every replica's config, e.g. '{\"tick_ms\": 5}'")
+    c.add_argument("--durability", choices=("snapshot", "sync"),
+                   help="config field durability of every replica (default snapshot)")
+    c.add_argument("--snapshot-every-ops", type=whole_number, metavar="N",
+                   help="config field snapshot_every_ops (default: the daemon's)")
+    c.add_argument("--snapshot-every-seconds", type=whole_number, metavar="S",
+                   help="config field snapshot_every_seconds (default: the daemon's)")
+    c.add_argument("--data-root", metavar="DIR",
+                   help="replica i's data dir is DIR/r<i> (DIR must exist; down removes the "
+                   "r<i> only), not <state dir>/r<i>/data")
+    c.add_argument("--in-memory", action="store_true",
+                   help="no data dirs: replicas keep their state in memory only and a "
+                   "restarted one recovers from the others (VR recovery)")
     c.add_argument("--voltlockd", metavar="PATH",
                    help="the daemon (default $VOLTLOCKD, else build/voltlockd)")
     c.add_argument("--log-level", choices=("trace", "debug", "info", "warn", "error"),
@@ -91,10 +109,12 @@ def parser() -> argparse.ArgumentParser:
                    help="build the network and write the configs, start no daemon")
     c.add_argument("--no-wait", action="store_true", help="start the daemons, do not wait")
     c.add_argument("--keep-logs", action="store_true",
-                   help="if up fails, keep the state dir (configs and logs)")
+                   help="if up fails, keep the state dir (configs and logs) and the data "
+                   "dirs")
 
     c = command("down", cmd_down, "stop every process of the cell and remove its namespaces")
-    c.add_argument("--keep-logs", action="store_true", help="keep the state dir")
+    c.add_argument("--keep-logs", action="store_true",
+                   help="keep the state dir and the data dirs")
     c.add_argument("--all", action="store_true",
                    help="every cell, and any vl-* namespaces the rig made and lost track of")
 
@@ -106,13 +126,18 @@ def parser() -> argparse.ArgumentParser:
                 "{leader, view}")
     c.add_argument("--timeout", type=float, default=20.0)
 
-    for name, func, what in (("kill", cmd_kill, "SIGKILL replica R"),
-                             ("stop", cmd_stop, "SIGTERM replica R and wait for it to exit")):
-        command(name, func, what).add_argument("replica", type=int, metavar="R")
-    c = command("start", cmd_start, "restart replica R with --recover (VR recovery)")
-    c.add_argument("replica", type=int, metavar="R")
+    for name, func, what in (
+            ("kill", cmd_kill, "SIGKILL replicas R..., back to back (all: every running one)"),
+            ("stop", cmd_stop, "SIGTERM replicas R... and wait for them to exit (all: every "
+             "running one)")):
+        c = command(name, func, what)
+        c.add_argument("replicas", nargs="+", metavar="R", help="replica indexes, or all")
+    c = command("start", cmd_start, "restart replicas R... on their data dirs, with --recover "
+                "(which only a replica with no state uses: VR recovery); all: every one that is "
+                "not running")
+    c.add_argument("replicas", nargs="+", metavar="R", help="replica indexes, or all")
     c.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to wait for its /v1/status to answer")
+                   help="seconds to wait for their /v1/status to answer")
     c.add_argument("--no-wait", action="store_true")
 
     c = command("partition", cmd_partition, "cut replica R off (undo with heal)")
@@ -140,9 +165,62 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def whole_number(text: str) -> int:
+    """0 or more; the daemon checks the range and says what 0 means."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
+    return value
+
+
 # --- up / down ----------------------------------------------------------------------------------
 
-def new_cell(args, name: str, binary: str | None, config_extra: dict) -> Cell:
+# The persistence options of `up`, as the config fields they set.
+PERSISTENCE_FIELDS = {"durability": "--durability", "snapshot_every_ops": "--snapshot-every-ops",
+                      "snapshot_every_seconds": "--snapshot-every-seconds"}
+
+
+def persistence_config(args, config_extra: dict) -> dict:
+    """config_extra with the persistence options folded in: they are config fields like any
+    other, so they travel in config_extra (kept in cell.json, written into every config). A
+    field set both ways is refused rather than one silently winning."""
+    if "data_dir" in config_extra:
+        raise UsageError("--config-extra: data_dir differs per replica; use --data-root DIR "
+                         "(replica i gets DIR/r<i>)")
+    given = {field: getattr(args, option[2:].replace("-", "_"))
+             for field, option in PERSISTENCE_FIELDS.items()}
+    given = {field: value for field, value in given.items() if value is not None}
+    if args.in_memory:
+        clash = [PERSISTENCE_FIELDS[f] for f in given] + (["--data-root"] if args.data_root
+                                                          else [])
+        clash += [f"--config-extra {f}" for f in PERSISTENCE_FIELDS if f in config_extra]
+        if clash:
+            raise UsageError(f"--in-memory: no data dirs, so no {', '.join(clash)}")
+        return config_extra
+    for field, value in given.items():
+        if field in config_extra and config_extra[field] != value:
+            raise UsageError(f"{PERSISTENCE_FIELDS[field]} {value} and --config-extra "
+                             f"{field}={json.dumps(config_extra[field])}: say it once")
+    merged = {**config_extra, **given}
+    merged.setdefault("durability", "snapshot")
+    return merged
+
+
+def check_data_root(path: str | None) -> str | None:
+    if path is None:
+        return None
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        raise UsageError(f"--data-root {path}: no such directory (make or mount it first; "
+                         "the rig makes only the r<i> inside)")
+    return path
+
+
+def new_cell(args, name: str, binary: str | None, config_extra: dict,
+             data_root: str | None) -> Cell:
     loopback = args.loopback
     names = topology.namespace_names(name, args.replicas)
     state_dir = cell_dir(name)
@@ -152,17 +230,20 @@ def new_cell(args, name: str, binary: str | None, config_extra: dict) -> Cell:
         udp = replicas.UDP_PORT + (i if loopback else 0)
         http = replicas.HTTP_PORT + (i if loopback else 0)
         rdir = os.path.join(state_dir, f"r{i}")
+        data_dir = (None if args.in_memory else os.path.join(data_root, f"r{i}") if data_root
+                    else os.path.join(rdir, "data"))
         members.append({
             "index": i, "namespace": None if loopback else names["replicas"][i],
             "ip": address, "udp_port": udp, "http_port": http, "http": f"http://{address}:{http}",
             "dir": rdir, "config": os.path.join(rdir, "config.json"),
-            "log": os.path.join(rdir, "voltlockd.log"), "process": None,
+            "log": os.path.join(rdir, "voltlockd.log"), "data_dir": data_dir,
+            "data_dir_made": False, "process": None,
         })
     return Cell({
         "name": name, "mode": "loopback" if loopback else "netns",
         "cluster_id": args.cluster_id or 1000 + secrets.randbelow(9000),
         "electrode": args.electrode, "mtu": args.mtu, "log_level": args.log_level,
-        "voltlockd": binary, "config_extra": config_extra,
+        "voltlockd": binary, "config_extra": config_extra, "data_root": data_root,
         "bridge_namespace": None if loopback else names["bridge"],
         "client_namespace": None if loopback else names["client"],
         "state_dir": state_dir, "replicas": members, "leader": None,
@@ -182,6 +263,8 @@ def cmd_up(args) -> int:
             raise UsageError(f"--config-extra: not JSON ({e})")
         if not isinstance(config_extra, dict):
             raise UsageError("--config-extra: must be a JSON object")
+    config_extra = persistence_config(args, config_extra)
+    data_root = check_data_root(args.data_root)
     binary = None if args.no_start else replicas.resolve_binary(args.voltlockd)
     if args.loopback:
         say("loopback mode: replicas on 127.0.0.1 (udp 7400+i, http 7480+i), no namespaces; "
@@ -202,7 +285,7 @@ def cmd_up(args) -> int:
             if not args.loopback and topology.existing_namespaces(name):
                 raise CellError(f"namespaces of a cell named {name} exist; "
                                 f"`scripts/cell down --name {name}` removes them")
-            cell = new_cell(args, name, binary, config_extra)
+            cell = new_cell(args, name, binary, config_extra, data_root)
             cell.save()
             if args.loopback:
                 _check_loopback_ports(cell)
@@ -210,6 +293,7 @@ def cmd_up(args) -> int:
                 topology.build(cell)
                 if args.electrode == "on":
                     topology.attach_bridge_side_xdp_pass(cell)
+            replicas.make_data_dirs(cell)
             replicas.write_configs(cell)
             if not args.no_start:
                 replicas.start_all(cell)
@@ -242,8 +326,9 @@ def _check_loopback_ports(cell) -> None:
 
 def _teardown(name: str, cell: Cell | None, keep_logs: bool) -> None:
     """Stops the daemons (SIGTERM, then SIGKILL), the netem relays, anything else running in
-    the namespaces, deletes the namespaces, and removes the state dir unless keep_logs. Checks
-    every process the rig started is gone, by pid and by `ip netns pids`."""
+    the namespaces, deletes the namespaces, and removes the data dirs the rig made and the state
+    dir unless keep_logs. Checks every process the rig started is gone, by pid and by
+    `ip netns pids`."""
     problems = []
     if cell is not None:
         relays = [ProcessRef.from_json(rec.get("process")) for rec in cell.faults["netem"].values()]
@@ -262,6 +347,8 @@ def _teardown(name: str, cell: Cell | None, keep_logs: bool) -> None:
         except CellError as e:
             problems.append(str(e))
     state_dir = cell_dir(name)
+    if cell is not None and not keep_logs:
+        problems += replicas.remove_data_dirs(cell)
     if keep_logs:
         if os.path.exists(os.path.join(state_dir, "cell.json")):
             os.replace(os.path.join(state_dir, "cell.json"),
@@ -326,7 +413,9 @@ def cmd_list(args) -> int:
         cell = Cell.load(name)
         cells.append({"name": name, "mode": cell.data["mode"], "replicas": len(cell.replicas),
                       "running": sum(replicas.running(r) for r in cell.replicas),
-                      "leader": cell.data.get("leader"), "state_dir": cell.dir})
+                      "leader": cell.data.get("leader"), "state_dir": cell.dir,
+                      "durability": cell.durability,
+                      "data_dirs": [r.get("data_dir") for r in cell.replicas]})
     print(json.dumps(cells, indent=2))
     return 0
 
@@ -338,6 +427,8 @@ def cmd_status(args) -> int:
         "replicas": [replicas.status_of(cell, r["index"]) for r in cell.replicas],
         "leader": cell.data.get("leader"),
         "faults": cell.faults,
+        "durability": cell.durability,
+        "data_dirs": [r.get("data_dir") for r in cell.replicas],
     }, indent=2))
     return 0
 
@@ -355,39 +446,62 @@ def cmd_wait(args) -> int:
 
 # --- replicas -----------------------------------------------------------------------------------
 
+def targets(cell: Cell, words: list[str], running: bool) -> list[int]:
+    """The replicas named by R... or `all`. `all` means those that are running (for kill and
+    stop, running=True) or not running (for start); an index given by number must be in that
+    state, checked for every one before any is acted on."""
+    if "all" in words:
+        if len(words) > 1:
+            raise UsageError("`all` stands alone, not with replica indexes")
+        chosen = [r["index"] for r in cell.replicas if replicas.running(r) == running]
+        if not chosen:
+            raise CellError(f"no replica of cell {cell.name} is running" if running
+                            else f"every replica of cell {cell.name} is running")
+        return chosen
+    chosen = []
+    for word in words:
+        if not word.isdigit():
+            raise UsageError(f"replica {word!r}: use indexes (0 1 2) or all")
+        index = int(word)
+        cell.replica(index)  # raises UsageError when out of range
+        if index not in chosen:
+            chosen.append(index)
+    wrong = [i for i in chosen if replicas.running(cell.replica(i)) != running]
+    if wrong:
+        names = ", ".join(f"r{i}" for i in wrong)
+        one = len(wrong) == 1
+        if running:
+            raise CellError(f"{names} {'is' if one else 'are'} not running"
+                            + ("" if len(chosen) == 1 else "; did nothing"))
+        pids = ", ".join(str(cell.replica(i)["process"]["pid"]) for i in wrong)
+        raise CellError(f"{names} {'is' if one else 'are'} already running (pid{'' if one else 's'}"
+                        f" {pids})" + ("" if len(chosen) == 1 else "; started none"))
+    return chosen
+
+
 def cmd_kill(args) -> int:
     with rig_lock():
-        replicas.kill(load(args), args.replica)
+        cell = load(args)
+        replicas.kill(cell, targets(cell, args.replicas, running=True))
     return 0
 
 
 def cmd_stop(args) -> int:
     with rig_lock():
-        replicas.stop(load(args), args.replica)
+        cell = load(args)
+        replicas.stop(cell, targets(cell, args.replicas, running=True))
     return 0
 
 
 def cmd_start(args) -> int:
     with rig_lock():
         cell = load(args)
-        replicas.start(cell, args.replica, recover=True)
-    if args.no_wait:
-        return 0
-    replica = cell.replica(args.replica)
-    deadline = time.monotonic() + args.timeout
-    while True:
-        if not replicas.running(replica):
-            raise CellError(f"r{args.replica} exited; "
-                            + replicas.logs_report(cell, [args.replica]))
-        try:
-            http_get_json(replica["namespace"], replica["ip"], replica["http_port"], "/v1/status")
-            return 0
-        except (OSError, ValueError) as e:
-            if time.monotonic() >= deadline:
-                raise CellError(f"r{args.replica} runs but /v1/status did not answer within "
-                                f"{args.timeout:g} s ({e}); "
-                                + replicas.logs_report(cell, [args.replica]))
-        time.sleep(0.05)
+        indexes = targets(cell, args.replicas, running=False)
+        for index in indexes:
+            replicas.start(cell, index, recover=True)
+    if not args.no_wait:
+        replicas.wait_answering(cell, indexes, args.timeout)
+    return 0
 
 
 # --- faults -------------------------------------------------------------------------------------

@@ -1,21 +1,29 @@
-"""voltlockd replicas: their configs, their processes, and asking them who leads.
+"""voltlockd replicas: their configs, their data dirs, their processes, and asking them who leads.
 
 The daemon's contract (what this module relies on):
     voltlockd --config FILE [--log-level L] [--electrode on|off] [--recover]
+    config "data_dir": the replica's data directory; it restarts from the state there by itself,
+    so --recover matters only to a replica with no state (in memory, or a new, empty data dir);
+    config "durability" (snapshot|sync), "snapshot_every_ops", "snapshot_every_seconds";
     logs on stderr; SIGTERM -> clean exit within about a second;
     GET /v1/status -> {"replica", "status": normal|view_change|recovering, "view", "leader", ...}
+
+Data dirs: the rig makes each one itself (so it knows which it made), never reuses one that
+exists, and removes only those it made, at `down`. Nothing between up and down touches them:
+a replica killed, stopped and started again finds its data where it left it.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 
 from . import faults
 from .topology import REPO
-from .util import (CellError, ProcessRef, http_get_json, in_netns_argv, say, send_signal,
+from .util import (CellError, ProcessRef, http_get_json, in_netns_argv, say,
                    signals_held, tail, terminate, unblock_signals, wait_gone)
 
 UDP_PORT = 7400
@@ -48,6 +56,9 @@ def config_for(cell, index: int) -> dict:
         "electrode": data["electrode"],
     }
     config.update(data.get("config_extra") or {})
+    data_dir = cell.replica(index).get("data_dir")
+    if data_dir:  # per replica, so never in config_extra (cli.py refuses it there)
+        config["data_dir"] = data_dir
     return config
 
 
@@ -57,6 +68,53 @@ def write_configs(cell) -> None:
         with open(replica["config"], "w") as f:
             json.dump(config_for(cell, replica["index"]), f, indent=2)
             f.write("\n")
+
+
+def make_data_dirs(cell) -> None:
+    """Makes every replica's data dir (a cell made with --in-memory has none). One that exists
+    already is refused, not reused: it would hold another cell's state, and `down` would then
+    remove what the rig did not make. Each is marked data_dir_made as soon as it exists, so an
+    interrupted `up` removes exactly what it made."""
+    for replica in cell.replicas:
+        path = replica.get("data_dir")
+        if not path:
+            continue
+        # The replica's own dir, for the default <state dir>/r<i>/data; a --data-root must
+        # exist already (never made here, so never left behind by `down`).
+        os.makedirs(replica["dir"], exist_ok=True)
+        with signals_held():
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                raise CellError(f"r{replica['index']}: data dir {path} exists (left by another "
+                                "cell?); remove it, or choose another --data-root")
+            except OSError as e:
+                raise CellError(f"r{replica['index']}: cannot make data dir {path}: "
+                                f"{e.strerror}")
+            replica["data_dir_made"] = True
+    cell.save()
+
+
+def remove_data_dirs(cell) -> list[str]:
+    """Removes the data dirs the rig made (never a --data-root itself, never one it did not
+    make); returns what could not be removed. The daemons must be gone first."""
+    problems = []
+    for replica in cell.replicas:
+        path = replica.get("data_dir")
+        if not (path and replica.get("data_dir_made")):
+            continue
+        # Guard against a hand-edited cell.json: the rig only ever makes .../r<i> and .../data.
+        if os.path.basename(path) not in (f"r{replica['index']}", "data"):
+            problems.append(f"not removing {path}: not a data dir the rig makes")
+            continue
+        failed = []
+        shutil.rmtree(path, onerror=lambda _f, p, e: failed.append(f"{p}: {e[1]}"))
+        if failed and os.path.exists(path):
+            problems.append(f"r{replica['index']}: could not remove data dir {path} "
+                            f"({failed[0]})")
+        else:
+            replica["data_dir_made"] = False
+    return problems
 
 
 def process(replica: dict) -> ProcessRef | None:
@@ -108,26 +166,74 @@ def start_all(cell) -> None:
                         + logs_report(cell, [r["index"] for r in dead]))
 
 
-def kill(cell, index: int) -> None:
-    replica = cell.replica(index)
-    ref = process(replica)
-    if not (ref and send_signal(ref, signal.SIGKILL)):
-        raise CellError(f"r{index} is not running")
-    if wait_gone([ref], 5.0):
-        raise CellError(f"r{index} (pid {ref.pid}) survived SIGKILL")
+def kill(cell, indexes: list[int]) -> None:
+    """SIGKILL to every replica in indexes, back to back in one loop, the closest the rig gets to
+    a simultaneous crash (a power cut). Refuses before signalling any if one is not running."""
+    refs = {i: process(cell.replica(i)) for i in indexes}
+    down = [i for i, ref in refs.items() if not (ref and ref.alive())]
+    if down:
+        raise CellError(_not_running(down) + ("; killed none" if len(indexes) > 1 else ""))
+    for ref in refs.values():
+        try:
+            os.kill(ref.pid, signal.SIGKILL)
+        except ProcessLookupError:  # died by itself since alive() above; it is down either way
+            pass
+    left = wait_gone(list(refs.values()), 5.0)
+    if left:
+        raise CellError(", ".join(f"r{i} (pid {ref.pid})" for i, ref in refs.items()
+                                  if ref in left) + " survived SIGKILL")
 
 
-def stop(cell, index: int) -> None:
-    """SIGTERM and wait. A daemon that needs SIGKILL broke its contract: `stop` fails."""
-    replica = cell.replica(index)
-    ref = process(replica)
-    if not (ref and ref.alive()):
-        raise CellError(f"r{index} is not running")
+def stop(cell, indexes: list[int]) -> None:
+    """SIGTERM to every replica in indexes, then wait. A daemon that needs SIGKILL broke its
+    contract: `stop` fails."""
+    refs = {i: process(cell.replica(i)) for i in indexes}
+    down = [i for i, ref in refs.items() if not (ref and ref.alive())]
+    if down:
+        raise CellError(_not_running(down) + ("; stopped none" if len(indexes) > 1 else ""))
     started = time.monotonic()
-    if terminate([ref], STOP_GRACE_S):
-        raise CellError(f"r{index} (pid {ref.pid}) did not exit within {STOP_GRACE_S:g} s of "
-                        f"SIGTERM and was killed; log {replica['log']}:\n" + tail(replica["log"]))
-    say(f"r{index} exited {time.monotonic() - started:.2f} s after SIGTERM")
+    killed = terminate(list(refs.values()), STOP_GRACE_S)
+    if killed:
+        bad = [i for i, ref in refs.items() if ref in killed]
+        raise CellError(", ".join(f"r{i} (pid {refs[i].pid})" for i in bad)
+                        + f" did not exit within {STOP_GRACE_S:g} s of SIGTERM and "
+                        + ("was" if len(bad) == 1 else "were") + " killed\n"
+                        + logs_report(cell, bad))
+    say(f"{_names(indexes)} exited {time.monotonic() - started:.2f} s after SIGTERM")
+
+
+def _names(indexes: list[int]) -> str:
+    return ", ".join(f"r{i}" for i in indexes)
+
+
+def _not_running(indexes: list[int]) -> str:
+    return f"{_names(indexes)} {'is' if len(indexes) == 1 else 'are'} not running"
+
+
+def wait_answering(cell, indexes: list[int], timeout: float) -> None:
+    """Waits until every replica in indexes answers /v1/status (asked from its own namespace);
+    fails as soon as one exits."""
+    deadline = time.monotonic() + timeout
+    pending = list(indexes)
+    errors: dict[int, str] = {}
+    while pending:
+        for i in list(pending):
+            replica = cell.replica(i)
+            if not running(replica):
+                raise CellError(f"r{i} exited; " + logs_report(cell, [i]))
+            try:
+                query(cell, i, replica["namespace"])
+                pending.remove(i)
+            except (OSError, ValueError) as e:
+                errors[i] = str(e)
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise CellError(f"{_names(pending)} {'runs' if len(pending) == 1 else 'run'} but "
+                            f"/v1/status did not answer within {timeout:g} s ("
+                            + "; ".join(f"r{i}: {errors[i]}" for i in pending) + ")\n"
+                            + logs_report(cell, pending))
+        time.sleep(0.05)
 
 
 def stop_all(cell) -> list[int]:

@@ -4,10 +4,13 @@
       .lock                 held while a command changes any cell
       <name>/cell.json      the record below, rewritten atomically after every change
       <name>/r<i>/          replica i's working directory: config.json, voltlockd.log
+      <name>/r<i>/data/     replica i's data dir (DIR/r<i> instead with `up --data-root DIR`)
       <name>/linkemu-r<i>.log   the emulated netem relay's log, when one ran
 
-cell.json holds the layout (namespaces, addresses, ports), the processes the rig started (pid and
-start time), the faults in force, and the leader found by the last `up` or `wait`.
+cell.json holds the layout (namespaces, addresses, ports), each replica's data dir and whether
+the rig made it, the processes the rig started (pid and start time), the faults in force, and the
+leader found by the last `up` or `wait`. The options of `up` that shape the configs (durability
+and the rest of config_extra, data_root) are kept too.
 """
 from __future__ import annotations
 
@@ -103,6 +106,13 @@ class Cell:
         return self.data["replicas"]
 
     @property
+    def durability(self) -> str | None:
+        """snapshot or sync; None for a cell made with --in-memory (no data dirs)."""
+        if not any(r.get("data_dir") for r in self.replicas):
+            return None
+        return (self.data.get("config_extra") or {}).get("durability")
+
+    @property
     def faults(self) -> dict:
         return self.data.setdefault("faults", {"partitions": [], "netem": {}})
 
@@ -133,13 +143,14 @@ class Cell:
 
     def endpoints(self) -> dict:
         """What `up` and `endpoints` print: enough for a client or a test to reach the cell."""
-        keys = ("index", "namespace", "ip", "udp_port", "http_port", "http", "log")
+        keys = ("index", "namespace", "ip", "udp_port", "http_port", "http", "log", "data_dir")
         return {
             "name": self.name,
             "mode": self.data["mode"],
             "cluster_id": self.data["cluster_id"],
             "electrode": self.data["electrode"],
-            "replicas": [{k: r[k] for k in keys} for r in self.replicas],
+            "durability": self.durability,
+            "replicas": [{k: r.get(k) for k in keys} for r in self.replicas],
             "client_namespace": self.data["client_namespace"],
             "bridge_namespace": self.data["bridge_namespace"],
             "leader": self.data.get("leader"),

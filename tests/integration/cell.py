@@ -6,7 +6,8 @@
         old = c.leader
         c.kill(old)
         new = c.wait_for_leader(timeout=10)
-        c.start(old)                        # restarts with --recover
+        c.start(old)                        # restarts on its data dir (and with --recover)
+        c.kill("all"); c.start("all")       # every replica crashes at once, then restarts
         c.partition(new, direction="in")
         c.netem(1, "loss 5% delay 1ms")
         c.heal()
@@ -84,8 +85,13 @@ class Cell:
                  loopback: bool = False, config_extra: dict | None = None,
                  voltlockd: str | None = None, log_level: str | None = None,
                  mtu: int | None = None, start: bool = True, timeout: float = 20.0,
-                 keep_logs_on_error: bool = True):
-        """start=False builds the network only (no daemon), for testing the rig itself."""
+                 keep_logs_on_error: bool = True, durability: str | None = None,
+                 snapshot_every_ops: int | None = None,
+                 snapshot_every_seconds: int | None = None, data_root: str | None = None,
+                 in_memory: bool = False):
+        """start=False builds the network only (no daemon), for testing the rig itself.
+        Every replica has a data dir unless in_memory; data_root puts replica i's at
+        data_root/r<i> (a small tmpfs, say) instead of in the cell's state dir."""
         self.name = name or unique_name()
         self.replica_count = replicas
         self.electrode = electrode
@@ -97,6 +103,11 @@ class Cell:
         self.start_daemons = start
         self.timeout = timeout
         self.keep_logs_on_error = keep_logs_on_error
+        self.durability = durability
+        self.snapshot_every_ops = snapshot_every_ops
+        self.snapshot_every_seconds = snapshot_every_seconds
+        self.data_root = data_root
+        self.in_memory = in_memory
         self._endpoints: dict | None = None
         self._leader: int | None = None
         self._is_up = False
@@ -132,6 +143,16 @@ class Cell:
             args += ["--log-level", self.log_level]
         if self.mtu:
             args += ["--mtu", str(self.mtu)]
+        if self.durability:
+            args += ["--durability", self.durability]
+        if self.snapshot_every_ops is not None:
+            args += ["--snapshot-every-ops", str(self.snapshot_every_ops)]
+        if self.snapshot_every_seconds is not None:
+            args += ["--snapshot-every-seconds", str(self.snapshot_every_seconds)]
+        if self.data_root:
+            args += ["--data-root", str(self.data_root)]
+        if self.in_memory:
+            args.append("--in-memory")
         if not self.start_daemons:
             args.append("--no-start")
         self._is_up = True
@@ -186,14 +207,17 @@ class Cell:
     def cell(self, command: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
         return run_cell(command, "--name", self.name, *args, **kwargs)
 
-    def kill(self, replica: int) -> None:
-        self.cell("kill", str(replica))
+    # kill, stop and start take one or more replica indexes, or "all": every running replica
+    # (kill, stop) or every one that is not (start). kill("all") sends the SIGKILLs back to back.
 
-    def stop(self, replica: int) -> None:
-        self.cell("stop", str(replica))
+    def kill(self, *replicas) -> None:
+        self.cell("kill", *map(str, replicas))
 
-    def start(self, replica: int, wait: bool = True, timeout: float = 10.0) -> None:
-        self.cell("start", str(replica), "--timeout", str(timeout),
+    def stop(self, *replicas) -> None:
+        self.cell("stop", *map(str, replicas))
+
+    def start(self, *replicas, wait: bool = True, timeout: float = 10.0) -> None:
+        self.cell("start", *map(str, replicas), "--timeout", str(timeout),
                   *([] if wait else ["--no-wait"]))
 
     def partition(self, replica: int, direction: str = "both",

@@ -1,8 +1,9 @@
 """The cell rig itself (scripts/cell), tested without trusting it: namespaces and processes are
 checked with ip(8) and /proc, and faults by the traffic that gets through.
 
-Most tests need no daemon: `Cell(start=False)` builds the network only. The tests marked
-`voltlockd` run the real daemon, and skip while it is not built.
+Most tests need no daemon: `Cell(start=False)` builds the network only; the process commands
+are tested with a stand-in daemon (`stand_in`) that answers /v1/status and notes each start in
+its data dir. The tests marked `voltlockd` run the real daemon, and skip while it is not built.
 """
 import json
 import os
@@ -102,6 +103,55 @@ def pid_alive(pid: int) -> bool:
 def pgrep(pattern: str) -> list[int]:
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     return [int(pid) for pid in out.split()]
+
+
+def configs(cell: Cell) -> list[dict]:
+    """The config each replica was given, as the rig wrote it."""
+    return [json.load(open(os.path.join(os.path.dirname(r["log"]), "config.json")))
+            for r in cell.replicas]
+
+
+def pids(cell: Cell) -> list[int | None]:
+    state = json.load(open(os.path.join(cell.endpoints["state_dir"], "cell.json")))
+    return [(r["process"] or {}).get("pid") for r in state["replicas"]]
+
+
+STAND_IN = """#!/usr/bin/env python3
+# A stand-in for voltlockd: answers /v1/status as a normal replica under leader 0, and appends
+# its command line to <data_dir>/starts, so a test sees which data dir each start was given.
+import http.server, json, os, sys
+config = json.load(open(sys.argv[sys.argv.index("--config") + 1]))
+if config.get("data_dir"):
+    os.makedirs(config["data_dir"], exist_ok=True)
+    with open(os.path.join(config["data_dir"], "starts"), "a") as f:
+        f.write(" ".join(sys.argv[1:]) + "\\n")
+me = config["replicas"][config["replica"]]
+class Status(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"replica": config["replica"], "status": "normal", "view": 0,
+                           "leader": 0}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer((me["ip"], me["http_port"]), Status).serve_forever()
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path) -> str:
+    path = tmp_path / "stand-in-voltlockd"
+    path.write_text(STAND_IN)
+    path.chmod(0o755)
+    return str(path)
+
+
+def starts(data_dir: str) -> list[str]:
+    """The command lines the stand-in was started with on data_dir."""
+    with open(os.path.join(data_dir, "starts")) as f:
+        return f.read().splitlines()
 
 
 # --- building and removing cells ----------------------------------------------------------------
@@ -256,17 +306,117 @@ def test_usage_errors_exit_2():
         assert c.cell("exec", "nowhere", "true", check=False).returncode == 2
         assert c.cell("partition", "1", "--peers", "1", check=False).returncode == 2
         assert c.cell("kill", "1", check=False).returncode == 1  # valid, but nothing runs
+        assert c.cell("kill", "all", check=False).returncode == 1
+        for args in (["kill", "all", "1"], ["kill", "x"], ["start", "0", "9"], ["stop", "-1"]):
+            assert c.cell(*args, check=False).returncode == 2, args
+
+
+def test_persistence_usage_errors_exit_2_and_leave_nothing(tmp_path):
+    before = netns_names()
+    name = unique_name("u")
+    for args, says in (
+            (["--in-memory", "--durability", "sync"], "--in-memory"),
+            (["--in-memory", "--data-root", str(tmp_path)], "--in-memory"),
+            (["--config-extra", '{"data_dir": "/tmp/x"}'], "--data-root"),
+            (["--durability", "sync", "--config-extra", '{"durability": "snapshot"}'],
+             "say it once"),
+            (["--data-root", str(tmp_path / "missing")], "no such directory"),
+            (["--snapshot-every-ops", "-1"], "0 or more"),
+            (["--snapshot-every-seconds", "soon"], "whole number"),
+            (["--durability", "fsync"], "invalid choice")):
+        done = run_cell("up", "--name", name, "--no-start", *args, check=False)
+        assert done.returncode == 2 and says in done.stderr, (args, done.stderr)
+    assert not os.path.exists(os.path.join(cells_dir(), name))
+    assert netns_names() == before
+    assert os.listdir(tmp_path) == []
+
+
+# --- data dirs ----------------------------------------------------------------------------------
+
+def test_every_replica_gets_a_data_dir_in_its_config_and_down_removes_them():
+    with Cell(replicas=3, start=False) as c:
+        state_dir = c.endpoints["state_dir"]
+        expected = [os.path.join(state_dir, f"r{i}", "data") for i in range(3)]
+        assert [r["data_dir"] for r in c.replicas] == expected
+        assert all(os.path.isdir(d) and os.listdir(d) == [] for d in expected)
+        for i, config in enumerate(configs(c)):
+            assert config["data_dir"] == expected[i]
+            assert config["durability"] == "snapshot"  # the default, said explicitly
+            assert "snapshot_every_ops" not in config and "snapshot_every_seconds" not in config
+        assert c.endpoints["durability"] == "snapshot"
+        status = c.status()
+        assert status["data_dirs"] == expected and status["durability"] == "snapshot"
+        listed = [x for x in json.loads(run_cell("list").stdout) if x["name"] == c.name]
+        assert listed[0]["data_dirs"] == expected
+    assert not any(os.path.exists(d) for d in expected)
+
+
+def test_persistence_options_reach_every_config_with_config_extra():
+    with Cell(replicas=5, start=False, durability="sync", snapshot_every_ops=50,
+              snapshot_every_seconds=2, config_extra={"tick_ms": 5}) as c:
+        for config in configs(c):
+            assert config["durability"] == "sync"
+            assert config["snapshot_every_ops"] == 50
+            assert config["snapshot_every_seconds"] == 2
+            assert config["tick_ms"] == 5
+        assert c.endpoints["durability"] == "sync"
+
+
+def test_data_root_holds_the_data_dirs_and_down_removes_only_those(tmp_path):
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "someone-elses").write_text("keep me")
+    with Cell(replicas=3, start=False, data_root=str(root)) as c:
+        assert [r["data_dir"] for r in c.replicas] == [str(root / f"r{i}") for i in range(3)]
+        assert [cfg["data_dir"] for cfg in configs(c)] == [str(root / f"r{i}") for i in range(3)]
+        assert sorted(os.listdir(root)) == ["r0", "r1", "r2", "someone-elses"]
+    assert sorted(os.listdir(root)) == ["someone-elses"]
+
+    # --keep-logs keeps the data dirs too: they are what a failed durability test left behind
+    c = Cell(replicas=1, start=False, data_root=str(root))
+    with c:
+        state_dir = c.endpoints["state_dir"]
+        c.down(keep_logs=True)
+    try:
+        assert os.path.isdir(root / "r0")
+    finally:
+        shutil.rmtree(state_dir)
+        shutil.rmtree(root / "r0")
+
+
+def test_up_refuses_a_data_dir_that_exists_and_removes_only_what_it_made(tmp_path):
+    before = netns_names()
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "state").write_text("another cell's")
+    with pytest.raises(CellCommandError) as failure:
+        with Cell(replicas=3, start=False, data_root=str(tmp_path)):
+            pass
+    assert failure.value.returncode == 1
+    assert f"data dir {tmp_path / 'r1'} exists" in failure.value.stderr
+    assert sorted(os.listdir(tmp_path)) == ["r1"]  # r0, made before r1 was refused, is gone
+    assert (tmp_path / "r1" / "state").read_text() == "another cell's"
+    assert netns_names() == before
+
+
+def test_in_memory_cell_has_no_data_dirs():
+    with Cell(replicas=3, start=False, in_memory=True) as c:
+        assert all(r["data_dir"] is None for r in c.replicas)
+        assert c.endpoints["durability"] is None
+        for config in configs(c):
+            assert not {"data_dir", "durability", "snapshot_every_ops"} & set(config)
+        assert os.listdir(os.path.join(c.endpoints["state_dir"], "r0")) == ["config.json"]
 
 
 def test_name_is_implied_only_when_one_cell_is_up():
     with Cell(start=False) as a:
         others = [x for x in json.loads(run_cell("list").stdout) if x["name"] != a.name]
-        if others:
-            pytest.skip("other cells are up on this machine")
-        assert json.loads(run_cell("endpoints").stdout)["name"] == a.name
-        with Cell(start=False):
-            done = run_cell("endpoints", check=False)
-            assert done.returncode == 2 and "--name" in done.stderr
+        if not others:
+            assert json.loads(run_cell("endpoints").stdout)["name"] == a.name
+            with Cell(start=False):
+                done = run_cell("endpoints", check=False)
+                assert done.returncode == 2 and "--name" in done.stderr
+    if others:  # skipped outside the `with`: a skip inside it would keep the cell's logs
+        pytest.skip("other cells are up on this machine")
 
 
 # --- faults, measured by the traffic that gets through ------------------------------------------
@@ -427,6 +577,67 @@ def test_electrode_attaches_xdp_pass_to_the_bridge_side_peers():
 
 # --- the process side --------------------------------------------------------------------------
 
+def test_kill_and_start_take_several_replicas_or_all_and_keep_the_data_dirs(stand_in, tmp_path):
+    root = tmp_path / "data"
+    root.mkdir()
+    with Cell(replicas=5, voltlockd=stand_in, data_root=str(root)) as c:
+        first = pids(c)
+        c.kill(0, 2)
+        assert [pid_alive(p) for p in first] == [False, True, False, True, True]
+        failure = c.cell("kill", "1", "2", check=False)  # r2 is down: nothing is killed
+        assert failure.returncode == 1 and "r2 is not running" in failure.stderr
+        assert pid_alive(first[1])
+        c.kill("all")  # the three still running
+        assert not any(pid_alive(p) for p in first)
+        assert c.status()["replicas"] == ["down"] * 5
+        assert c.cell("kill", "all", check=False).returncode == 1
+
+        c.start(1, 3, 1)
+        assert c.cell("start", "0", "1", check=False).returncode == 1  # r1 runs: none started
+        assert c.status()["replicas"][0] == "down"
+        c.start("all")  # r0, r2, r4
+        assert all(isinstance(s, dict) for s in c.status()["replicas"])
+        assert c.cell("start", "all", check=False).returncode == 1
+        second = pids(c)
+        assert not set(first) & set(second)
+        for i in range(5):
+            data_dir = str(root / f"r{i}")
+            lines = starts(data_dir)  # one up, one start: the same data dir, never emptied
+            assert len(lines) == 2, lines
+            assert "--recover" not in lines[0] and "--recover" in lines[1]
+
+        c.stop(0, 4)
+        assert [pid_alive(p) for p in second] == [False, True, True, True, False]
+        c.stop("all")
+        assert not any(pid_alive(p) for p in second)
+    assert os.listdir(root) == []
+
+
+def test_kill_all_sends_every_sigkill_before_waiting_for_any(monkeypatch):
+    """The replicas die together, as in a power cut: `kill` sends every SIGKILL, back to back,
+    before it waits for any process to go. Checked on replicas.kill itself, with the OS calls
+    recorded instead of made."""
+    from cellrig import replicas as rig_replicas
+    from cellrig.state import Cell as CellRecord
+
+    class Alive:
+        def __init__(self, pid):
+            self.pid = pid
+
+        def alive(self):
+            return True
+
+    record = CellRecord({"name": "x", "replicas": [{"index": i, "process": {"pid": 100 + i}}
+                                                   for i in range(5)]})
+    calls = []
+    monkeypatch.setattr(rig_replicas, "process", lambda r: Alive(r["process"]["pid"]))
+    monkeypatch.setattr(rig_replicas.os, "kill", lambda pid, sig: calls.append((pid, sig)))
+    monkeypatch.setattr(rig_replicas, "wait_gone",
+                        lambda refs, timeout: calls.append(("wait", len(refs))) or [])
+    rig_replicas.kill(record, [0, 1, 2, 3, 4])
+    assert calls == [(100 + i, signal.SIGKILL) for i in range(5)] + [("wait", 5)]
+
+
 @pytest.mark.voltlockd
 def test_kill_stop_start_and_wait():
     with Cell(replicas=5) as c:
@@ -487,8 +698,9 @@ def test_real_cell_elects_a_leader(replicas):
 
 
 @pytest.mark.voltlockd
-def test_real_cell_survives_leader_crash_and_recovers_it():
-    with Cell(replicas=3) as c:
+@pytest.mark.parametrize("in_memory", [False, True], ids=["data-dir", "in-memory"])
+def test_real_cell_survives_leader_crash_and_recovers_it(in_memory):
+    with Cell(replicas=3, in_memory=in_memory) as c:
         old = c.leader
         c.kill(old)
         new = c.wait_for_leader(timeout=20)
@@ -534,3 +746,16 @@ def test_real_cell_with_electrode_on():
         old = c.leader
         c.kill(old)
         assert c.wait_for_leader(timeout=20) != old
+
+
+@pytest.mark.voltlockd
+def test_real_cell_restarts_on_its_data_dirs_after_every_replica_is_killed():
+    with Cell(replicas=3, durability="sync") as c:
+        status, body = c.request(c.leader, "PUT", "/v1/kv/rig/kept", {"value": "yes"})
+        assert status == 200, body
+        c.kill("all")
+        assert all(os.listdir(r["data_dir"]) for r in c.replicas)
+        c.start("all")
+        leader = c.wait_for_leader(timeout=20)
+        status, body = c.request(leader, "GET", "/v1/kv/rig/kept")
+        assert status == 200 and body["value"] == "yes", body
