@@ -15,6 +15,7 @@ class Writer {
 public:
     explicit Writer(std::span<uint8_t> out) : out_(out) {}
 
+    void u8(uint8_t v) { put(&v, sizeof v); }
     void u16(uint16_t v) { put(&v, sizeof v); }
     void u64(uint64_t v) { put(&v, sizeof v); }
     void bytes(const Bytes& b) { put(b.data(), b.size()); }
@@ -110,6 +111,7 @@ HeaderFields header_fields(const Message& message)
                 return HeaderFields{m.replica, m.view, m.op, m.commit,
                                     static_cast<uint16_t>(m.entries.size())};
             },
+            [](const SnapshotOffer& m) { return HeaderFields{m.replica, m.view, m.op, 0, 0}; },
         },
         message);
 }
@@ -139,12 +141,17 @@ void write_body(const Message& message, Writer& w)
                        for (const Entry& e : m.entries) w.entry(e);
                    },
                    [&](const Recovery& m) { w.u64(m.nonce); },
-                   [&](const RecoveryResponse& m) { w.u64(m.nonce); },
+                   [&](const RecoveryResponse& m) {
+                       w.u64(m.nonce);
+                       w.u64(m.last_normal_view);
+                       w.u8(m.restarting ? 1 : 0);
+                   },
                    [](const GetState&) {},
                    [&](const NewState& m) {
                        w.u64(m.first_op);
                        for (const Entry& e : m.entries) w.entry(e);
                    },
+                   [](const SnapshotOffer&) {},
                },
                message);
 }
@@ -168,9 +175,10 @@ size_t body_size(const Message& message)
                           [](const DoViewChange&) { return size_t{8}; },
                           [](const StartView& m) { return 8 + entries_bytes(m.entries); },
                           [](const Recovery&) { return size_t{8}; },
-                          [](const RecoveryResponse&) { return size_t{8}; },
+                          [](const RecoveryResponse&) { return size_t{17}; },
                           [](const GetState&) { return size_t{0}; },
                           [](const NewState& m) { return 8 + entries_bytes(m.entries); },
+                          [](const SnapshotOffer&) { return size_t{0}; },
                       },
                       message);
 }
@@ -231,7 +239,10 @@ bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& 
     }
     case VL_MSG_RECOVERY_RESPONSE: {
         RecoveryResponse m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
-        if (!r.u64(m.nonce) || m.commit > m.op) return false;
+        uint8_t restarting = 0;
+        if (!(r.u64(m.nonce) && r.u64(m.last_normal_view) && r.u8(restarting))) return false;
+        if (m.commit > m.op || m.last_normal_view > m.view || restarting > 1) return false;
+        m.restarting = restarting == 1;
         out = m;
         return true;
     }
@@ -246,6 +257,9 @@ bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& 
         out = std::move(m);
         return true;
     }
+    case VL_MSG_SNAPSHOT_OFFER:
+        out = SnapshotOffer{.view = h.view, .replica = h.replica, .op = h.op};
+        return true;
     }
     return false;
 }
@@ -262,6 +276,7 @@ const char* message_type_name(vl_message_type type)
     static constexpr const char* names[] = {
         "request",    "reply",    "prepare",           "prepare_ok", "commit",    "start_view_change",
         "do_view_change", "start_view", "recovery", "recovery_response", "get_state", "new_state",
+        "snapshot_offer",
     };
     static_assert(std::size(names) == VL_MSG_TYPE_MAX - VL_MSG_TYPE_MIN + 1);
     static_assert(std::size(names) == std::variant_size_v<Message>);

@@ -97,12 +97,16 @@ struct Recovery {
 };
 
 // §4.3 step 2. The leader's log is fetched afterwards with GetState, as in StartView.
+// `restarting`: the sender is recovering too, with the state of its data directory (op, commit,
+// last_normal_view), which it offers for a whole-cell restart (docs/storage.md).
 struct RecoveryResponse {
     View view = 0;
     ReplicaIndex replica = 0;
     uint64_t nonce = 0;
     Op op = 0;
     Op commit = 0;
+    View last_normal_view = 0;
+    bool restarting = false;
     bool operator==(const RecoveryResponse&) const = default;
 };
 
@@ -125,9 +129,18 @@ struct NewState {
     bool operator==(const NewState&) const = default;
 };
 
+// §5.2 after log compaction: the entries asked for are in the sender's snapshot of every op up
+// to `op`; fetch that (over TCP: it does not fit a datagram), then ask for the entries after it.
+struct SnapshotOffer {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    Op op = 0;
+    bool operator==(const SnapshotOffer&) const = default;
+};
+
 using Message = std::variant<Request, Reply, Prepare, PrepareOk, Commit, StartViewChange,
                              DoViewChange, StartView, Recovery, RecoveryResponse, GetState,
-                             NewState>;
+                             NewState, SnapshotOffer>;
 
 const char* message_name(const Message& message);
 // The replica index in the header: the sender's, or VL_CLIENT_SENDER for a Request.

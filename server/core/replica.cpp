@@ -5,6 +5,9 @@
 #include <tuple>
 
 #include "core/assert.h"
+#include "core/byte_reader.h"
+#include "core/byte_writer.h"
+#include "core/checksum.h"
 #include "core/overloaded.h"
 
 namespace voltlock {
@@ -38,6 +41,22 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
     if (const auto* recovering = std::get_if<StartRecovering>(&start)) {
         status_ = Status::recovering;
         recovery_nonce_base_ = recovering->nonce;
+    } else if (const auto* restored = std::get_if<StartRestored>(&start)) {
+        status_ = Status::recovering;
+        recovery_nonce_base_ = restored->nonce;
+        const auto snapshot = decode_replica_snapshot(restored->snapshot);
+        if (restored->snapshot.empty() || (snapshot && restore_snapshot(*snapshot))) {
+            restored_ = true;
+            log_ = restored->log;
+            // Durability sync persists the view after the snapshot was taken: the newer counts.
+            const auto snapshot_view = snapshot ? std::pair{snapshot->view, snapshot->last_normal_view}
+                                                : std::pair<View, View>{0, 0};
+            std::tie(view_, last_normal_view_) =
+                std::max(snapshot_view, std::pair{restored->view, restored->last_normal_view});
+        } else {
+            counters_.snapshots_refused += 1;  // recovers from nothing, as StartRecovering
+        }
+        persisted_view_ = {view_, last_normal_view_};
     }
 }
 
@@ -50,17 +69,26 @@ void Replica::step(const Input& input, Effects& out)
         emit_kernel_state();
         out_->push_back(DrainKernel{});
     } else {
-        std::visit(Overloaded{
-                       [&](const Tick& tick) { on_tick(tick); },
-                       [&](const Flush&) { on_flush(); },
-                       [&](const Receive& receive) { on_receive(receive); },
-                       [&](const KernelDrained&) { on_kernel_drained(); },
-                   },
-                   input);
+        dispatch(input);
         emit_kernel_state();
     }
+    maybe_take_snapshot();
+    persist_before_sending();
     check_invariants();
     out_ = nullptr;
+}
+
+void Replica::dispatch(const Input& input)
+{
+    std::visit(Overloaded{
+                   [&](const Tick& tick) { on_tick(tick); },
+                   [&](const Flush&) { on_flush(); },
+                   [&](const Receive& receive) { on_receive(receive); },
+                   [&](const KernelDrained&) { on_kernel_drained(); },
+                   [&](const SnapshotWritten& written) { on_snapshot_written(written); },
+                   [&](const SnapshotFetched& fetched) { on_snapshot_fetched(fetched); },
+               },
+               input);
 }
 
 bool Replica::must_fence_kernel(const Input& input) const
@@ -93,12 +121,7 @@ void Replica::on_kernel_drained()
     kernel_may_hold_acks_ = false;  // the fast path is off and its ring is in the log
     const Input input = std::move(*waiting_for_drain_);
     waiting_for_drain_.reset();
-    std::visit(Overloaded{
-                   [&](const Tick& tick) { on_tick(tick); },
-                   [&](const Receive& receive) { on_receive(receive); },
-                   [](const auto&) {},
-               },
-               input);
+    dispatch(input);  // a Tick or a Receive (must_fence_kernel)
 }
 
 void Replica::on_receive(const Receive& receive)
@@ -126,6 +149,7 @@ void Replica::on_receive(const Receive& receive)
                    [&](const RecoveryResponse& m) { on_recovery_response(m); },
                    [&](const GetState& m) { on_get_state(m); },
                    [&](const NewState& m) { on_new_state(m); },
+                   [&](const SnapshotOffer& m) { on_snapshot_offer(m); },
                },
                message);
 }
@@ -186,7 +210,7 @@ void Replica::on_tick(const Tick& tick)
 
 void Replica::on_request(const Request& m)
 {
-    if (!is_leader()) {
+    if (!is_leader() || m.client_id == kCellClientId) {
         counters_.requests_dropped += 1;  // §4.1: only the leader handles requests
         return;
     }
@@ -242,6 +266,7 @@ void Replica::send_prepares(bool flush_partial)
 
         Prepare prepare{.view = view_, .replica = config_.replica, .commit = commit_};
         prepare.entries.reserve(count);
+        log_changed_after(op());
         for (size_t i = 0; i < count; i++) {
             Request& request = pending_requests_.front();
             log_.push_back(Entry{.timestamp_ms = now_ms_,
@@ -330,12 +355,17 @@ void Replica::commit_to(Op commit)
     VL_ASSERT(commit <= op(), "commit only what the log holds");
     while (commit_ < commit) {
         commit_ += 1;
-        execute(commit_, log_[commit_ - 1]);
+        execute(commit_, log_at(commit_));
     }
 }
 
 void Replica::execute(Op op_number, const Entry& entry)
 {
+    if (entry.client_id == kCellClientId) {  // the restart fence: nobody waits for a reply
+        machine_.skip_past_lost_writes();
+        out_->push_back(Executed{.op = op_number, .entry = entry, .result = {}});
+        return;
+    }
     ClientSession& session = client_table_[entry.client_id];
     const bool is_leader_now = is_leader();
     if (entry.request_number <= session.request_number && session.request_number != 0) {
@@ -357,6 +387,7 @@ void Replica::execute(Op op_number, const Entry& entry)
 
 void Replica::reply(ClientId client_id, const ClientSession& session)
 {
+    persist_before_sending();
     out_->push_back(SendReply{Reply{.view = view_,
                                     .replica = config_.replica,
                                     .client_id = client_id,
@@ -375,8 +406,9 @@ void Replica::retransmit_prepares()
         if (tick_ - in_flight.sent_tick < config_.retransmit_ticks) continue;
         Prepare prepare{.view = view_, .replica = config_.replica, .op = in_flight.last_op,
                         .commit = commit_};
-        prepare.entries.assign(log_.begin() + static_cast<ptrdiff_t>(in_flight.first_op - 1),
-                               log_.begin() + static_cast<ptrdiff_t>(in_flight.last_op));
+        prepare.entries.assign(
+            log_.begin() + static_cast<ptrdiff_t>(in_flight.first_op - log_base_ - 1),
+            log_.begin() + static_cast<ptrdiff_t>(in_flight.last_op - log_base_));
         for (ReplicaIndex r = 0; r < config_.replica_count; r++)
             if (r != config_.replica && acked_[r] < in_flight.last_op) send(r, prepare);
         in_flight.sent_tick = tick_;
@@ -402,7 +434,8 @@ void Replica::start_view_change(View view)
 
 void Replica::on_start_view_change(const StartViewChange& m)
 {
-    if (status_ == Status::recovering || m.view < view_) return;
+    if (status_ == Status::recovering && !join_restart(m.view)) return;
+    if (m.view < view_) return;
     if (m.view > view_) start_view_change(m.view);
     if (joining(view_)) return;  // that view has started already
     if (status_ == Status::normal) {
@@ -447,7 +480,8 @@ void Replica::maybe_send_do_view_change()
 
 void Replica::on_do_view_change(const DoViewChange& m)
 {
-    if (status_ == Status::recovering || m.view < view_) return;
+    if (status_ == Status::recovering && !join_restart(m.view)) return;
+    if (m.view < view_) return;
     if (m.view > view_) start_view_change(m.view);
     if (joining(view_)) return;  // that view has started already
     if (status_ == Status::normal) {
@@ -493,6 +527,7 @@ void Replica::become_leader()
 {
     VL_ASSERT(new_view_commit_ <= op(), "the selected log holds every committed op");
     const Op new_view_commit = new_view_commit_;
+    const bool fence = fence_lost_writes_;
     enter_normal(view_);
     counters_.view_changes += 1;
     commit_to(std::max(commit_, new_view_commit));
@@ -501,18 +536,27 @@ void Replica::become_leader()
     const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES;
     for (Op first = commit_ + 1; first <= op();) {
         Op last = first;
-        size_t bytes = entry_wire_bytes(log_[first - 1]);
-        while (last < op() && bytes + entry_wire_bytes(log_[last]) <= budget)
-            bytes += entry_wire_bytes(log_[last++]);
+        size_t bytes = entry_wire_bytes(log_at(first));
+        while (last < op() && bytes + entry_wire_bytes(log_at(last + 1)) <= budget)
+            bytes += entry_wire_bytes(log_at(++last));
         prepares_in_flight_.push_back({first, last, tick_});
         for (Op o = first; o <= last; o++)
-            requests_in_flight_[log_[o - 1].client_id] = log_[o - 1].request_number;
+            requests_in_flight_[log_at(o).client_id] = log_at(o).request_number;
         first = last + 1;
     }
     for (ReplicaIndex r = 0; r < config_.replica_count; r++)
         if (r != config_.replica) send_start_view(r);
     last_sent_to_followers_tick_ = tick_;
     advance_commit_as_leader();
+    if (fence) propose_restart_fence();
+}
+
+void Replica::propose_restart_fence()
+{
+    // Ahead of every client's request; the view number keeps it apart from an earlier fence.
+    pending_requests_.push_front(
+        Request{.view = view_, .client_id = kCellClientId, .request_number = view_});
+    send_prepares(true);
 }
 
 void Replica::send_start_view(ReplicaIndex to)
@@ -594,6 +638,7 @@ void Replica::start_recovery_round()
 {
     recovery_round_ += 1;
     recovery_responses_.clear();
+    restart_votes_.clear();
     recovery_target_.reset();
     fetch_.reset();
     status_since_tick_ = tick_;
@@ -603,18 +648,32 @@ void Replica::start_recovery_round()
 
 void Replica::on_recovery(const Recovery& m)
 {
-    if (status_ != Status::normal) return;  // §4.3 step 2: only replicas in normal status
+    // §4.3 step 2: only replicas in normal status answer; and, for a whole-cell restart, those
+    // recovering with the state of their data directory, or taking part in the restart's view
+    // change with it, saying so.
+    const bool restarting = (status_ == Status::recovering && restored_) ||
+                            (restart_view_change_ && !joining(view_));
+    if (status_ != Status::normal && !restarting) return;
     send(m.replica, RecoveryResponse{.view = view_,
                                      .replica = config_.replica,
                                      .nonce = m.nonce,
                                      .op = op(),
-                                     .commit = commit_});
+                                     .commit = commit_,
+                                     .last_normal_view = last_normal_view_,
+                                     .restarting = restarting});
 }
 
 void Replica::on_recovery_response(const RecoveryResponse& m)
 {
     if (status_ != Status::recovering || m.nonce != recovery_nonce() || recovery_target_)
         return;
+    if (m.restarting) {
+        recovery_responses_.erase(m.replica);
+        restart_votes_[m.replica] = m;
+        maybe_restart_cell();
+        return;
+    }
+    restart_votes_.erase(m.replica);
     recovery_responses_[m.replica] = m;
     // §4.3 step 3: f + 1 responses, one of them from the leader of the latest view among them.
     if (recovery_responses_.size() < quorum()) return;
@@ -624,12 +683,54 @@ void Replica::on_recovery_response(const RecoveryResponse& m)
     const auto leader_response = recovery_responses_.find(leader_of(latest));
     if (leader_response == recovery_responses_.end() || leader_response->second.view != latest)
         return;
+    // A restored state ahead of the cell's (the cell restarted without this replica, from an
+    // older state) cannot be joined to it: wait, and say so in the docs (docs/storage.md).
+    if (leader_response->second.op < commit_ || latest < last_normal_view_) return;
     recovery_target_ = leader_response->second;
     view_ = latest;
-    if (recovery_target_->op == 0)
+    // What we restored is committed; whatever our log holds after it is replaced.
+    if (recovery_target_->op == commit_) {
+        truncate_log(commit_);
         finish_recovery(recovery_target_->commit);
-    else
-        start_fetch(Fetch::Purpose::recover, leader(), 0, recovery_target_->op);
+    } else {
+        start_fetch(Fetch::Purpose::recover, leader(), commit_, recovery_target_->op);
+    }
+}
+
+void Replica::maybe_restart_cell()
+{
+    // A quorum recovering with the state of their data directories, ourselves among them: no
+    // quorum runs normally to recover from, so the restarting replicas run a view change with
+    // what each restored, and §4.2's rule selects the newest state among a quorum.
+    if (!restored_ || restart_votes_.size() + 1 < quorum()) return;
+    View latest = view_;
+    for (const auto& [replica, vote] : restart_votes_) latest = std::max(latest, vote.view);
+    leave_restart_for_view_change();
+    start_view_change(latest + 1);
+}
+
+bool Replica::join_restart(View view)
+{
+    // Another restarting replica started the restart's view change before we counted a quorum
+    // of votes (or a live cell is changing views): take part with what we restored. Only with
+    // durability sync: our log then holds everything we acknowledged. With durability snapshot
+    // it ends at our snapshot, and a live cell's view change that counted it could lose ops we
+    // acknowledged after it (vr_sim seed 1 x 3: one crash lost ops 571-586); we join a restart
+    // only by counting a quorum of restarting replicas ourselves (maybe_restart_cell).
+    if (!restored_ || !config_.persist_log || view <= view_) return false;
+    leave_restart_for_view_change();
+    return true;
+}
+
+void Replica::leave_restart_for_view_change()
+{
+    restored_ = false;
+    fence_lost_writes_ = !config_.persist_log;
+    restart_votes_.clear();
+    recovery_responses_.clear();
+    status_ = Status::view_change;  // start_view_change sets the view
+    restart_view_change_ = !config_.persist_log;
+    counters_.cell_restarts += 1;
 }
 
 void Replica::finish_recovery(Op commit)
@@ -662,8 +763,8 @@ void Replica::start_fetch(Fetch::Purpose purpose, ReplicaIndex from, Op base_op,
 void Replica::send_get_state()
 {
     fetch_->sent_tick = tick_;
-    const Op after = fetch_->purpose == Fetch::Purpose::catch_up ? op() : fetch_->fetched_op();
-    send(fetch_->from, GetState{.view = view_, .replica = config_.replica, .op = after});
+    send(fetch_->from,
+         GetState{.view = view_, .replica = config_.replica, .op = fetched_through()});
 }
 
 void Replica::retransmit_get_state()
@@ -679,6 +780,10 @@ void Replica::on_get_state(const GetState& m)
     // reported it: that is how a new leader fetches the log it selected.
     if (status_ == Status::recovering || m.view != view_ || m.op > op()) return;
     if (status_ == Status::view_change && fetch_) return;
+    if (m.op < log_base_) {  // compacted: the snapshot first, over TCP
+        send(m.replica, SnapshotOffer{.view = view_, .replica = config_.replica, .op = log_base_});
+        return;
+    }
     const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES - 8;
     send(m.replica, NewState{.view = view_,
                              .replica = config_.replica,
@@ -701,12 +806,8 @@ void Replica::on_new_state(const NewState& m)
         if (!install_entries(m.first_op, m.entries) || op() == before) return;
         last_heard_from_leader_tick_ = tick_;
         commit_to(std::min(m.commit, op()));
-        if (op() >= std::max(fetch.target_op, m.op)) {
-            fetch_.reset();
-            send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
-        } else {
-            send_get_state();
-        }
+        fetch.target_op = std::max(fetch.target_op, m.op);
+        fetch_next_or_complete();
         return;
     }
     if (m.first_op > fetch.fetched_op()) return;  // reordered; the timer asks again
@@ -720,10 +821,37 @@ void Replica::on_new_state(const NewState& m)
     if (fetch.purpose != Fetch::Purpose::select_log)
         fetch.target_op = std::max(fetch.target_op, m.op);
     status_since_tick_ = tick_;  // progress: keep this view change or recovery alive
-    if (fetch.fetched_op() >= fetch.target_op)
+    fetch_next_or_complete();
+}
+
+void Replica::fetch_next_or_complete()
+{
+    if (fetch_->purpose == Fetch::Purpose::catch_up) {
+        if (op() < fetch_->target_op) {
+            send_get_state();
+            return;
+        }
+        fetch_.reset();
+        send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
+        return;
+    }
+    if (fetch_->fetched_op() >= fetch_->target_op)
         complete_fetch();
     else
         send_get_state();
+}
+
+void Replica::on_snapshot_offer(const SnapshotOffer& m)
+{
+    if (!fetch_ || m.replica != fetch_->from || m.view != view_) return;
+    if (m.op <= fetched_through()) return;  // a late offer: we are past it
+    out_->push_back(FetchSnapshot{.from = m.replica, .op = m.op});
+}
+
+Op Replica::fetched_through() const
+{
+    // A catch-up fetch appends to the log as it goes; the others collect entries after base_op.
+    return fetch_->purpose == Fetch::Purpose::catch_up ? op() : fetch_->fetched_op();
 }
 
 void Replica::complete_fetch()
@@ -754,14 +882,18 @@ void Replica::complete_fetch()
 bool Replica::install_entries(Op first_op, const std::vector<Entry>& entries)
 {
     // Callers guarantee that our log up to op() agrees with the sender's: what we already
-    // hold must be identical, and only what follows is appended.
+    // hold must be identical, and only what follows is appended. Compacted ops are committed
+    // and in our snapshot.
     if (first_op > op()) return false;
     for (size_t i = 0; i < entries.size(); i++) {
         const Op o = first_op + 1 + i;
-        if (o <= op())
-            VL_ASSERT(log_[o - 1] == entries[i], "logs agree on every op both hold");
-        else
+        if (o <= log_base_) continue;
+        if (o <= op()) {
+            VL_ASSERT(log_at(o) == entries[i], "logs agree on every op both hold");
+        } else {
+            log_changed_after(o - 1);
             log_.push_back(entries[i]);
+        }
     }
     return true;
 }
@@ -771,6 +903,7 @@ void Replica::replace_log_after(Op base_op, Op first_op, const std::vector<Entry
     // `entries` hold ops (first_op, first_op + size]; ours are good up to base_op.
     VL_ASSERT(first_op <= base_op && base_op <= op(), "the new suffix joins our good prefix");
     truncate_log(base_op);
+    log_changed_after(base_op);
     for (size_t i = base_op - first_op; i < entries.size(); i++) log_.push_back(entries[i]);
 }
 
@@ -779,40 +912,216 @@ std::vector<Entry> Replica::entries_after(Op first_op, size_t budget_bytes) cons
     std::vector<Entry> entries;
     size_t bytes = 0;
     for (Op o = first_op + 1; o <= op(); o++) {
-        bytes += entry_wire_bytes(log_[o - 1]);
+        bytes += entry_wire_bytes(log_at(o));
         if (bytes > budget_bytes) break;
-        entries.push_back(log_[o - 1]);
+        entries.push_back(log_at(o));
     }
     return entries;
+}
+
+// ---- Snapshots and log compaction (DESIGN.md §5) --------------------------------------------
+
+namespace {
+constexpr uint32_t kSnapshotMagic = 0x31534C56;  // "VLS1"
+}
+
+Bytes Replica::encode_snapshot() const
+{
+    // The client table goes in client order, so that replicas with the same state write the
+    // same bytes.
+    std::vector<ClientId> clients;
+    clients.reserve(client_table_.size());
+    for (const auto& [client_id, session] : client_table_) clients.push_back(client_id);
+    std::sort(clients.begin(), clients.end());
+    const Bytes machine = machine_.snapshot();
+
+    Bytes out;
+    out.reserve(machine.size() + 64 + clients.size() * 40);
+    ByteWriter w(out);
+    w.u32(kSnapshotMagic);
+    w.u64(commit_);
+    w.u64(view_);
+    w.u64(last_normal_view_);
+    w.u64(clients.size());
+    for (const ClientId client_id : clients) {
+        const ClientSession& session = client_table_.at(client_id);
+        w.u64(client_id);
+        w.u64(session.request_number);
+        w.u32(static_cast<uint32_t>(session.result.size()));
+        w.bytes(session.result);
+    }
+    w.u64(machine.size());
+    w.bytes(machine);
+    w.u32(crc32c(out));
+    return out;
+}
+
+std::optional<ReplicaSnapshot> decode_replica_snapshot(std::string_view bytes)
+{
+    if (bytes.size() < 4) return std::nullopt;
+    const std::string_view body = bytes.substr(0, bytes.size() - 4);
+    uint32_t checksum = 0;
+    ByteReader trailer(bytes.substr(body.size()));
+    if (!trailer.u32(checksum) || checksum != crc32c(body)) return std::nullopt;
+
+    ByteReader r(body);
+    ReplicaSnapshot snapshot;
+    uint32_t magic = 0;
+    uint64_t client_count = 0;
+    if (!(r.u32(magic) && magic == kSnapshotMagic && r.u64(snapshot.op) && r.u64(snapshot.view) &&
+          r.u64(snapshot.last_normal_view) && r.u64(client_count)))
+        return std::nullopt;
+    if (snapshot.last_normal_view > snapshot.view) return std::nullopt;
+    // Each record takes at least 20 bytes: a count that cannot fit is refused before allocating.
+    if (client_count > r.remaining() / 20) return std::nullopt;
+    snapshot.clients.resize(client_count);
+    for (ClientTableRecord& client : snapshot.clients) {
+        uint32_t result_bytes = 0;
+        if (!(r.u64(client.client_id) && r.u64(client.request_number) && r.u32(result_bytes) &&
+              r.bytes(client.result, result_bytes)))
+            return std::nullopt;
+    }
+    uint64_t machine_bytes = 0;
+    if (!r.u64(machine_bytes) || machine_bytes != r.remaining()) return std::nullopt;
+    snapshot.machine = body.substr(body.size() - machine_bytes);
+    return snapshot;
+}
+
+bool Replica::restore_snapshot(const ReplicaSnapshot& snapshot)
+{
+    // The machine first: it refuses bytes that are not its snapshot and then changes nothing.
+    if (!machine_.restore(snapshot.machine)) return false;
+    client_table_.clear();
+    for (const ClientTableRecord& client : snapshot.clients)
+        client_table_[client.client_id] = ClientSession{client.request_number, client.result};
+    log_.clear();
+    log_base_ = snapshot.op;
+    commit_ = snapshot.op;
+    snapshot_attempt_op_ = snapshot.op;
+    return true;
+}
+
+void Replica::maybe_take_snapshot()
+{
+    if (snapshot_writing_ || status_ != Status::normal || commit_ <= snapshot_attempt_op_) return;
+    const bool ops_due = config_.snapshot_every_ops != 0 &&
+                         commit_ - snapshot_attempt_op_ >= config_.snapshot_every_ops;
+    const bool time_due = config_.snapshot_every_ticks != 0 &&
+                          tick_ - snapshot_attempt_tick_ >= config_.snapshot_every_ticks;
+    if (!ops_due && !time_due) return;
+    snapshot_attempt_op_ = commit_;
+    snapshot_attempt_tick_ = tick_;
+    snapshot_writing_ = commit_;
+    out_->push_back(WriteSnapshot{.op = commit_, .snapshot = encode_snapshot()});
+}
+
+void Replica::on_snapshot_written(const SnapshotWritten& written)
+{
+    if (snapshot_writing_ == written.op) snapshot_writing_.reset();
+    if (!written.ok) return;  // the log stays whole; the next trigger tries again
+    counters_.snapshots_written += 1;
+    if (written.op <= log_base_) return;  // a snapshot installed meanwhile is newer
+    VL_ASSERT(written.op <= commit_, "snapshots hold committed ops only");
+    log_.erase(log_.begin(), log_.begin() + static_cast<ptrdiff_t>(written.op - log_base_));
+    log_base_ = written.op;
+}
+
+void Replica::on_snapshot_fetched(const SnapshotFetched& fetched)
+{
+    if (!fetch_) return;
+    const auto snapshot = decode_replica_snapshot(fetched.snapshot);
+    if (!snapshot) {
+        counters_.snapshots_refused += 1;
+        return;
+    }
+    if (snapshot->op <= fetched_through()) return;  // an older offer's: we are past it
+    // Our log after the snapshot's op, if any, stays the tentative suffix it was: a pending log
+    // replacement still replaces it, and a view change meanwhile still sees it.
+    std::vector<Entry> suffix;
+    if (op() > snapshot->op)
+        suffix.assign(log_.begin() + static_cast<ptrdiff_t>(snapshot->op - log_base_), log_.end());
+    if (!restore_snapshot(*snapshot)) {
+        counters_.snapshots_refused += 1;
+        return;
+    }
+    log_ = std::move(suffix);
+    log_changed_after(log_base_);
+    counters_.snapshots_installed += 1;
+    out_->push_back(SnapshotInstalled{.op = log_base_});
+    // Written like our own, so that we can serve it and restart from it; first, when the log
+    // after it is persisted too, so that the data directory never holds a log without its base.
+    snapshot_writing_ = log_base_;
+    out_->push_back(WriteSnapshot{.op = log_base_,
+                                  .snapshot = fetched.snapshot,
+                                  .before_next_effect = config_.persist_log});
+    fetch_->base_op = log_base_;
+    fetch_->entries.clear();
+    status_since_tick_ = tick_;
+    if (fetch_->purpose == Fetch::Purpose::catch_up) last_heard_from_leader_tick_ = tick_;
+    fetch_next_or_complete();
 }
 
 // ---- Plumbing -------------------------------------------------------------------------------
 
 void Replica::send(ReplicaIndex to, Message message)
 {
+    persist_before_sending();
     out_->push_back(Send{.to = to, .message = std::move(message)});
 }
 
 void Replica::broadcast(Message message)
 {
-    if (config_.replica_count > 1) out_->push_back(Broadcast{.message = std::move(message)});
+    if (config_.replica_count == 1) return;
+    persist_before_sending();
+    out_->push_back(Broadcast{.message = std::move(message)});
 }
 
 void Replica::truncate_log(Op new_op)
 {
     VL_ASSERT(new_op >= commit_, "committed ops are never removed");
-    if (new_op < op()) log_.resize(new_op);
+    if (new_op >= op()) return;
+    log_changed_after(new_op);
+    log_.resize(new_op - log_base_);
+}
+
+// ---- Durability sync --------------------------------------------------------------------------
+
+void Replica::log_changed_after(Op op_number)
+{
+    if (config_.persist_log)
+        log_unpersisted_after_ = std::min(log_unpersisted_after_.value_or(op_number), op_number);
+}
+
+void Replica::persist_before_sending()
+{
+    // Every message reflects a durable log and view: a PrepareOK, a DoViewChange or a reply
+    // promises what they hold (the shell writes all Persist effects of a step at once).
+    if (!config_.persist_log) return;
+    if (log_unpersisted_after_) {
+        // A snapshot installed meanwhile covers the ops up to its own (it is written first).
+        const Op after = std::max(*log_unpersisted_after_, log_base_);
+        log_unpersisted_after_.reset();
+        out_->push_back(PersistLog{
+            .after = after,
+            .entries = {log_.begin() + static_cast<ptrdiff_t>(after - log_base_), log_.end()}});
+    }
+    if (std::pair{view_, last_normal_view_} != persisted_view_) {
+        persisted_view_ = {view_, last_normal_view_};
+        out_->push_back(PersistView{.view = view_, .last_normal_view = last_normal_view_});
+    }
 }
 
 void Replica::enter_normal(View view)
 {
     reset_view_state();
+    restart_view_change_ = false;
     status_ = Status::normal;
     view_ = view;
     last_normal_view_ = view;
     status_since_tick_ = tick_;
     last_heard_from_leader_tick_ = tick_;
     failed_view_changes_ = 0;
+    fence_lost_writes_ = false;
 }
 
 void Replica::emit_kernel_state()
@@ -842,7 +1151,8 @@ void Replica::check_invariants() const
     VL_ASSERT(last_normal_view_ <= view_, "last normal view <= view");
     VL_ASSERT(status_ != Status::normal || last_normal_view_ == view_,
               "in normal status the last normal view is the view");
-    VL_ASSERT(status_ != Status::recovering || commit_ == 0,
+    VL_ASSERT(log_base_ <= commit_, "only committed ops are compacted");
+    VL_ASSERT(status_ != Status::recovering || commit_ == log_base_,
               "a recovering replica executes nothing until it has the leader's log");
     VL_ASSERT(!is_leader() || op() - commit_ <= config_.pipeline_ops,
               "the leader keeps at most pipeline_ops uncommitted");

@@ -16,12 +16,20 @@
 //   complete, so a view change meanwhile never sees a log shorter than what it acknowledged.
 //   (Truncating first and fetching after loses committed ops: the simulator showed it.)
 // - A Prepare carries a batch of consecutive ops; PrepareOK(v, n) acknowledges all ops up to n.
+// - Log compaction (DESIGN.md §5, docs/storage.md): every so many ops or ticks the replica asks
+//   the shell to write a snapshot of everything committed, and drops the log up to it once the
+//   shell says it is durable. A fetch that asks for compacted ops gets a SnapshotOffer; the shell
+//   fetches the snapshot over TCP and the replica installs it, then fetches the entries after it.
+// - Restart from a data directory: a replica that restarts with state recovers as in §4.3 when a
+//   quorum runs normally; when a quorum is restarting too (a whole-cell restart) they run a view
+//   change with the state each restored, which selects the newest as §4.2 selects logs.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <variant>
 #include <vector>
@@ -44,7 +52,33 @@ struct ReplicaConfig {
     uint32_t pipeline_ops = 4096;                     // leader: at most this many ops uncommitted
     uint32_t request_queue_limit = 8192;              // leader: requests waiting for the pipeline
     bool fast_ack_allowed = false;                    // the kernel may acknowledge Prepares
+    // Snapshot (and compact the log) when this many ops were committed since the last one, or
+    // this many ticks passed and anything was committed; 0 turns either trigger off.
+    uint64_t snapshot_every_ops = 0;
+    uint64_t snapshot_every_ticks = 0;
+    // Durability "sync": the log and the view are persisted (PersistLog, PersistView) before any
+    // message that depends on them goes out, so that no acknowledged op is lost even when every
+    // replica dies at once. Off: only snapshots are written ("snapshot" durability).
+    bool persist_log = false;
 };
+
+// A replica's snapshot (WriteSnapshot, SnapshotFetched, StartRestored), decoded: the op it
+// reflects, the view it was taken in, the client table, and the state machine's own bytes.
+// The encoding ends in a CRC-32C of everything before it.
+struct ClientTableRecord {
+    ClientId client_id = 0;
+    RequestNumber request_number = 0;
+    Bytes result;
+};
+struct ReplicaSnapshot {
+    Op op = 0;
+    View view = 0;
+    View last_normal_view = 0;
+    std::vector<ClientTableRecord> clients;
+    std::string_view machine;  // into the bytes decoded
+};
+// nullopt: not a snapshot (wrong magic, truncated, trailing bytes, or a failed checksum).
+std::optional<ReplicaSnapshot> decode_replica_snapshot(std::string_view bytes);
 
 // How a replica starts: as a member of a brand-new cell, or after a crash that lost its state
 // (§4.3), with a nonce that the shell draws and that is never reused by this replica.
@@ -52,7 +86,17 @@ struct StartFresh {};
 struct StartRecovering {
     uint64_t nonce = 0;
 };
-using Start = std::variant<StartFresh, StartRecovering>;
+// After a restart with a data directory: its newest snapshot (empty: none was written, the state
+// of op 0), the log persisted after it and the view persisted last (durability sync; else empty
+// and zero). The replica recovers from there (see the header comment).
+struct StartRestored {
+    uint64_t nonce = 0;
+    Bytes snapshot;
+    std::vector<Entry> log;
+    View view = 0;
+    View last_normal_view = 0;
+};
+using Start = std::variant<StartFresh, StartRecovering, StartRestored>;
 
 // ---- Inputs ---------------------------------------------------------------------------------
 
@@ -71,7 +115,17 @@ struct Receive {
 struct Flush {};
 // After DrainKernel: the shell has delivered every Prepare the kernel acknowledged.
 struct KernelDrained {};
-using Input = std::variant<Tick, Receive, Flush, KernelDrained>;
+// After WriteSnapshot: whether the snapshot of `op` is durable.
+struct SnapshotWritten {
+    Op op = 0;
+    bool ok = false;
+};
+// After FetchSnapshot: the bytes of the peer's snapshot (a WriteSnapshot's, checked by the core).
+struct SnapshotFetched {
+    Bytes snapshot;
+};
+using Input =
+    std::variant<Tick, Receive, Flush, KernelDrained, SnapshotWritten, SnapshotFetched>;
 
 // ---- Effects --------------------------------------------------------------------------------
 
@@ -100,8 +154,39 @@ struct KernelStateChanged {
 // every Prepare it acknowledged before that, in op order, then step KernelDrained. The replica
 // holds back the input that made it ask until then.
 struct DrainKernel {};
-using Effect =
-    std::variant<Send, Broadcast, SendReply, Executed, KernelStateChanged, DrainKernel>;
+// Write this snapshot of every op up to `op` (state machine, client table, view) durably, serve
+// it to peers that fetch it, and step SnapshotWritten when done. `before_next_effect`: it must be
+// durable before the effects after it are carried out (a fetched snapshot with the log persisted
+// after it); otherwise the shell may write it in the background.
+struct WriteSnapshot {
+    Op op = 0;
+    Bytes snapshot;
+    bool before_next_effect = false;
+};
+// Durability sync: persist, in one write with the other Persist effects of this step and before
+// the effects after them, that the log after op `after` is now exactly `entries`.
+struct PersistLog {
+    Op after = 0;
+    std::vector<Entry> entries;
+};
+// Durability sync: persist the view and the last normal view, like PersistLog.
+struct PersistView {
+    View view = 0;
+    View last_normal_view = 0;
+};
+// Fetch replica `from`'s snapshot (of op `op` or newer) and step SnapshotFetched with it. Asked
+// again while the fetch is under way: one fetch is enough.
+struct FetchSnapshot {
+    ReplicaIndex from = 0;
+    Op op = 0;
+};
+// The state machine jumped to a fetched snapshot of `op` rather than applying ops up to it.
+struct SnapshotInstalled {
+    Op op = 0;
+};
+using Effect = std::variant<Send, Broadcast, SendReply, Executed, KernelStateChanged,
+                            DrainKernel, WriteSnapshot, PersistLog, PersistView, FetchSnapshot,
+                            SnapshotInstalled>;
 using Effects = std::vector<Effect>;
 
 // Counters kept for /v1/status and tests.
@@ -111,6 +196,10 @@ struct ReplicaCounters {
     uint64_t state_transfers = 0;     // GetStates sent
     uint64_t recoveries = 0;          // recoveries completed
     uint64_t requests_dropped = 0;    // requests refused: not leader, queue full, stale
+    uint64_t snapshots_written = 0;   // own snapshots made durable
+    uint64_t snapshots_installed = 0; // fetched from a peer and installed
+    uint64_t snapshots_refused = 0;   // restored or fetched bytes that were not a valid snapshot
+    uint64_t cell_restarts = 0;       // whole-cell restarts this replica started or joined
 };
 
 class Replica {
@@ -127,9 +216,11 @@ public:
     View last_normal_view() const { return last_normal_view_; }
     ReplicaIndex leader() const { return leader_of(view_); }
     bool is_leader() const { return status_ == Status::normal && leader() == config_.replica; }
-    Op op() const { return log_.size(); }
+    Op op() const { return log_base_ + log_.size(); }
     Op commit() const { return commit_; }
-    const Entry& entry(Op op) const { return log_.at(op - 1); }
+    // Ops up to here are compacted into the newest snapshot; entry() holds the ones after it.
+    Op log_base() const { return log_base_; }
+    const Entry& entry(Op op) const { return log_.at(op - log_base_ - 1); }
     const ReplicaCounters& counters() const { return counters_; }
     const ReplicaConfig& config() const { return config_; }
     // Per replica, the highest op it acknowledged in this view (leader only; else zeros).
@@ -173,6 +264,7 @@ private:
     void on_receive(const Receive& receive);
     bool must_fence_kernel(const Input& input) const;
     void on_kernel_drained();
+    void dispatch(const Input& input);
     void on_tick(const Tick& tick);
     void on_flush();
 
@@ -188,6 +280,7 @@ private:
     void on_recovery_response(const RecoveryResponse& m);
     void on_get_state(const GetState& m);
     void on_new_state(const NewState& m);
+    void on_snapshot_offer(const SnapshotOffer& m);
 
     // Normal operation (§4.1).
     void send_prepares(bool flush_partial);
@@ -224,10 +317,30 @@ private:
     void replace_log_after(Op base_op, Op first_op, const std::vector<Entry>& entries);
     bool joining(View view) const;
     std::vector<Entry> entries_after(Op first_op, size_t budget_bytes) const;
+    void fetch_next_or_complete();
+    Op fetched_through() const;  // the op after which the fetch under way asks for entries
+
+    // Snapshots and log compaction (DESIGN.md §5).
+    Bytes encode_snapshot() const;
+    bool restore_snapshot(const ReplicaSnapshot& snapshot);
+    void maybe_take_snapshot();
+    void on_snapshot_written(const SnapshotWritten& written);
+    void on_snapshot_fetched(const SnapshotFetched& fetched);
+
+    // Restart from a data directory.
+    void maybe_restart_cell();
+    void propose_restart_fence();
+    bool join_restart(View view);
+    void leave_restart_for_view_change();
+
+    // Durability sync.
+    void log_changed_after(Op op);
+    void persist_before_sending();
 
     void send(ReplicaIndex to, Message message);
     void broadcast(Message message);
     void truncate_log(Op op);
+    const Entry& log_at(Op op) const { return log_[op - log_base_ - 1]; }
     void emit_kernel_state();
     void check_invariants() const;
 
@@ -239,7 +352,8 @@ private:
     Status status_ = Status::normal;
     View view_ = 0;
     View last_normal_view_ = 0;
-    std::vector<Entry> log_;  // log_[i] holds op i + 1
+    std::vector<Entry> log_;  // log_[i] holds op log_base_ + i + 1
+    Op log_base_ = 0;         // ops up to here are in the newest snapshot; log_base_ <= commit_
     Op commit_ = 0;
     std::unordered_map<ClientId, ClientSession> client_table_;
 
@@ -269,6 +383,29 @@ private:
     uint64_t recovery_round_ = 0;
     std::map<ReplicaIndex, RecoveryResponse> recovery_responses_;
     std::optional<RecoveryResponse> recovery_target_;  // the leader's answer; fetching its log
+    // Restart: this replica's state came from its data directory, and it may offer it for a
+    // whole-cell restart; the answers of the others recovering with theirs.
+    bool restored_ = false;
+    std::map<ReplicaIndex, RecoveryResponse> restart_votes_;
+    // Restarted from a snapshot alone (durability "snapshot"): if this replica leads the
+    // restart's view, its first op moves the state machine past the writes that may be lost.
+    bool fence_lost_writes_ = false;
+    // Durability snapshot: in the view change of a whole-cell restart, until normal. Until it
+    // learns that the restart's view started, it still answers Recovery as restarting, so that
+    // the restarting replicas that had not yet counted a quorum do, and follow (they never join
+    // a view change on a message alone).
+    bool restart_view_change_ = false;
+
+    // Snapshots: the op and tick of the last one asked for (written or not: a failed write is
+    // retried at the next trigger, not at once), and the op of the write under way.
+    Op snapshot_attempt_op_ = 0;
+    uint64_t snapshot_attempt_tick_ = 0;
+    std::optional<Op> snapshot_writing_;
+
+    // Durability sync: the log after this op changed since it was last persisted; the view and
+    // last normal view persisted last.
+    std::optional<Op> log_unpersisted_after_;
+    std::pair<View, View> persisted_view_{0, 0};
 
     std::optional<Fetch> fetch_;
 

@@ -10,6 +10,9 @@ using View = uint64_t;          // view-number
 using Op = uint64_t;            // op-number; ops are numbered from 1, 0 means "none"
 using ReplicaIndex = uint8_t;   // replica-number, 0..replica_count-1
 using ClientId = uint64_t;
+// Reserved: entries the cell itself puts in the log (Replica: the restart fence). Requests from
+// this client id are refused.
+inline constexpr ClientId kCellClientId = 0;
 using RequestNumber = uint64_t;
 using Bytes = std::string;      // opaque payloads and results
 

@@ -118,9 +118,10 @@ std::vector<Message> one_of_each_type()
         sample_start_view(),
         Recovery{.replica = 2, .nonce = 0x5EED'0000'0000'0001},
         RecoveryResponse{.view = 9, .replica = 0, .nonce = 0x5EED'0000'0000'0001, .op = 20,
-                         .commit = 17},
+                         .commit = 17, .last_normal_view = 8, .restarting = true},
         GetState{.view = 9, .replica = 1, .op = 17},
         sample_new_state(),
+        SnapshotOffer{.view = 9, .replica = 2, .op = 40},
     };
 }
 
@@ -507,9 +508,9 @@ TEST_CASE("decode rejects any other version as bad_version")
     }
 }
 
-TEST_CASE("decode rejects types 0, 13 and 255 as unknown_type")
+TEST_CASE("decode rejects types 0, 14 and 255 as unknown_type")
 {
-    for (uint8_t type : {uint8_t{0}, uint8_t{13}, uint8_t{255}}) {
+    for (uint8_t type : {uint8_t{0}, uint8_t{14}, uint8_t{255}}) {
         CAPTURE(int{type});
         CHECK(outcome(forge(Commit{.view = 1, .commit = 1}, [&](Datagram& d) {
                   d[offsetof(vl_header, type)] = type;
@@ -800,6 +801,20 @@ TEST_CASE("decode rejects commit > op in DoViewChange, StartView, NewState, Reco
     CHECK(outcome(encode(rr, cluster)) == "bad_body");
 }
 
+TEST_CASE("decode rejects a RecoveryResponse with last_normal_view > view or restarting > 1")
+{
+    RecoveryResponse rr{.view = 3, .replica = 0, .nonce = 1, .op = 5, .commit = 4,
+                        .last_normal_view = 3, .restarting = true};
+    CHECK(outcome(encode(rr, cluster)) == "accepted");
+    rr.last_normal_view = 4;
+    CHECK(outcome(encode(rr, cluster)) == "bad_body");
+    rr.last_normal_view = 2;
+    Datagram d = encode(rr, cluster);
+    d.back() = 2;  // the restarting byte ends the body
+    fix_checksum(d);
+    CHECK(outcome(d) == "bad_body");
+}
+
 TEST_CASE("decode rejects a StartView or NewState with first_op + count > op as bad_body")
 {
     StartView sv = sample_start_view();  // first_op 17, 3 entries, op 20
@@ -1051,7 +1066,7 @@ TEST_CASE("message_type_name: the message's name for every type, \"unknown\" out
     for (const Message& message : one_of_each_type())
         CHECK(std::string(message_type_name(message_type(message))) == message_name(message));
     // 0..15 all lie within the enum's range of values (VL_MSG_TYPE_MAX needs 4 bits).
-    for (int type : {0, 13, 15}) {
+    for (int type : {0, 14, 15}) {
         CAPTURE(type);
         CHECK(std::string(message_type_name(static_cast<vl_message_type>(type))) == "unknown");
     }

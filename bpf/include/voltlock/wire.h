@@ -72,9 +72,10 @@ enum vl_message_type {
     VL_MSG_RECOVERY_RESPONSE = 10, /* §4.3 step 2 */
     VL_MSG_GET_STATE = 11,         /* §5.2 */
     VL_MSG_NEW_STATE = 12,         /* §5.2 */
+    VL_MSG_SNAPSHOT_OFFER = 13,    /* §5.2, compacted: fetch my snapshot over TCP first */
 };
 #define VL_MSG_TYPE_MIN VL_MSG_REQUEST
-#define VL_MSG_TYPE_MAX VL_MSG_NEW_STATE
+#define VL_MSG_TYPE_MAX VL_MSG_SNAPSHOT_OFFER
 
 /* Header flags. */
 enum vl_flag {
@@ -145,9 +146,13 @@ VL_STATIC_ASSERT(offsetof(struct vl_header, checksum) == 48, "checksum offset");
  * DoViewChange:     u64 last_normal_view  (header.op, header.commit: the sender's)
  * StartView:        u64 first_op, then entries for ops (first_op, first_op + batch_count]
  * Recovery:         u64 nonce
- * RecoveryResponse: u64 nonce  (header view/op/commit: the sender's)
+ * RecoveryResponse: u64 nonce, u64 last_normal_view, u8 restarting (0 or 1)
+ *                   (header view/op/commit: the sender's; restarting: it is recovering too,
+ *                   from its data directory, and offers its state for a whole-cell restart)
  * GetState:         empty: header.op is the op after which the sender wants entries
  * NewState:         u64 first_op, then entries as in StartView (header.op, header.commit: sender's)
+ * SnapshotOffer:    empty: the entries asked for are compacted into the sender's snapshot of
+ *                   every op up to header.op, which it serves over TCP (HTTP) to fetch first
  */
 #define VL_ENTRY_FIXED_BYTES 26u
 #define VL_REQUEST_FIXED_BYTES 16u
