@@ -1,0 +1,610 @@
+#include "shell/storage.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/iterator.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <string_view>
+#include <utility>
+
+#include "core/byte_reader.h"
+#include "core/byte_writer.h"
+#include "core/checksum.h"
+
+namespace voltlock {
+
+// ---- Key layout -------------------------------------------------------------------------------
+//   "identity"          format version u32, cluster_id u32, replica u8, replica_count u8
+//   "view"              view u64, last_normal_view u64
+//   "log/" op           timestamp_ms u64, client_id u64, request_number u64, payload length u32,
+//                       payload
+//   "snapshot/" op      the manifest: op u64, size u64, chunk bytes u32, chunk count u32,
+//                       whole CRC-32C u32, then each chunk's CRC-32C u32
+//   "chunk/" op index   the snapshot's bytes [index * chunk bytes, ...)
+// Ops (u64) and chunk indexes (u32) are big-endian so that keys sort by them; values are
+// little-endian, as everywhere else (ByteWriter).
+
+namespace {
+
+constexpr uint32_t format_version = 1;
+constexpr uint32_t snapshot_chunk_bytes = 1 << 20;
+
+const Bytes identity_key = "identity";
+const Bytes view_key = "view";
+const Bytes log_prefix = "log/";
+const Bytes manifest_prefix = "snapshot/";
+const Bytes chunk_prefix = "chunk/";
+
+void append_big_endian(Bytes& out, uint64_t v, int count)
+{
+    for (int i = count - 1; i >= 0; i--) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+uint64_t read_big_endian(std::string_view in)
+{
+    uint64_t v = 0;
+    for (const char ch : in) v = (v << 8) | static_cast<uint8_t>(ch);
+    return v;
+}
+
+Bytes op_key(const Bytes& prefix, Op op)
+{
+    Bytes key = prefix;
+    append_big_endian(key, op, 8);
+    return key;
+}
+
+// The first key after every key that starts with `prefix`: the exclusive end of its range.
+Bytes prefix_end(Bytes prefix)
+{
+    prefix.back() = static_cast<char>(prefix.back() + 1);
+    return prefix;
+}
+
+// The smallest key greater than `key`: makes an exclusive range end include `key` itself.
+Bytes key_after(Bytes key)
+{
+    key.push_back('\0');
+    return key;
+}
+
+// The op in a key made by op_key(prefix, op); nullopt for a key of another shape.
+std::optional<Op> key_op(std::string_view key, const Bytes& prefix)
+{
+    if (key.size() != prefix.size() + 8 || !key.starts_with(prefix)) return std::nullopt;
+    return read_big_endian(key.substr(prefix.size()));
+}
+
+std::string_view view_of(const rocksdb::Slice& slice) { return {slice.data(), slice.size()}; }
+
+// ---- Values -----------------------------------------------------------------------------------
+
+Bytes encode_identity(const CellIdentity& identity)
+{
+    Bytes out;
+    ByteWriter w(out);
+    w.u32(format_version);
+    w.u32(identity.cluster_id);
+    w.u8(identity.replica);
+    w.u8(identity.replica_count);
+    return out;
+}
+
+std::string describe(const CellIdentity& identity)
+{
+    return "cluster " + std::to_string(identity.cluster_id) + " replica " +
+           std::to_string(identity.replica) + " of " + std::to_string(identity.replica_count);
+}
+
+Bytes encode_entry(const Entry& entry)
+{
+    Bytes out;
+    out.reserve(28 + entry.payload.size());
+    ByteWriter w(out);
+    w.u64(entry.timestamp_ms);
+    w.u64(entry.client_id);
+    w.u64(entry.request_number);
+    w.u32(static_cast<uint32_t>(entry.payload.size()));
+    w.bytes(entry.payload);
+    return out;
+}
+
+std::optional<Entry> decode_entry(std::string_view in)
+{
+    ByteReader r(in);
+    Entry entry;
+    uint32_t payload_bytes = 0;
+    if (!r.u64(entry.timestamp_ms) || !r.u64(entry.client_id) || !r.u64(entry.request_number) ||
+        !r.u32(payload_bytes) || !r.bytes(entry.payload, payload_bytes) || !r.done())
+        return std::nullopt;
+    return entry;
+}
+
+struct SnapshotManifest {
+    Op op = 0;
+    uint64_t size_bytes = 0;
+    uint32_t chunk_bytes = 0;
+    uint32_t crc = 0;  // over the whole snapshot
+    std::vector<uint32_t> chunk_crcs;
+};
+
+SnapshotManifest make_manifest(Op op, const Bytes& snapshot)
+{
+    SnapshotManifest manifest{.op = op, .size_bytes = snapshot.size(),
+                              .chunk_bytes = snapshot_chunk_bytes};
+    const std::string_view bytes = snapshot;
+    for (size_t offset = 0; offset < bytes.size(); offset += snapshot_chunk_bytes) {
+        const std::string_view chunk = bytes.substr(offset, snapshot_chunk_bytes);
+        manifest.chunk_crcs.push_back(crc32c(chunk));
+        manifest.crc = crc32c(chunk, manifest.crc);
+    }
+    return manifest;
+}
+
+Bytes encode_manifest(const SnapshotManifest& manifest)
+{
+    Bytes out;
+    ByteWriter w(out);
+    w.u64(manifest.op);
+    w.u64(manifest.size_bytes);
+    w.u32(manifest.chunk_bytes);
+    w.u32(static_cast<uint32_t>(manifest.chunk_crcs.size()));
+    w.u32(manifest.crc);
+    for (const uint32_t crc : manifest.chunk_crcs) w.u32(crc);
+    return out;
+}
+
+// nullopt unless every field is present and consistent with the others.
+std::optional<SnapshotManifest> decode_manifest(std::string_view in)
+{
+    ByteReader r(in);
+    SnapshotManifest manifest;
+    uint32_t chunk_count = 0;
+    if (!r.u64(manifest.op) || !r.u64(manifest.size_bytes) || !r.u32(manifest.chunk_bytes) ||
+        !r.u32(chunk_count) || !r.u32(manifest.crc) || manifest.chunk_bytes == 0)
+        return std::nullopt;
+    const uint64_t expected_chunks =
+        (manifest.size_bytes + manifest.chunk_bytes - 1) / manifest.chunk_bytes;
+    if (chunk_count != expected_chunks || r.remaining() != uint64_t{chunk_count} * 4)
+        return std::nullopt;
+    manifest.chunk_crcs.resize(chunk_count);
+    for (uint32_t& crc : manifest.chunk_crcs) r.u32(crc);
+    return manifest;
+}
+
+std::string hex(uint32_t v)
+{
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out = "0x";
+    for (int shift = 28; shift >= 0; shift -= 4) out.push_back(digits[(v >> shift) & 0xF]);
+    return out;
+}
+
+// ---- RocksDB ----------------------------------------------------------------------------------
+
+// RocksDB's own log goes to the daemon's, not to a LOG file in the data directory: on a full disk
+// that file fails too, and the next line written to it trips an assertion in RocksDB builds that
+// keep them (Debian's does) instead of returning an error. Only warnings and errors: the
+// informational lines (flushes, compactions, statistics) would drown the replica's own.
+class RocksdbLogger : public rocksdb::Logger {
+public:
+    RocksdbLogger(std::string path, ReplicaIndex replica)
+        : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL), path_(std::move(path)),
+          replica_(replica)
+    {
+    }
+    using rocksdb::Logger::Logv;
+    void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override
+    {
+        spdlog::level::level_enum spdlog_level;
+        switch (level) {
+        case rocksdb::InfoLogLevel::WARN_LEVEL: spdlog_level = spdlog::level::warn; break;
+        case rocksdb::InfoLogLevel::ERROR_LEVEL:
+        case rocksdb::InfoLogLevel::FATAL_LEVEL: spdlog_level = spdlog::level::err; break;
+        default: return;
+        }
+        char line[1024];
+        std::vsnprintf(line, sizeof line, format, ap);
+        std::string_view text = line;
+        while (text.ends_with('\n')) text.remove_suffix(1);
+        spdlog::log(spdlog_level, "r{}: data directory {}: rocksdb: {}", replica_, path_, text);
+    }
+
+private:
+    std::string path_;
+    ReplicaIndex replica_;
+};
+
+// Options for a small database that may live on a small disk: the defaults preallocate tens of
+// MiB (a 4 MiB MANIFEST, WAL and SST files fallocated to their expected size), which can fill a
+// small filesystem before any data is written.
+rocksdb::Options database_options(const std::string& path, const CellIdentity& identity)
+{
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    options.paranoid_checks = true;
+    options.info_log = std::make_shared<RocksdbLogger>(path, identity.replica);
+    options.allow_fallocate = false;
+    options.manifest_preallocation_size = 64 << 10;
+    options.max_manifest_file_size = 4 << 20;
+    // A snapshot is written as one batch and so lands in one memtable whatever its size; a small
+    // write buffer flushes it soon after, which lets the WAL that also holds it be deleted.
+    options.write_buffer_size = 4 << 20;
+    options.max_write_buffer_number = 2;
+    // Each snapshot deletes the previous one; compacting after two L0 files rather than four
+    // reclaims that space sooner.
+    options.level0_file_num_compaction_trigger = 2;
+    return options;
+}
+
+rocksdb::ReadOptions read_options()
+{
+    rocksdb::ReadOptions options;
+    options.verify_checksums = true;
+    return options;
+}
+
+std::string data_directory_error(const std::string& path, const std::string& what,
+                                 const std::string& reason)
+{
+    return "data directory " + path + ": " + what + ": " + reason;
+}
+
+// Opens the database in `path`, creating it if absent; `what` is the action errors name.
+Result<std::unique_ptr<rocksdb::DB>> open_database(const std::string& path,
+                                                   const CellIdentity& identity,
+                                                   const std::string& what)
+{
+    // Creating the directory here rather than in RocksDB spares every new data directory a
+    // misleading error line from RocksDB ("Error when reading <path> dir NotFound").
+    if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
+        return os_error(data_directory_error(path, what, "creating the directory"));
+    rocksdb::DB* opened = nullptr;
+    const auto status = rocksdb::DB::Open(database_options(path, identity), path, &opened);
+    if (!status.ok()) return Error{0, data_directory_error(path, what, status.ToString())};
+    return std::unique_ptr<rocksdb::DB>(opened);
+}
+
+// Reads the identity from an open database, or writes `identity` into a new one. Returns
+// whether the directory was initialized before.
+Result<bool> check_identity(rocksdb::DB& db, const std::string& path,
+                            const CellIdentity& identity)
+{
+    const auto failure = [&](const std::string& reason) {
+        return Error{0, data_directory_error(path, "identity", reason)};
+    };
+    std::string stored;
+    auto status = db.Get(read_options(), identity_key, &stored);
+    if (status.IsNotFound()) {
+        rocksdb::WriteOptions sync;
+        sync.sync = true;
+        status = db.Put(sync, identity_key, encode_identity(identity));
+        if (!status.ok())
+            return failure("writing " + describe(identity) + ": " + status.ToString());
+        return false;
+    }
+    if (!status.ok()) return failure(status.ToString());
+    ByteReader r(stored);
+    uint32_t version = 0;
+    CellIdentity found;
+    if (!r.u32(version) || !r.u32(found.cluster_id) || !r.u8(found.replica) ||
+        !r.u8(found.replica_count) || !r.done())
+        return failure("garbled record");
+    if (version != format_version)
+        return failure("format version " + std::to_string(version) + ", this build reads " +
+                       std::to_string(format_version));
+    if (found != identity)
+        return failure("belongs to " + describe(found) + ", not " + describe(identity));
+    return true;
+}
+
+// The largest op among the keys op_key(prefix, op); 0 if there are none.
+Result<Op> last_op_under(rocksdb::DB& db, const std::string& path, const Bytes& prefix)
+{
+    const Bytes end = prefix_end(prefix);
+    const rocksdb::Slice lower(prefix), upper(end);
+    rocksdb::ReadOptions options = read_options();
+    options.iterate_lower_bound = &lower;
+    options.iterate_upper_bound = &upper;
+    std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(options));
+    it->SeekToLast();
+    if (!it->status().ok())
+        return Error{0, data_directory_error(path, "finding the last " + prefix + " key",
+                                             it->status().ToString())};
+    if (!it->Valid()) return Op{0};
+    const auto op = key_op(view_of(it->key()), prefix);
+    if (!op) return Error{0, data_directory_error(path, "finding the last " + prefix + " key",
+                                                  "garbled key")};
+    return *op;
+}
+
+}  // namespace
+
+namespace storage_keys {
+
+Bytes log_entry(Op op) { return op_key(log_prefix, op); }
+
+Bytes snapshot_chunk(Op op, uint32_t index)
+{
+    Bytes key = op_key(chunk_prefix, op);
+    append_big_endian(key, index, 4);
+    return key;
+}
+
+}  // namespace storage_keys
+
+// ---- StorageBatch -----------------------------------------------------------------------------
+
+void StorageBatch::replace_log_after(Op after, std::vector<Entry> entries)
+{
+    log_replacements_.push_back({after, std::move(entries)});
+}
+
+void StorageBatch::set_view(View view, View last_normal_view)
+{
+    views_ = Views{view, last_normal_view};
+}
+
+// ---- Storage ----------------------------------------------------------------------------------
+
+Result<std::unique_ptr<Storage>> Storage::open(const std::string& dir,
+                                               const CellIdentity& identity)
+{
+    auto db = open_database(dir, identity, "opening");
+    if (!db.ok()) return db.error();
+    const auto initialized = check_identity(*db.value(), dir, identity);
+    if (!initialized.ok()) return initialized.error();
+    std::unique_ptr<Storage> storage(new Storage(dir, identity, initialized.value()));
+    auto attached = storage->attach(std::move(db.value()));
+    if (!attached.ok()) return attached.error();
+    return storage;
+}
+
+Storage::Storage(std::string path, const CellIdentity& identity, bool initialized)
+    : path_(std::move(path)), identity_(identity), initialized_(initialized)
+{
+}
+
+Storage::~Storage() = default;
+
+Result<Ok> Storage::attach(std::unique_ptr<rocksdb::DB> db)
+{
+    const auto snapshot_op = last_op_under(*db, path_, manifest_prefix);
+    if (!snapshot_op.ok()) return snapshot_op.error();
+    const auto last_log_op = last_op_under(*db, path_, log_prefix);
+    if (!last_log_op.ok()) return last_log_op.error();
+    db_ = std::move(db);
+    snapshot_op_ = snapshot_op.value();
+    last_op_ = std::max(snapshot_op.value(), last_log_op.value());
+    return Ok{};
+}
+
+Result<Ok> Storage::recover_from_failed_write(const std::string& what)
+{
+    if (!last_write_failed_) return Ok{};
+    // RocksDB 7.8 cannot write again after a failed WAL write, even once resumed: the WAL
+    // file's writer keeps the error (facebook/rocksdb#11643, fixed in 9.x), and builds with
+    // assertions abort on the next append. Reopening replays the WAL up to the failed record
+    // and starts a new one. The store's extent is read again: a write that failed after its
+    // record reached the WAL takes effect now.
+    db_.reset();  // one process cannot hold the database open twice
+    auto db = open_database(path_, identity_, what + ": reopening after a failed write");
+    if (!db.ok()) return db.error();
+    auto attached = attach(std::move(db.value()));
+    if (!attached.ok()) return attached;
+    last_write_failed_ = false;
+    return Ok{};
+}
+
+Error Storage::error(const std::string& what, const std::string& reason) const
+{
+    return Error{0, data_directory_error(path_, what, reason)};
+}
+
+Result<StoredState> Storage::load() const
+{
+    if (!db_) return error("loading", "closed: reopening it after a failed write failed");
+    StoredState state;
+    state.initialized = initialized_;
+
+    std::string views;
+    const auto status = db_->Get(read_options(), view_key, &views);
+    if (status.ok()) {
+        ByteReader r(views);
+        if (!r.u64(state.view) || !r.u64(state.last_normal_view) || !r.done())
+            return error("reading the view", "garbled record");
+    } else if (!status.IsNotFound()) {
+        return error("reading the view", status.ToString());
+    }
+
+    if (snapshot_op_ != 0) {
+        auto refusal = read_snapshot(snapshot_op_, state.snapshot);
+        if (!refusal.ok()) return refusal.error();
+        if (refusal.value()) {
+            // The log holds only the ops after the snapshot: without it there is nothing to
+            // apply them to.
+            state.snapshot.clear();
+            state.snapshot_refused = std::move(*refusal.value());
+            return state;
+        }
+        state.snapshot_op = snapshot_op_;
+    }
+    auto log = read_log(snapshot_op_);
+    if (!log.ok()) return log.error();
+    state.log = std::move(log.value());
+    return state;
+}
+
+// Reads snapshot `op` into `out`. Returns why it is refused (nullopt: it passed every check), or
+// an Error for a failure that says nothing about the snapshot itself.
+Result<std::optional<std::string>> Storage::read_snapshot(Op op, Bytes& out) const
+{
+    const std::string what = "snapshot op " + std::to_string(op);
+    const auto refuse = [&](const std::string& reason) -> std::optional<std::string> {
+        return data_directory_error(path_, what, reason + "; not loading it");
+    };
+    // A snapshot is read once, at start: keep it out of the block cache.
+    rocksdb::ReadOptions options = read_options();
+    options.fill_cache = false;
+
+    std::string stored_manifest;
+    auto status = db_->Get(options, op_key(manifest_prefix, op), &stored_manifest);
+    if (status.IsCorruption()) return refuse("manifest: " + status.ToString());
+    if (!status.ok()) return error("reading " + what + " manifest", status.ToString());
+    const auto manifest = decode_manifest(stored_manifest);
+    if (!manifest || manifest->op != op) return refuse("garbled manifest");
+
+    out.clear();
+    out.reserve(manifest->size_bytes);
+    uint32_t crc = 0;
+    const auto chunk_count = static_cast<uint32_t>(manifest->chunk_crcs.size());
+    for (uint32_t index = 0; index < chunk_count; index++) {
+        const std::string chunk_name =
+            "chunk " + std::to_string(index + 1) + " of " + std::to_string(chunk_count);
+        rocksdb::PinnableSlice chunk;
+        status = db_->Get(options, db_->DefaultColumnFamily(),
+                          storage_keys::snapshot_chunk(op, index), &chunk);
+        if (status.IsCorruption() || status.IsNotFound())
+            return refuse(chunk_name + ": " + status.ToString());
+        if (!status.ok()) return error("reading " + what + " " + chunk_name, status.ToString());
+        const uint64_t expected_bytes =
+            std::min<uint64_t>(manifest->chunk_bytes, manifest->size_bytes - out.size());
+        if (chunk.size() != expected_bytes)
+            return refuse(chunk_name + " holds " + std::to_string(chunk.size()) +
+                          " bytes, not " + std::to_string(expected_bytes));
+        const uint32_t chunk_crc = crc32c(view_of(chunk));
+        if (chunk_crc != manifest->chunk_crcs[index])
+            return refuse(chunk_name + " fails its CRC-32C (stored " +
+                          hex(manifest->chunk_crcs[index]) + ", computed " + hex(chunk_crc) + ")");
+        crc = crc32c(view_of(chunk), crc);
+        out.append(chunk.data(), chunk.size());
+    }
+    if (crc != manifest->crc)
+        return refuse("fails its whole CRC-32C (stored " + hex(manifest->crc) + ", computed " +
+                      hex(crc) + ")");
+    return std::optional<std::string>{};
+}
+
+Result<std::vector<Entry>> Storage::read_log(Op after) const
+{
+    const Bytes first = storage_keys::log_entry(after + 1);
+    const Bytes end = prefix_end(log_prefix);
+    const rocksdb::Slice lower(first), upper(end);
+    rocksdb::ReadOptions options = read_options();
+    options.iterate_lower_bound = &lower;
+    options.iterate_upper_bound = &upper;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
+
+    std::vector<Entry> log;
+    Op expected = after + 1;
+    for (it->SeekToFirst(); it->Valid(); it->Next(), expected++) {
+        const std::string what = "log entry op " + std::to_string(expected);
+        const auto op = key_op(view_of(it->key()), log_prefix);
+        if (!op) return error(what, "garbled key");
+        if (*op != expected)
+            return error(what, "missing (the next stored entry is op " + std::to_string(*op) +
+                                   ")");
+        auto entry = decode_entry(view_of(it->value()));
+        if (!entry) return error(what, "garbled record");
+        log.push_back(std::move(*entry));
+    }
+    if (!it->status().ok())
+        return error("reading log entry op " + std::to_string(expected), it->status().ToString());
+    return log;
+}
+
+Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
+{
+    const std::string what = "writing snapshot op " + std::to_string(op) + " (" +
+                             std::to_string(snapshot.size()) + " bytes)";
+    auto recovered = recover_from_failed_write(what);
+    if (!recovered.ok()) return recovered;
+    if (op == 0) return error(what, "ops are numbered from 1");
+    if (op < snapshot_op_)
+        return error(what, "older than the stored snapshot op " + std::to_string(snapshot_op_));
+
+    const SnapshotManifest manifest = make_manifest(op, snapshot);
+    rocksdb::WriteBatch batch;
+    // Every stored snapshot is older or the same op (rewritten): drop them all, and the log
+    // entries this one covers, in the batch that writes it, so that no crash separates the two.
+    batch.DeleteRange(manifest_prefix, prefix_end(manifest_prefix));
+    batch.DeleteRange(chunk_prefix, prefix_end(chunk_prefix));
+    batch.DeleteRange(log_prefix, key_after(storage_keys::log_entry(op)));
+    const std::string_view bytes = snapshot;
+    for (uint32_t index = 0; index < manifest.chunk_crcs.size(); index++) {
+        const std::string_view chunk = bytes.substr(size_t{index} * snapshot_chunk_bytes,
+                                                    snapshot_chunk_bytes);
+        batch.Put(storage_keys::snapshot_chunk(op, index), rocksdb::Slice(chunk.data(),
+                                                                          chunk.size()));
+    }
+    batch.Put(op_key(manifest_prefix, op), encode_manifest(manifest));
+
+    auto committed = commit(batch, true, what);
+    if (!committed.ok()) return committed;
+    snapshot_op_ = op;
+    last_op_ = std::max(last_op_, op);
+    return Ok{};
+}
+
+Result<Ok> Storage::write(const StorageBatch& batch, bool sync)
+{
+    if (batch.empty()) return Ok{};
+    const std::string what = "writing the log and view";
+    auto recovered = recover_from_failed_write(what);
+    if (!recovered.ok()) return recovered;
+    rocksdb::WriteBatch write_batch;
+    // Applied in order, each replacement against the log the previous ones left.
+    Op last_op = last_op_;
+    for (const auto& replacement : batch.log_replacements_) {
+        const std::string replacing =
+            "replacing the log after op " + std::to_string(replacement.after);
+        if (replacement.after > last_op)
+            return error(replacing, "the log ends at op " + std::to_string(last_op) +
+                                   ": that would leave a gap");
+        if (replacement.after < snapshot_op_)
+            return error(replacing, "the snapshot already covers ops up to " +
+                                   std::to_string(snapshot_op_));
+        Op op = replacement.after;
+        for (const Entry& entry : replacement.entries)
+            write_batch.Put(storage_keys::log_entry(++op), encode_entry(entry));
+        // Entries past the new end would survive as a stale suffix; appends skip this.
+        if (op < last_op)
+            write_batch.DeleteRange(key_after(storage_keys::log_entry(op)),
+                                    key_after(storage_keys::log_entry(last_op)));
+        last_op = op;
+    }
+    if (batch.views_) {
+        Bytes views;
+        ByteWriter w(views);
+        w.u64(batch.views_->view);
+        w.u64(batch.views_->last_normal_view);
+        write_batch.Put(view_key, views);
+    }
+
+    auto committed = commit(write_batch, sync, what);
+    if (!committed.ok()) return committed;
+    last_op_ = last_op;
+    return Ok{};
+}
+
+Result<Ok> Storage::commit(rocksdb::WriteBatch& batch, bool sync, const std::string& what)
+{
+    rocksdb::WriteOptions options;
+    options.sync = sync;
+    const auto status = db_->Write(options, &batch);
+    if (!status.ok()) {
+        last_write_failed_ = true;
+        return error(what, status.ToString());
+    }
+    return Ok{};
+}
+
+}  // namespace voltlock
