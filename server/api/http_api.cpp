@@ -11,6 +11,7 @@
 
 #include "api/metrics.h"
 #include "api/openapi.h"
+#include "core/checksum.h"
 #include "core/message.h"
 
 namespace voltlock::api {
@@ -268,6 +269,12 @@ Result<Ok> LockService::start()
         !watched.ok())
         return watched.error();
     node_.on_executed([this](const Executed& executed) { on_executed(executed); });
+    node_.on_snapshot_installed([this] {
+        // The machine jumped ahead: waiters and watches look again, from its history.
+        machine_.drain_events();
+        progress_.publish(machine_.revision());
+        arm_deadline_timer();
+    });
     progress_.publish(machine_.revision());
     return Ok{};
 }
@@ -521,6 +528,39 @@ void HttpApi::route(const char* method, const char* pattern, std::string endpoin
     else if (m == "DELETE") server_->Delete(pattern, wrapped);
 }
 
+void HttpApi::snapshot_chunk(const Request& req, Response& res)
+{
+    // State transfer by snapshot (shell/snapshot_transfer.h): one chunk of the snapshot this
+    // replica serves, from byte `offset`; `op`, when given, must still be the one served.
+    auto offset = u64_param(req, "offset");
+    if (!offset.ok()) return send_error(res, offset.error());
+    auto op = u64_param(req, "op");
+    if (!op.ok()) return send_error(res, op.error());
+    const auto served = node_.served_snapshot();  // immutable once served: no loop needed
+    if (!served)
+        return send_error(res, ApiError{404, "no_snapshot",
+                                        "this replica has no snapshot to serve yet",
+                                        Json::object()});
+    if (op.value() && *op.value() != served->op)
+        return send_error(res, ApiError{409, "snapshot_replaced",
+                                        "the snapshot asked for was replaced by a newer one; "
+                                        "start again from offset 0",
+                                        Json{{"op", served->op}}});
+    const uint64_t from = offset.value().value_or(0);
+    if (from > served->bytes.size())
+        return send_error(res, ApiError{400, "invalid_argument",
+                                        "offset: must be at most the snapshot's size, " +
+                                            std::to_string(served->bytes.size()),
+                                        Json{{"field", "offset"}}});
+    const std::string_view chunk =
+        std::string_view(served->bytes).substr(from, kSnapshotChunkBytes);
+    res.set_header("X-Voltlock-Snapshot-Op", std::to_string(served->op));
+    res.set_header("X-Voltlock-Snapshot-Size", std::to_string(served->bytes.size()));
+    res.set_header("X-Voltlock-Snapshot-Crc32c", std::to_string(served->crc32c));
+    res.set_header("X-Voltlock-Chunk-Crc32c", std::to_string(crc32c(chunk)));
+    res.set_content(std::string(chunk), "application/octet-stream");
+}
+
 void HttpApi::install_routes()
 {
     using namespace std::placeholders;
@@ -573,6 +613,8 @@ void HttpApi::install_routes()
         send_json(res, 200, *status);
     }, false);
     route("GET", "/v1/cluster", "/v1/cluster", [this](auto& q, auto& s) { cluster(q, s); },
+          false);
+    route("GET", kSnapshotPath, kSnapshotPath, [this](auto& q, auto& s) { snapshot_chunk(q, s); },
           false);
     route("GET", "/v1/openapi.json", "/v1/openapi.json", [](const Request&, Response& res) {
         res.set_content(openapi_json(), kJsonType);

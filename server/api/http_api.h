@@ -254,6 +254,7 @@ private:
     void barrier(const Request& req, Response& res, bool enter);
     void get_barriers(const Request& req, Response& res, bool one);
     void cluster(const Request& req, Response& res);
+    void snapshot_chunk(const Request& req, Response& res);
     void metrics(const Request& req, Response& res);
     void readyz(const Request& req, Response& res);
 

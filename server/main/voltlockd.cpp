@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -26,7 +28,16 @@ constexpr const char* usage = R"(usage: voltlockd --config FILE [options]
   --config FILE          the replica's JSON configuration (see deploy/ and scripts/cell)
   --log-level LEVEL      trace, debug, info, warn or error (overrides the config)
   --electrode on|off     run VR's hot path in the kernel with eBPF, or not (overrides the config)
+  --data-dir DIR         the replica's data directory (overrides the config's data_dir)
+  --durability snapshot|sync
+                         write snapshots only, or also persist every batch before
+                         acknowledging it (overrides the config; docs/storage.md)
   --recover              this replica lost its state: rejoin through VR's recovery protocol
+                         (only for a new, empty data directory: one with state restarts from it)
+  --export-snapshot FILE copy the newest snapshot in the (stopped) replica's data directory to
+                         FILE, and exit: a backup (docs/storage.md)
+  --import-snapshot FILE write FILE's snapshot into the replica's new, empty data directory,
+                         and exit: a restore, done on every replica before they start
   --help                 this text
 )";
 
@@ -34,6 +45,10 @@ struct Flags {
     std::string config_path;
     std::string log_level;
     std::string electrode;
+    std::string data_dir;
+    std::string durability;
+    std::string export_snapshot;
+    std::string import_snapshot;
     bool recover = false;
 };
 
@@ -61,6 +76,16 @@ bool parse_flags(int argc, char** argv, Flags& flags)
             if (!value(flags.electrode)) return false;
         } else if (arg.starts_with("--electrode=")) {
             flags.electrode = arg.substr(std::strlen("--electrode="));
+        } else if (arg == "--data-dir") {
+            if (!value(flags.data_dir)) return false;
+        } else if (arg == "--durability") {
+            if (!value(flags.durability)) return false;
+        } else if (arg.starts_with("--durability=")) {
+            flags.durability = arg.substr(std::strlen("--durability="));
+        } else if (arg == "--export-snapshot") {
+            if (!value(flags.export_snapshot)) return false;
+        } else if (arg == "--import-snapshot") {
+            if (!value(flags.import_snapshot)) return false;
         } else if (arg == "--recover") {
             flags.recover = true;
         } else {
@@ -85,8 +110,133 @@ Result<DaemonConfig> configure(const Flags& flags)
             return Error{0, "--electrode: must be on or off, not '" + flags.electrode + "'"};
         config.value().electrode = flags.electrode == "on" ? ElectrodeMode::on : ElectrodeMode::off;
     }
+    if (!flags.data_dir.empty()) config.value().data_dir = flags.data_dir;
+    if (!flags.durability.empty()) {
+        auto durability = parse_durability(flags.durability);
+        if (!durability.ok()) return Error{0, "--durability: " + durability.error().context};
+        config.value().durability = durability.value();
+    }
     if (auto valid = validate_config(config.value()); !valid.ok()) return valid.error();
     return config;
+}
+
+uint64_t recovery_nonce()
+{
+    uint64_t nonce = 0;
+    while (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) {
+    }
+    return nonce;
+}
+
+CellIdentity identity_of(const DaemonConfig& config)
+{
+    return CellIdentity{.cluster_id = config.cluster_id,
+                        .replica = config.replica,
+                        .replica_count = static_cast<uint8_t>(config.replicas.size())};
+}
+
+Result<Ok> export_snapshot(const DaemonConfig& config, const std::string& file)
+{
+    if (config.data_dir.empty()) return Error{0, "--export-snapshot: the config has no data_dir"};
+    auto storage = Storage::open(config.data_dir, identity_of(config));
+    if (!storage.ok()) return storage.error();
+    auto loaded = storage.value()->load();
+    if (!loaded.ok()) return loaded.error();
+    const StoredState& state = loaded.value();
+    if (state.snapshot_refused) return Error{0, *state.snapshot_refused};
+    if (!state.snapshot_op)
+        return Error{0, "data directory " + config.data_dir + ": no snapshot written yet"};
+    // Whole or not at all: written aside, synced, then renamed into place.
+    const std::string partial = file + ".partial";
+    FILE* out = std::fopen(partial.c_str(), "wb");
+    if (!out) return os_error("--export-snapshot: cannot create " + partial);
+    const bool written =
+        std::fwrite(state.snapshot.data(), 1, state.snapshot.size(), out) == state.snapshot.size() &&
+        std::fflush(out) == 0 && ::fsync(fileno(out)) == 0;
+    const int error = errno;
+    std::fclose(out);
+    if (!written || std::rename(partial.c_str(), file.c_str()) != 0) {
+        std::remove(partial.c_str());
+        return Error{written ? errno : error, "--export-snapshot: cannot write " + file};
+    }
+    spdlog::info("exported the snapshot of op {} ({} bytes) from {} to {}", *state.snapshot_op,
+                 state.snapshot.size(), config.data_dir, file);
+    return Ok{};
+}
+
+Result<Ok> import_snapshot(const DaemonConfig& config, const std::string& file)
+{
+    if (config.data_dir.empty()) return Error{0, "--import-snapshot: the config has no data_dir"};
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return os_error("--import-snapshot: cannot read " + file);
+    const Bytes bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const auto snapshot = decode_replica_snapshot(bytes);
+    if (!snapshot)
+        return Error{0, "--import-snapshot: " + file + " is not a Voltlock snapshot, or it is "
+                        "damaged (its checksum fails)"};
+    auto storage = Storage::open(config.data_dir, identity_of(config));
+    if (!storage.ok()) return storage.error();
+    auto loaded = storage.value()->load();
+    if (!loaded.ok()) return loaded.error();
+    if (loaded.value().initialized)
+        return Error{0, "--import-snapshot: data directory " + config.data_dir +
+                            " already holds state; move it aside first"};
+    if (auto written = storage.value()->write_snapshot(snapshot->op, bytes); !written.ok())
+        return written.error();
+    spdlog::info("imported the snapshot of op {} from {} into {}", snapshot->op, file,
+                 config.data_dir);
+    return Ok{};
+}
+
+// How this replica starts, from its data directory if it has one (docs/storage.md).
+struct Startup {
+    Start start;
+    std::unique_ptr<Storage> storage;
+    std::shared_ptr<const ServedSnapshot> restored;
+    std::string description;
+};
+
+Result<Startup> open_data_directory(const DaemonConfig& config, bool recover)
+{
+    const Start without_state = recover ? Start{StartRecovering{.nonce = recovery_nonce()}}
+                                        : Start{StartFresh{}};
+    const std::string without_state_name = recover ? "recovering" : "fresh";
+    if (config.data_dir.empty())
+        return Startup{without_state, nullptr, {}, without_state_name + ", state in memory only"};
+    auto storage = Storage::open(config.data_dir, identity_of(config));
+    if (!storage.ok()) return storage.error();
+    auto loaded = storage.value()->load();
+    if (!loaded.ok()) return loaded.error();
+    StoredState& state = loaded.value();
+    if (!state.initialized)
+        return Startup{without_state, std::move(storage.value()), {},
+                       without_state_name + ", new data directory " + config.data_dir};
+    std::optional<ReplicaSnapshot> snapshot;
+    if (state.snapshot_op) {
+        snapshot = decode_replica_snapshot(state.snapshot);
+        if (!snapshot || snapshot->op != *state.snapshot_op)
+            state.snapshot_refused = "data directory " + config.data_dir + ": the snapshot of op " +
+                                     std::to_string(*state.snapshot_op) +
+                                     " is not one this replica can read";
+    }
+    if (state.snapshot_refused) {
+        spdlog::error("r{}: {}: refused; recovering from the other replicas instead",
+                      config.replica, *state.snapshot_refused);
+        return Startup{StartRecovering{.nonce = recovery_nonce()}, std::move(storage.value()), {},
+                       "recovering: the stored snapshot was refused"};
+    }
+    const Op snapshot_op = state.snapshot_op.value_or(0);
+    std::string description = "restarting from " + config.data_dir + ": snapshot of op " +
+                              std::to_string(snapshot_op) + ", " +
+                              std::to_string(state.log.size()) + " log entries after it";
+    std::shared_ptr<const ServedSnapshot> restored;
+    if (state.snapshot_op) restored = make_served_snapshot(snapshot_op, state.snapshot);
+    return Startup{StartRestored{.nonce = recovery_nonce(),
+                                 .snapshot = std::move(state.snapshot),
+                                 .log = std::move(state.log),
+                                 .view = state.view,
+                                 .last_normal_view = state.last_normal_view},
+                   std::move(storage.value()), std::move(restored), std::move(description)};
 }
 
 // SIGINT and SIGTERM arrive as readable data on a signalfd, so shutdown runs on the loop.
@@ -100,14 +250,6 @@ Result<FileDescriptor> shutdown_signals()
     FileDescriptor fd(::signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
     if (fd.get() < 0) return os_error("signalfd");
     return fd;
-}
-
-uint64_t recovery_nonce()
-{
-    uint64_t nonce = 0;
-    while (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) {
-    }
-    return nonce;
 }
 
 int fail(const Error& error)
@@ -133,14 +275,22 @@ int main(int argc, char** argv)
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
     spdlog::set_level(spdlog::level::from_str(config.log_level));
 
+    if (!flags.export_snapshot.empty() || !flags.import_snapshot.empty()) {
+        auto done = flags.export_snapshot.empty() ? import_snapshot(config, flags.import_snapshot)
+                                                  : export_snapshot(config, flags.export_snapshot);
+        return done.ok() ? 0 : fail(done.error());
+    }
+
     auto signals = shutdown_signals();
     if (!signals.ok()) return fail(signals.error());
     auto loop = EventLoop::create();
     if (!loop.ok()) return fail(loop.error());
 
-    const Start start = flags.recover ? Start{StartRecovering{.nonce = recovery_nonce()}}
-                                      : Start{StartFresh{}};
-    auto node = Node::create(config, start, *loop.value());
+    auto startup = open_data_directory(config, flags.recover);
+    if (!startup.ok()) return fail(startup.error());
+    auto node = Node::create(config, std::move(startup.value().start), *loop.value(),
+                             std::move(startup.value().storage),
+                             std::move(startup.value().restored));
     if (!node.ok()) return fail(node.error());
 
     // The lock service's API, or only the admin endpoints when the cell replicates the register.
@@ -158,10 +308,11 @@ int main(int argc, char** argv)
         !watched.ok())
         return fail(watched.error());
 
-    spdlog::info("r{}: cluster {} replica {} of {}, udp {}:{}, http {}:{}, {}", config.replica,
-                 config.cluster_id, config.replica, config.replicas.size(), config.self().ip,
-                 config.self().udp_port, config.self().ip, config.self().http_port,
-                 flags.recover ? "recovering" : "fresh");
+    spdlog::info("r{}: cluster {} replica {} of {}, udp {}:{}, http {}:{}, durability {}, {}",
+                 config.replica, config.cluster_id, config.replica, config.replicas.size(),
+                 config.self().ip, config.self().udp_port, config.self().ip,
+                 config.self().http_port, durability_name(config.durability),
+                 startup.value().description);
     loop.value()->run();
     http.stop();
     return 0;

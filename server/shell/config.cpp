@@ -109,6 +109,9 @@ ReplicaConfig DaemonConfig::replica_config() const
     config.view_change_timeout_ticks = view_change_timeout_ticks;
     config.retransmit_ticks = retransmit_ticks;
     config.pipeline_ops = pipeline_ops;
+    config.snapshot_every_ops = snapshot_every_ops;
+    config.snapshot_every_ticks = uint64_t{snapshot_every_seconds} * 1000 / tick_ms;
+    config.persist_log = durability == Durability::sync && !data_dir.empty();
     return config;
 }
 
@@ -147,6 +150,17 @@ Result<DaemonConfig> parse_config(const std::string& json_text)
     if (machine != "lock" && machine != "register")
         return field_error("machine", "must be \"lock\" or \"register\", not \"" + machine + "\"");
     config.machine = machine == "lock" ? MachineKind::lock : MachineKind::register_machine;
+    VL_TRY(reader.string("data_dir", config.data_dir, false));
+    std::string durability = "snapshot";
+    VL_TRY(reader.string("durability", durability, false));
+    auto parsed_durability = parse_durability(durability);
+    if (!parsed_durability.ok()) return field_error("durability", parsed_durability.error().context);
+    config.durability = parsed_durability.value();
+    // At most 2^30: the restart fence (LockMachine::kLostWritesBound) relies on it.
+    VL_TRY(reader.integer("snapshot_every_ops", config.snapshot_every_ops, false, 0,
+                          uint64_t{1} << 30));
+    VL_TRY(reader.integer("snapshot_every_seconds", config.snapshot_every_seconds, false, 0,
+                          7 * 24 * 3600));
 
     reader.mark_known("replicas");
     const auto replicas = json.find("replicas");
@@ -182,6 +196,8 @@ Result<Ok> validate_config(const DaemonConfig& config)
                                    peer.ip + ":" + std::to_string(port) +
                                        " is used twice in the cell");
     }
+    if (config.durability == Durability::sync && config.data_dir.empty())
+        return field_error("durability", "sync needs a data_dir to write to");
     if (config.heartbeat_ticks >= config.view_change_timeout_ticks)
         return field_error("heartbeat_ticks", "must be less than view_change_timeout_ticks");
     static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
@@ -225,6 +241,18 @@ std::string fast_paths_name(uint32_t fast_paths)
     for (const auto& [name, bit] : fast_path_names)
         if (fast_paths & bit) names += (names.empty() ? "" : ",") + std::string(name);
     return names.empty() ? "none" : names;
+}
+
+Result<Durability> parse_durability(const std::string& name)
+{
+    if (name == "snapshot") return Durability::snapshot;
+    if (name == "sync") return Durability::sync;
+    return Error{0, "must be \"snapshot\" or \"sync\", not \"" + name + "\""};
+}
+
+const char* durability_name(Durability durability)
+{
+    return durability == Durability::sync ? "sync" : "snapshot";
 }
 
 Result<DaemonConfig> load_config(const std::string& path)

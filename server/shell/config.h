@@ -23,6 +23,12 @@ enum class ElectrodeMode { off, on };
 // replication tests use to measure VR alone.
 enum class MachineKind { lock, register_machine };
 
+// What a replica writes to its data directory (docs/storage.md): snapshots only, or also every
+// batch of the log before acknowledging it.
+enum class Durability { snapshot, sync };
+Result<Durability> parse_durability(const std::string& name);
+const char* durability_name(Durability durability);
+
 struct DaemonConfig {
     uint32_t cluster_id = 0;
     uint8_t replica = 0;
@@ -38,6 +44,10 @@ struct DaemonConfig {
     uint32_t fast_paths = VL_FAST_PATHS_ALL;  // with electrode on: enum vl_fast_path bits
     MachineKind machine = MachineKind::lock;
     std::string log_level = "info";
+    std::string data_dir;  // empty: state in memory only
+    Durability durability = Durability::snapshot;
+    uint64_t snapshot_every_ops = 100'000;
+    uint32_t snapshot_every_seconds = 300;
 
     const PeerAddress& self() const { return replicas.at(replica); }
     ReplicaConfig replica_config() const;

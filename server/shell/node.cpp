@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 namespace voltlock {
 
@@ -44,7 +45,8 @@ uint64_t wall_clock_ms()
 }
 
 Result<std::unique_ptr<Node>> Node::create(const DaemonConfig& config, Start start,
-                                           EventLoop& loop)
+                                           EventLoop& loop, std::unique_ptr<Storage> storage,
+                                           std::shared_ptr<const ServedSnapshot> restored)
 {
     std::vector<sockaddr_in> peers;
     for (const PeerAddress& peer : config.replicas) {
@@ -59,21 +61,30 @@ Result<std::unique_ptr<Node>> Node::create(const DaemonConfig& config, Start sta
 
     std::unique_ptr<Electrode> electrode;
     if (config.electrode == ElectrodeMode::on) {
-        auto started = Electrode::start(config, config.fast_paths);
+        // Durability sync persists every batch before acknowledging it; the kernel cannot.
+        uint32_t fast_paths = config.fast_paths;
+        if (config.replica_config().persist_log && (fast_paths & VL_FAST_PATH_FAST_ACK)) {
+            fast_paths &= ~uint32_t{VL_FAST_PATH_FAST_ACK};
+            spdlog::info("r{}: durability sync: the follower fast-ack is off (a follower "
+                         "persists each batch before acknowledging it)",
+                         config.replica);
+        }
+        auto started = Electrode::start(config, fast_paths);
         if (started.ok()) {
             electrode = std::move(started.value());
             spdlog::info("r{}: electrode on {} ({} XDP): {}", config.replica, config.interface,
                          electrode->xdp_native() ? "native" : "generic",
-                         fast_paths_name(config.fast_paths));
+                         fast_paths_name(fast_paths));
         } else {
             spdlog::warn("r{}: {}; VR runs in user space", config.replica,
                          started.error().message());
         }
     }
 
-    std::unique_ptr<Node> node(new Node(config, start, std::move(socket.value()),
-                                        std::move(timer.value()), std::move(peers),
-                                        std::move(electrode)));
+    std::unique_ptr<Node> node(new Node(config, std::move(start), loop,
+                                        std::move(socket.value()), std::move(timer.value()),
+                                        std::move(peers), std::move(electrode),
+                                        std::move(storage), std::move(restored)));
     Node* raw = node.get();
     if (raw->electrode_) {
         if (auto watched = loop.watch(raw->electrode_->ring_fd(), [raw] { raw->on_ring_records(); });
@@ -91,12 +102,15 @@ Result<std::unique_ptr<Node>> Node::create(const DaemonConfig& config, Start sta
 ReplicaConfig replica_config(const DaemonConfig& config, const Electrode* electrode)
 {
     ReplicaConfig replica = config.replica_config();
-    replica.fast_ack_allowed = electrode && (electrode->enabled() & VL_FAST_PATH_FAST_ACK);
+    replica.fast_ack_allowed = electrode && (electrode->enabled() & VL_FAST_PATH_FAST_ACK) &&
+                               !replica.persist_log;
     return replica;
 }
 
-Node::Node(const DaemonConfig& config, Start start, UdpSocket socket, FileDescriptor timer,
-           std::vector<sockaddr_in> peers, std::unique_ptr<Electrode> electrode)
+Node::Node(const DaemonConfig& config, Start start, EventLoop& loop, UdpSocket socket,
+           FileDescriptor timer, std::vector<sockaddr_in> peers,
+           std::unique_ptr<Electrode> electrode, std::unique_ptr<Storage> storage,
+           std::shared_ptr<const ServedSnapshot> restored)
     : config_(config),
       electrode_(std::move(electrode)),
       kernel_acks_fed_(config.replicas.size(), 0),
@@ -105,8 +119,21 @@ Node::Node(const DaemonConfig& config, Start start, UdpSocket socket, FileDescri
       socket_(std::move(socket)),
       timer_(std::move(timer)),
       peers_(std::move(peers)),
-      encode_buffer_(config.max_message_bytes)
+      encode_buffer_(config.max_message_bytes),
+      loop_(loop),
+      storage_(std::move(storage))
 {
+    // Served only if the replica took it (it refuses a snapshot that does not decode).
+    if (restored && replica_.log_base() == restored->op) served_ = std::move(restored);
+    if (storage_) writer_ = std::thread([this] { snapshot_writer_thread(); });
+}
+
+Node::~Node()
+{
+    stopping_ = true;
+    writer_wakeup_.notify_all();
+    if (writer_.joinable()) writer_.join();
+    if (fetcher_.joinable()) fetcher_.join();
 }
 
 void Node::on_datagrams()
@@ -225,22 +252,154 @@ void Node::step(const Input& input)
     Effects effects;
     replica_.step(input, effects);
     bool drain = false;
-    for (const Effect& effect : effects) {
-        if (std::holds_alternative<DrainKernel>(effect))
-            drain = true;  // after the others: the record that turns the fast path off is first
-        else
-            execute(effect);
+    // Durability sync: the Persist effects of a step go to disk in one write (group commit),
+    // before any effect after them is carried out.
+    StorageBatch batch;
+    for (Effect& effect : effects) {
+        if (auto* log = std::get_if<PersistLog>(&effect)) {
+            batch.replace_log_after(log->after, std::move(log->entries));
+        } else if (const auto* view = std::get_if<PersistView>(&effect)) {
+            batch.set_view(view->view, view->last_normal_view);
+        } else {
+            persist(batch);
+            if (std::holds_alternative<DrainKernel>(effect))
+                drain = true;  // after the others: the record turning the fast path off first
+            else
+                execute(effect);
+        }
     }
+    persist(batch);
     if (drain) drain_kernel();
 }
 
-void Node::execute(const Effect& effect)
+void Node::persist(StorageBatch& batch)
+{
+    if (batch.empty()) return;
+    VL_ASSERT(storage_ != nullptr, "the core persists the log only with a data directory");
+    std::lock_guard lock(storage_mutex_);
+    if (auto written = storage_->write(batch, /*sync=*/true); !written.ok())
+        fail_stop(written.error());
+    batch = StorageBatch{};
+}
+
+void Node::fail_stop(const Error& error)
+{
+    // Durability sync promises that what this replica acknowledged is on disk; unable to keep
+    // that promise it must not acknowledge anything more. The others carry on; restarted once
+    // the disk is fixed, it recovers from what it had written.
+    spdlog::critical("r{}: {}: stopping, since this replica can no longer persist what it "
+                     "acknowledges (durability sync)",
+                     config_.replica, error.message());
+    spdlog::shutdown();
+    std::_Exit(1);
+}
+
+void Node::write_snapshot(WriteSnapshot& write)
+{
+    const Op op = write.op;
+    auto snapshot = make_served_snapshot(op, std::move(write.snapshot));
+    {
+        std::lock_guard lock(served_mutex_);
+        if (!served_ || served_->op < op) served_ = snapshot;
+    }
+    if (!storage_) {
+        // In memory only: served from here on, and as durable as it will ever be.
+        loop_.post([this, op] { step_and_flush(SnapshotWritten{.op = op, .ok = true}); });
+        return;
+    }
+    if (write.before_next_effect) {
+        std::lock_guard lock(storage_mutex_);
+        if (auto written = storage_->write_snapshot(op, snapshot->bytes); !written.ok())
+            fail_stop(written.error());
+        loop_.post([this, op] { step_and_flush(SnapshotWritten{.op = op, .ok = true}); });
+        return;
+    }
+    {
+        std::lock_guard lock(writer_mutex_);
+        writer_queue_.push_back(std::move(snapshot));
+    }
+    writer_wakeup_.notify_one();
+}
+
+void Node::snapshot_writer_thread()
+{
+    // Off the loop: a snapshot of a large state takes a while to write.
+    while (true) {
+        std::shared_ptr<const ServedSnapshot> snapshot;
+        {
+            std::unique_lock lock(writer_mutex_);
+            writer_wakeup_.wait(lock, [this] { return stopping_ || !writer_queue_.empty(); });
+            if (stopping_) return;
+            snapshot = std::move(writer_queue_.front());
+            writer_queue_.pop_front();
+        }
+        const auto started = std::chrono::steady_clock::now();
+        Result<Ok> written = Ok{};
+        {
+            std::lock_guard lock(storage_mutex_);
+            written = storage_->write_snapshot(snapshot->op, snapshot->bytes);
+        }
+        const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - started);
+        const std::string error = written.ok() ? "" : written.error().message();
+        loop_.post([this, op = snapshot->op, bytes = snapshot->bytes.size(), elapsed, error] {
+            if (error.empty()) {
+                spdlog::info("r{}: snapshot of op {} written: {:.1f} MiB in {} ms",
+                             config_.replica, op, static_cast<double>(bytes) / (1 << 20),
+                             elapsed.count());
+            } else {
+                spdlog::error("r{}: snapshot of op {} not written: {}; the log is kept whole "
+                              "and the next snapshot tries again",
+                              config_.replica, op, error);
+            }
+            last_storage_error_ = error;
+            step_and_flush(SnapshotWritten{.op = op, .ok = error.empty()});
+        });
+    }
+}
+
+void Node::fetch_snapshot_from(const FetchSnapshot& fetch)
+{
+    if (fetching_) return;  // one at a time; the core asks again while it waits
+    if (fetcher_.joinable()) fetcher_.join();  // the last one has posted its result
+    fetching_ = true;
+    spdlog::info("r{}: fetching the snapshot of op {} (or newer) from r{}", config_.replica,
+                 fetch.op, fetch.from);
+    fetcher_ = std::thread([this, from = fetch.from, peer = config_.replicas.at(fetch.from)] {
+        auto fetched = std::make_shared<Result<Bytes>>(
+            fetch_snapshot(peer, from, download_, stopping_));
+        loop_.post([this, from, fetched] {
+            fetching_ = false;
+            if (!fetched->ok()) {
+                spdlog::warn("r{}: {}; asking again", config_.replica,
+                             fetched->error().message());
+                return;
+            }
+            spdlog::info("r{}: fetched a snapshot from r{}: {:.1f} MiB", config_.replica, from,
+                         static_cast<double>(fetched->value().size()) / (1 << 20));
+            step_and_flush(SnapshotFetched{.snapshot = std::move(fetched->value())});
+        });
+    });
+}
+
+std::shared_ptr<const ServedSnapshot> Node::served_snapshot() const
+{
+    std::lock_guard lock(served_mutex_);
+    return served_;
+}
+
+void Node::execute(Effect& effect)
 {
     std::visit(Overloaded{
                    [&](const Send& send) { send_message(peers_.at(send.to), send.message); },
                    [&](const Broadcast& b) { broadcast(b.message); },
                    [&](const SendReply& reply) { deliver_reply(reply.reply); },
                    [&](const Executed& executed) {
+                       if (executed.entry.client_id == kCellClientId)
+                           spdlog::warn("r{}: op {}: the cell restarted from snapshots and may "
+                                        "have lost writes after them; revisions and lock "
+                                        "generations jump past any those writes used",
+                                        config_.replica, executed.op);
                        for (const ExecutedListener& listener : executed_listeners_)
                            listener(executed);
                    },
@@ -256,6 +415,15 @@ void Node::execute(const Effect& effect)
                        if (!replica_.is_leader()) fail_proposals();
                    },
                    [](const DrainKernel&) {},
+                   [](const PersistLog&) {},   // step() batches these
+                   [](const PersistView&) {},  // and these
+                   [&](WriteSnapshot& write) { write_snapshot(write); },
+                   [&](const FetchSnapshot& fetch) { fetch_snapshot_from(fetch); },
+                   [&](const SnapshotInstalled& installed) {
+                       spdlog::info("r{}: installed the snapshot of op {}", config_.replica,
+                                    installed.op);
+                       for (const auto& listener : installed_listeners_) listener();
+                   },
                },
                effect);
 }
@@ -270,10 +438,15 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
         return;
     }
     proposals_[{client_id, request_number}].push_back(std::move(done));
-    step(Receive{Request{.view = replica_.view(),
-                         .client_id = client_id,
-                         .request_number = request_number,
-                         .payload = std::move(payload)}});
+    step_and_flush(Receive{Request{.view = replica_.view(),
+                                   .client_id = client_id,
+                                   .request_number = request_number,
+                                   .payload = std::move(payload)}});
+}
+
+void Node::step_and_flush(const Input& input)
+{
+    step(input);
     step(Flush{});
     socket_.flush();
 }
@@ -339,6 +512,18 @@ void Node::log_transition(const vl_kernel_state& state)
     last_state_ = state;
 }
 
+nlohmann::json Node::storage_status() const
+{
+    const auto served = served_snapshot();
+    return nlohmann::json{
+        {"data_dir", storage_ ? nlohmann::json(storage_->path()) : nlohmann::json()},
+        {"durability", storage_ ? durability_name(config_.durability) : "memory"},
+        {"snapshot_op", served ? served->op : 0},
+        {"snapshot_bytes", served ? served->bytes.size() : 0},
+        {"last_error", last_storage_error_},
+    };
+}
+
 nlohmann::json Node::status() const
 {
     using Json = nlohmann::json;
@@ -366,6 +551,7 @@ nlohmann::json Node::status() const
         {"leader", replica_.leader()},
         {"op", replica_.op()},
         {"commit", replica_.commit()},
+        {"log_base", replica_.log_base()},
         {"acked_ops", replica_.acked_ops()},
         {"machine",
          {{"kind", config_.machine == MachineKind::lock ? "lock" : "register"},
@@ -381,7 +567,12 @@ nlohmann::json Node::status() const
           {"view_changes", core.view_changes},
           {"state_transfers", core.state_transfers},
           {"recoveries", core.recoveries},
-          {"requests_dropped", core.requests_dropped}}},
+          {"requests_dropped", core.requests_dropped},
+          {"snapshots_written", core.snapshots_written},
+          {"snapshots_installed", core.snapshots_installed},
+          {"snapshots_refused", core.snapshots_refused},
+          {"cell_restarts", core.cell_restarts}}},
+        {"storage", storage_status()},
         {"electrode", electrode_ ? electrode_->status() : nlohmann::json{{"mode", "off"}}},
     };
 }

@@ -3,11 +3,16 @@
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -19,6 +24,8 @@
 #include "shell/config.h"
 #include "shell/electrode.h"
 #include "shell/event_loop.h"
+#include "shell/snapshot_transfer.h"
+#include "shell/storage.h"
 #include "shell/udp_socket.h"
 
 namespace voltlock {
@@ -44,8 +51,13 @@ public:
     using ProposeDone = std::function<void(const ProposeOutcome&)>;
     using ExecutedListener = std::function<void(const Executed&)>;
 
+    // `storage`: the data directory (null: state in memory only); `restored`: the snapshot
+    // `start` restored from it, which the node serves to peers from the start.
     static Result<std::unique_ptr<Node>> create(const DaemonConfig& config, Start start,
-                                                EventLoop& loop);
+                                                EventLoop& loop,
+                                                std::unique_ptr<Storage> storage = nullptr,
+                                                std::shared_ptr<const ServedSnapshot> restored = {});
+    ~Node();
 
     // Everything below runs on the loop thread.
 
@@ -57,16 +69,26 @@ public:
                  ProposeDone done);
     // `listener` sees every entry this replica applies, in op order.
     void on_executed(ExecutedListener listener) { executed_listeners_.push_back(std::move(listener)); }
+    // `listener` runs when the state machine jumped to a snapshot fetched from a peer.
+    void on_snapshot_installed(std::function<void()> listener)
+    {
+        installed_listeners_.push_back(std::move(listener));
+    }
+    // The snapshot peers fetch from this replica, if any. Safe from any thread.
+    std::shared_ptr<const ServedSnapshot> served_snapshot() const;
 
     const Replica& replica() const { return replica_; }
     StateMachine& machine() { return *machine_; }
     const DaemonConfig& config() const { return config_; }
     // The state that /v1/status reports.
     nlohmann::json status() const;
+    nlohmann::json storage_status() const;
 
 private:
-    Node(const DaemonConfig& config, Start start, UdpSocket socket, FileDescriptor timer,
-         std::vector<sockaddr_in> peers, std::unique_ptr<Electrode> electrode);
+    Node(const DaemonConfig& config, Start start, EventLoop& loop, UdpSocket socket,
+         FileDescriptor timer, std::vector<sockaddr_in> peers,
+         std::unique_ptr<Electrode> electrode, std::unique_ptr<Storage> storage,
+         std::shared_ptr<const ServedSnapshot> restored);
 
     void on_datagrams();
     void on_timer();
@@ -79,7 +101,16 @@ private:
     void broadcast(const Message& message);
     void on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& from);
     void step(const Input& input);
-    void execute(const Effect& effect);
+    // For work that arrives on its own (a proposal, a storage thread's result): the leader
+    // sends its partial batch and the socket its queue.
+    void step_and_flush(const Input& input);
+    void execute(Effect& effect);
+    // Storage: the data directory's writes, and the snapshot transfer.
+    void persist(StorageBatch& batch);
+    void write_snapshot(WriteSnapshot& write);
+    void snapshot_writer_thread();
+    void fetch_snapshot_from(const FetchSnapshot& fetch);
+    [[noreturn]] void fail_stop(const Error& error);
     void send_message(const sockaddr_in& to, const Message& message, uint16_t flags = 0);
     void log_transition(const vl_kernel_state& state);
     void deliver_reply(const Reply& reply);
@@ -101,6 +132,26 @@ private:
     NodeCounters counters_;
     std::map<std::pair<ClientId, RequestNumber>, std::vector<ProposeDone>> proposals_;
     std::vector<ExecutedListener> executed_listeners_;
+    std::vector<std::function<void()>> installed_listeners_;
+
+    // Storage. Calls into `storage_` hold storage_mutex_: the loop persists the log while the
+    // writer thread writes a snapshot.
+    EventLoop& loop_;
+    std::unique_ptr<Storage> storage_;
+    std::mutex storage_mutex_;
+    std::string last_storage_error_;  // loop thread
+    mutable std::mutex served_mutex_;
+    std::shared_ptr<const ServedSnapshot> served_;
+    // Snapshots waiting for the writer thread, oldest first.
+    std::mutex writer_mutex_;
+    std::condition_variable writer_wakeup_;
+    std::deque<std::shared_ptr<const ServedSnapshot>> writer_queue_;
+    std::atomic<bool> stopping_ = false;
+    std::thread writer_;
+    // One snapshot fetch at a time, on its own thread; what it got so far survives a failure.
+    std::atomic<bool> fetching_ = false;
+    std::thread fetcher_;
+    SnapshotDownload download_;  // fetcher thread, while fetching_
 };
 
 // The wall clock in milliseconds: the timestamp the leader stamps on new ops.

@@ -1,0 +1,83 @@
+#include "shell/snapshot_transfer.h"
+
+#include <charconv>
+#include <string_view>
+
+#include <httplib.h>
+
+#include "core/checksum.h"
+
+namespace voltlock {
+
+std::shared_ptr<const ServedSnapshot> make_served_snapshot(Op op, Bytes bytes)
+{
+    const uint32_t crc = crc32c(bytes);
+    return std::make_shared<const ServedSnapshot>(
+        ServedSnapshot{.op = op, .bytes = std::move(bytes), .crc32c = crc});
+}
+
+namespace {
+
+bool header_number(const httplib::Response& response, const char* name, uint64_t& out)
+{
+    const std::string value = response.get_header_value(name);
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), out);
+    return !value.empty() && error == std::errc{} && end == value.data() + value.size();
+}
+
+}  // namespace
+
+Result<Bytes> fetch_snapshot(const PeerAddress& peer_address, ReplicaIndex peer,
+                             SnapshotDownload& download, const std::atomic<bool>& stop)
+{
+    const std::string where = "snapshot from r" + std::to_string(peer) + " (" +
+                              peer_address.ip + ":" + std::to_string(peer_address.http_port) + ")";
+    if (download.peer != peer) download = SnapshotDownload{.peer = peer};
+    httplib::Client client(peer_address.ip, peer_address.http_port);
+    client.set_connection_timeout(1, 0);
+    client.set_read_timeout(10, 0);
+    client.set_keep_alive(true);
+    while (!stop) {
+        const uint64_t offset = download.op == 0 ? 0 : download.bytes.size();
+        if (download.op != 0 && offset == download.size) break;
+        std::string path = std::string(kSnapshotPath) + "?offset=" + std::to_string(offset);
+        if (download.op != 0) path += "&op=" + std::to_string(download.op);
+        const auto response = client.Get(path);
+        if (!response) return Error{0, where + ": " + httplib::to_string(response.error())};
+        if (response->status == 409 && download.op != 0) {
+            download = SnapshotDownload{.peer = peer};  // replaced by a newer one: start over
+            continue;
+        }
+        if (response->status != 200)
+            return Error{0, where + ": HTTP " + std::to_string(response->status)};
+        uint64_t op = 0, size = 0, crc = 0, chunk_crc = 0;
+        if (!header_number(*response, "X-Voltlock-Snapshot-Op", op) ||
+            !header_number(*response, "X-Voltlock-Snapshot-Size", size) ||
+            !header_number(*response, "X-Voltlock-Snapshot-Crc32c", crc) ||
+            !header_number(*response, "X-Voltlock-Chunk-Crc32c", chunk_crc))
+            return Error{0, where + ": a chunk without its snapshot headers"};
+        if (download.op == 0) {
+            download.op = op;
+            download.size = size;
+            download.crc32c = static_cast<uint32_t>(crc);
+            download.bytes.reserve(size);
+        }
+        if (op != download.op || size != download.size || crc != download.crc32c ||
+            response->body.size() > size - offset || (response->body.empty() && offset < size))
+            return Error{0, where + ": a chunk that does not continue the snapshot"};
+        if (crc32c(response->body) != chunk_crc)
+            return Error{0, where + ": a chunk at byte " + std::to_string(offset) +
+                                " failed its checksum"};
+        download.bytes += response->body;
+    }
+    if (stop) return Error{0, where + ": stopped"};
+    if (crc32c(download.bytes) != download.crc32c) {
+        download = SnapshotDownload{.peer = peer};
+        return Error{0, where + ": the whole snapshot failed its checksum"};
+    }
+    Bytes bytes = std::move(download.bytes);
+    download = SnapshotDownload{.peer = peer};
+    return bytes;
+}
+
+}  // namespace voltlock
