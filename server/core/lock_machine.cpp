@@ -882,6 +882,13 @@ WatchBatch LockMachine::watch(Revision start_revision, const WatchFilter& filter
 
 // ---- Digest and invariants ---------------------------------------------------------------------
 
+void LockMachine::reset()
+{
+    state_ = LockServiceState{};
+    revision_bumped_ = false;
+    pending_events_.clear();
+}
+
 void LockMachine::skip_past_lost_writes()
 {
     state_.revision += kLostWritesBound;

@@ -279,6 +279,7 @@ public:
     // history is compacted to the new revision, so that a watch from before the jump is told
     // "compacted" rather than miss the lost writes' events.
     void skip_past_lost_writes() override;
+    void reset() override;
     // More than any number of revisions or generations a cell hands out between two snapshots:
     // each op takes at most two revisions, and a snapshot comes every 2^30 ops at most
     // (config snapshot_every_ops) or every snapshot_every_seconds.

@@ -135,7 +135,10 @@ void write_body(const Message& message, Writer& w)
                    [](const PrepareOk&) {},
                    [](const Commit&) {},
                    [](const StartViewChange&) {},
-                   [&](const DoViewChange& m) { w.u64(m.last_normal_view); },
+                   [&](const DoViewChange& m) {
+                       w.u64(m.last_normal_view);
+                       w.u64(m.fence_view);
+                   },
                    [&](const StartView& m) {
                        w.u64(m.first_op);
                        for (const Entry& e : m.entries) w.entry(e);
@@ -172,7 +175,7 @@ size_t body_size(const Message& message)
                           [](const PrepareOk&) { return size_t{0}; },
                           [](const Commit&) { return size_t{0}; },
                           [](const StartViewChange&) { return size_t{0}; },
-                          [](const DoViewChange&) { return size_t{8}; },
+                          [](const DoViewChange&) { return size_t{16}; },
                           [](const StartView& m) { return 8 + entries_bytes(m.entries); },
                           [](const Recovery&) { return size_t{8}; },
                           [](const RecoveryResponse&) { return size_t{17}; },
@@ -218,7 +221,8 @@ bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& 
         return true;
     case VL_MSG_DO_VIEW_CHANGE: {
         DoViewChange m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
-        if (!r.u64(m.last_normal_view) || m.last_normal_view > m.view || m.commit > m.op)
+        if (!r.u64(m.last_normal_view) || !r.u64(m.fence_view) || m.last_normal_view > m.view ||
+            m.fence_view > m.view || m.commit > m.op)
             return false;
         out = m;
         return true;

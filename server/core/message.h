@@ -68,12 +68,15 @@ struct StartViewChange {
 
 // §4.2 step 2. The log itself is not carried: the new leader fetches what it lacks from the
 // replica whose log it selects (GetState/NewState), so every message fits one datagram.
+// `fence_view`: the view of the last restart fence the sender's state applied (0: none), its
+// restart epoch (docs/storage.md).
 struct DoViewChange {
     View view = 0;
     ReplicaIndex replica = 0;
     View last_normal_view = 0;
     Op op = 0;
     Op commit = 0;
+    View fence_view = 0;
     bool operator==(const DoViewChange&) const = default;
 };
 

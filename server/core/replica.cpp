@@ -47,12 +47,19 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
         const auto snapshot = decode_replica_snapshot(restored->snapshot);
         if (restored->snapshot.empty() || (snapshot && restore_snapshot(*snapshot))) {
             restored_ = true;
+            state_unconfirmed_ = !config.persist_log;
             log_ = restored->log;
-            // Durability sync persists the view after the snapshot was taken: the newer counts.
-            const auto snapshot_view = snapshot ? std::pair{snapshot->view, snapshot->last_normal_view}
-                                                : std::pair<View, View>{0, 0};
-            std::tie(view_, last_normal_view_) =
-                std::max(snapshot_view, std::pair{restored->view, restored->last_normal_view});
+            // Durability sync persists our view and last normal view, never older than our own
+            // snapshot's; a snapshot we fetched and installed carries its writer's, which are not
+            // ours: claiming its last normal view for the log persisted after it (ops of an older
+            // view) could win a view change against that view's log (vr_sim seed 191 x 5).
+            // Durability snapshot has only the snapshot's, and no log after it.
+            if (config.persist_log)
+                std::tie(view_, last_normal_view_) =
+                    std::pair{restored->view, restored->last_normal_view};
+            else if (snapshot)
+                std::tie(view_, last_normal_view_) =
+                    std::pair{snapshot->view, snapshot->last_normal_view};
         } else {
             counters_.snapshots_refused += 1;  // recovers from nothing, as StartRecovering
         }
@@ -363,6 +370,7 @@ void Replica::execute(Op op_number, const Entry& entry)
 {
     if (entry.client_id == kCellClientId) {  // the restart fence: nobody waits for a reply
         machine_.skip_past_lost_writes();
+        fence_view_ = entry.request_number;
         out_->push_back(Executed{.op = op_number, .entry = entry, .result = {}});
         return;
     }
@@ -460,7 +468,8 @@ DoViewChange Replica::own_do_view_change() const
                         .replica = config_.replica,
                         .last_normal_view = last_normal_view_,
                         .op = op(),
-                        .commit = commit_};
+                        .commit = commit_,
+                        .fence_view = fence_view_};
 }
 
 void Replica::maybe_send_do_view_change()
@@ -504,18 +513,33 @@ void Replica::maybe_start_view()
         return;
     // The log with the largest last normal view, then the largest op, is the new log; every
     // committed op is in it. Ties prefer our own log, which then needs no fetching.
-    const DoViewChange* best = &do_view_change_from_.at(config_.replica);
+    // After a restart from snapshots alone (durability snapshot) two more rules keep that true:
+    // only states of the latest restart epoch compete (older ones are from before a restart
+    // that went on without them), and only those reaching the largest commit among them (a
+    // restored state is committed ops only, up to its snapshot, and the view its snapshot was
+    // taken in may be later than that of a longer committed state another replica restored).
+    View epoch = 0;
+    for (const auto& [replica, dvc] : do_view_change_from_) epoch = std::max(epoch, dvc.fence_view);
     Op max_commit = 0;
-    for (const auto& [replica, dvc] : do_view_change_from_) {
-        max_commit = std::max(max_commit, dvc.commit);
-        if (std::tie(dvc.last_normal_view, dvc.op) > std::tie(best->last_normal_view, best->op))
+    for (const auto& [replica, dvc] : do_view_change_from_)
+        if (dvc.fence_view == epoch) max_commit = std::max(max_commit, dvc.commit);
+    const auto competes = [&](const DoViewChange& dvc) {
+        return dvc.fence_view == epoch && dvc.op >= max_commit;
+    };
+    const DoViewChange& own = do_view_change_from_.at(config_.replica);
+    const DoViewChange* best = competes(own) ? &own : nullptr;
+    for (const auto& [replica, dvc] : do_view_change_from_)
+        if (competes(dvc) && (!best || std::tie(dvc.last_normal_view, dvc.op) >
+                                           std::tie(best->last_normal_view, best->op)))
             best = &dvc;
-    }
+    VL_ASSERT(best != nullptr, "the state with the largest commit of the epoch competes");
     new_view_commit_ = max_commit;
-    if (best->last_normal_view == last_normal_view_ && best->op == op()) {
+    if (best == &own) {
         become_leader();
         return;
     }
+    // A state that is not known to be the cell's history gives way to the selected one whole.
+    if (state_unconfirmed_ || fence_view_ != epoch) discard_state();
     // Logs of the same last normal view are prefixes of one another; otherwise only what we
     // committed is known to be in the selected log. Our log stays as it is until the fetch is
     // complete: should this view change fail, the next one must see what we acknowledged.
@@ -528,6 +552,7 @@ void Replica::become_leader()
     VL_ASSERT(new_view_commit_ <= op(), "the selected log holds every committed op");
     const Op new_view_commit = new_view_commit_;
     const bool fence = fence_lost_writes_;
+    state_unconfirmed_ = false;  // our state is the cell's now
     enter_normal(view_);
     counters_.view_changes += 1;
     commit_to(std::max(commit_, new_view_commit));
@@ -576,6 +601,7 @@ void Replica::on_start_view(const StartView& m)
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.view == view_ && status_ == Status::normal) return;  // already in this view
     if (m.replica != leader_of(m.view)) return;
+    if (state_unconfirmed_) discard_state();  // the view's state replaces ours whole
     // §4.2 step 4: replace the log. What we committed is in the new log already; anything after
     // it may come from an older view. If the message holds the whole suffix after our commit
     // point, the replacement happens now; otherwise we fetch it first.
@@ -611,6 +637,11 @@ void Replica::join_view(View view, Op base_op, Op target_op, std::vector<Entry> 
         fetch_->target_op = std::max(fetch_->target_op, target_op);
         return;
     }
+    if (state_unconfirmed_) {  // the view's state replaces ours whole
+        discard_state();
+        base_op = 0;
+        fetched.clear();
+    }
     reset_view_state();
     status_ = Status::view_change;
     view_ = view;
@@ -644,6 +675,9 @@ void Replica::start_recovery_round()
     status_since_tick_ = tick_;
     status_messages_sent_tick_ = tick_;
     broadcast(Recovery{.replica = config_.replica, .nonce = recovery_nonce()});
+    // A cell of one is a quorum by itself: no answer will come to count (vr_sim seed 3 x 1 sat
+    // recovering forever after a restart from its data directory).
+    maybe_restart_cell();
 }
 
 void Replica::on_recovery(const Recovery& m)
@@ -683,8 +717,10 @@ void Replica::on_recovery_response(const RecoveryResponse& m)
     const auto leader_response = recovery_responses_.find(leader_of(latest));
     if (leader_response == recovery_responses_.end() || leader_response->second.view != latest)
         return;
-    // A restored state ahead of the cell's (the cell restarted without this replica, from an
-    // older state) cannot be joined to it: wait, and say so in the docs (docs/storage.md).
+    // A state restored from a snapshot alone may not be the cell's history (the cell may have
+    // restarted without us): the leader's replaces it whole.
+    if (state_unconfirmed_) discard_state();
+    // A durable state ahead of the cell's cannot be; wait for answers that explain it.
     if (leader_response->second.op < commit_ || latest < last_normal_view_) return;
     recovery_target_ = leader_response->second;
     view_ = latest;
@@ -942,6 +978,7 @@ Bytes Replica::encode_snapshot() const
     w.u64(commit_);
     w.u64(view_);
     w.u64(last_normal_view_);
+    w.u64(fence_view_);
     w.u64(clients.size());
     for (const ClientId client_id : clients) {
         const ClientSession& session = client_table_.at(client_id);
@@ -969,7 +1006,8 @@ std::optional<ReplicaSnapshot> decode_replica_snapshot(std::string_view bytes)
     uint32_t magic = 0;
     uint64_t client_count = 0;
     if (!(r.u32(magic) && magic == kSnapshotMagic && r.u64(snapshot.op) && r.u64(snapshot.view) &&
-          r.u64(snapshot.last_normal_view) && r.u64(client_count)))
+          r.u64(snapshot.last_normal_view) && r.u64(snapshot.fence_view) &&
+          r.u64(client_count)))
         return std::nullopt;
     if (snapshot.last_normal_view > snapshot.view) return std::nullopt;
     // Each record takes at least 20 bytes: a count that cannot fit is refused before allocating.
@@ -997,8 +1035,22 @@ bool Replica::restore_snapshot(const ReplicaSnapshot& snapshot)
     log_.clear();
     log_base_ = snapshot.op;
     commit_ = snapshot.op;
+    fence_view_ = snapshot.fence_view;
     snapshot_attempt_op_ = snapshot.op;
     return true;
+}
+
+void Replica::discard_state()
+{
+    machine_.reset();
+    client_table_.clear();
+    log_.clear();
+    log_base_ = 0;
+    commit_ = 0;
+    fence_view_ = 0;
+    snapshot_attempt_op_ = 0;
+    state_unconfirmed_ = false;
+    log_changed_after(0);
 }
 
 void Replica::maybe_take_snapshot()
@@ -1020,8 +1072,8 @@ void Replica::on_snapshot_written(const SnapshotWritten& written)
     if (snapshot_writing_ == written.op) snapshot_writing_.reset();
     if (!written.ok) return;  // the log stays whole; the next trigger tries again
     counters_.snapshots_written += 1;
-    if (written.op <= log_base_) return;  // a snapshot installed meanwhile is newer
-    VL_ASSERT(written.op <= commit_, "snapshots hold committed ops only");
+    // A snapshot installed meanwhile is newer, or the state it was of was discarded.
+    if (written.op <= log_base_ || written.op > commit_) return;
     log_.erase(log_.begin(), log_.begin() + static_cast<ptrdiff_t>(written.op - log_base_));
     log_base_ = written.op;
 }

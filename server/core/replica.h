@@ -74,6 +74,7 @@ struct ReplicaSnapshot {
     Op op = 0;
     View view = 0;
     View last_normal_view = 0;
+    View fence_view = 0;
     std::vector<ClientTableRecord> clients;
     std::string_view machine;  // into the bytes decoded
 };
@@ -329,6 +330,7 @@ private:
 
     // Restart from a data directory.
     void maybe_restart_cell();
+    void discard_state();
     void propose_restart_fence();
     bool join_restart(View view);
     void leave_restart_for_view_change();
@@ -390,6 +392,13 @@ private:
     // Restarted from a snapshot alone (durability "snapshot"): if this replica leads the
     // restart's view, its first op moves the state machine past the writes that may be lost.
     bool fence_lost_writes_ = false;
+    // Replicated with the state: the view of the last restart fence applied (0: none). States of
+    // an older restart epoch are from before a restart that went on without them.
+    View fence_view_ = 0;
+    // Restored from a snapshot alone (durability snapshot): committed ops, but perhaps of a
+    // history the cell left behind (it restarted without us from older snapshots). It competes in
+    // the restart's view change; unless this replica then leads, the leader's state replaces it.
+    bool state_unconfirmed_ = false;
     // Durability snapshot: in the view change of a whole-cell restart, until normal. Until it
     // learns that the restart's view started, it still answers Recovery as restarting, so that
     // the restarting replicas that had not yet counted a quorum do, and follow (they never join

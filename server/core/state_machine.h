@@ -23,6 +23,8 @@ public:
     // Replaces the whole state by a snapshot(). Bytes that are not one (truncated, trailing,
     // out-of-range values, inconsistent references) return false and change nothing.
     virtual bool restore(std::string_view snapshot) = 0;
+    // Back to the state of a new machine, before any op.
+    virtual void reset() = 0;
     // The cell restarted from snapshots (durability "snapshot") and may have lost writes that
     // followed them: move every counter clients compare (revisions, fencing tokens) past any
     // value those writes could have used, so that none is ever handed out twice. Applied through

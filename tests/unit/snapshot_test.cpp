@@ -65,6 +65,7 @@ Bytes snapshot_with_machine(Op op, const Bytes& machine)
     w.u64(op);
     w.u64(0);  // view
     w.u64(0);  // last normal view
+    w.u64(0);  // fence view
     w.u64(0);  // clients
     w.u64(machine.size());
     w.bytes(machine);
@@ -739,14 +740,11 @@ TEST_CASE("restart, sync: two of three restart at once while the leader runs; no
     }
 }
 
-// BUG (restart-lnv-rank), durability snapshot. A replica restored from a snapshot taken in a
-// later view, but of an older op, than another replica's snapshot ranks first by §4.2's (last
-// normal view, op) rule, though with no log persisted every restored op is committed and the
-// other state is newer. As the restart view's leader it becomes leader of its op-5 state while
-// a DoViewChange reports commit 8: VL_ASSERT(new_view_commit_ <= op()) in become_leader()
-// aborts (replica.cpp, "the selected log holds every committed op"). Re-enable when fixed.
-TEST_CASE("restart, durability snapshot: the newest snapshot wins over a later view's older one" *
-          doctest::skip())
+// Durability snapshot. A replica restored from a snapshot taken in a later view, but of an
+// older op, than another replica's snapshot would rank first by §4.2's (last normal view, op)
+// rule alone, though with no log persisted every restored op is committed and the other state
+// is newer: only states reaching the largest commit compete (this aborted in become_leader).
+TEST_CASE("restart, durability snapshot: the newest snapshot wins over a later view's older one")
 {
     TestReplica a(snapshot_config(0, 8));
     commit_ops(a, 8);
@@ -770,22 +768,21 @@ TEST_CASE("restart, durability snapshot: the newest snapshot wins over a later v
     REQUIRE(restarted->view() == 2);  // which it leads
     REQUIRE(restarted->status() == Status::view_change);
     restarted.receive(DoViewChange{.view = 2, .replica = 0, .last_normal_view = 0, .op = 8,
-                                   .commit = 8});  // today: abort
-    // The view starts from replica 0's state (op 8, all of it committed), never from ours.
+                                   .commit = 8});
+    // The view starts from replica 0's state (op 8, all of it committed), never from ours,
+    // which gives way to it whole: fetched from nothing.
     CHECK_FALSE((restarted->is_leader() && restarted->op() < 8));
-    CHECK(restarted.sent_to<GetState>(0).size() == 1);
+    REQUIRE(restarted.sent_to<GetState>(0).size() == 1);
+    CHECK(restarted.sent_to<GetState>(0).at(0).op == 0);
+    CHECK(restarted->commit() == 0);
 }
 
-// BUG (restart-ahead-joins), durability snapshot. A replica restored from a snapshot of op 8
-// takes part in the whole-cell restart's view change; the new leader starts the view from a
-// quorum that left it out (its snapshot of op 5). The StartView (op 5, commit 5) makes it
-// normal anyway with op 8 and commit 8: it sends PrepareOk(op 8) for a log it does not have,
-// then acknowledges the leader's op 6 without storing or executing it (install_entries skips
-// ops <= log_base). Its state machine diverges silently, and its acknowledgements count
-// towards a quorum. §4.3 refuses the same case ("a restored state ahead of the cell's cannot
-// be joined to it: wait"); the view-change path does not. Re-enable when fixed.
-TEST_CASE("restart, durability snapshot: a replica ahead of the restarted view does not join it" *
-          doctest::skip())
+// Durability snapshot. A replica restored from a snapshot of op 8 takes part in the
+// whole-cell restart's view change; the new leader starts the view from a quorum that left it
+// out (its snapshot of op 5). The restored state is not the cell's history any more: it gives
+// way whole to the leader's, fetched from nothing, rather than join with op 8 (it used to send
+// PrepareOk(op 8) and acknowledge op 6 without storing it: a silent divergence).
+TEST_CASE("restart, durability snapshot: a replica ahead of the restarted view takes its state")
 {
     TestReplica a(snapshot_config(0, 8));
     commit_ops(a, 8);
@@ -799,9 +796,12 @@ TEST_CASE("restart, durability snapshot: a replica ahead of the restarted view d
     REQUIRE(restarted.sent_to<DoViewChange>(1).size() == 1);
 
     restarted.receive(StartView{.view = 1, .replica = 1, .op = 5, .commit = 5, .first_op = 5});
-    CHECK(restarted.sent_to<PrepareOk>(1).empty());  // today: prepare_ok v1 op8
-    CHECK(restarted->status() != Status::normal);    // today: normal, op 8, commit 8
+    CHECK(restarted.sent_to<PrepareOk>(1).empty());
+    CHECK(restarted->status() != Status::normal);
+    CHECK(restarted->commit() == 0);
+    REQUIRE(restarted.sent_to<GetState>(1).size() == 1);
+    CHECK(restarted.sent_to<GetState>(1).at(0).op == 0);
     restarted.receive(Prepare{.view = 1, .replica = 1, .op = 6, .commit = 5,
                               .entries = {entry(9, 1, "Wfence")}});
-    CHECK(restarted.sent_to<PrepareOk>(1).empty());  // today: prepare_ok v1 op8
+    CHECK(restarted.sent_to<PrepareOk>(1).empty());
 }

@@ -801,6 +801,15 @@ TEST_CASE("decode rejects commit > op in DoViewChange, StartView, NewState, Reco
     CHECK(outcome(encode(rr, cluster)) == "bad_body");
 }
 
+TEST_CASE("decode rejects a DoViewChange with fence_view > view")
+{
+    DoViewChange m = sample_do_view_change();  // view 9
+    m.fence_view = 9;
+    CHECK(outcome(encode(m, cluster)) == "accepted");
+    m.fence_view = 10;
+    CHECK(outcome(encode(m, cluster)) == "bad_body");
+}
+
 TEST_CASE("decode rejects a RecoveryResponse with last_normal_view > view or restarting > 1")
 {
     RecoveryResponse rr{.view = 3, .replica = 0, .nonce = 1, .op = 5, .commit = 4,

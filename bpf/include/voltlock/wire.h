@@ -143,7 +143,8 @@ VL_STATIC_ASSERT(offsetof(struct vl_header, checksum) == 48, "checksum offset");
  * PrepareOK:        empty: acknowledges every op up to header.op in header.view
  * Commit:           empty
  * StartViewChange:  empty
- * DoViewChange:     u64 last_normal_view  (header.op, header.commit: the sender's)
+ * DoViewChange:     u64 last_normal_view, u64 fence_view  (header.op, header.commit: the
+ *                   sender's; fence_view: the view of its state's last restart fence)
  * StartView:        u64 first_op, then entries for ops (first_op, first_op + batch_count]
  * Recovery:         u64 nonce
  * RecoveryResponse: u64 nonce, u64 last_normal_view, u8 restarting (0 or 1)
