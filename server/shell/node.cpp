@@ -299,8 +299,10 @@ void Node::write_snapshot(WriteSnapshot& write)
     const Op op = write.op;
     auto snapshot = make_served_snapshot(op, std::move(write.snapshot));
     {
+        // The core's newest, even if older than the last: it may have given up a restored state
+        // for its cell's (peers fetch by the op the core offers, so nobody gets the old one).
         std::lock_guard lock(served_mutex_);
-        if (!served_ || served_->op < op) served_ = snapshot;
+        served_ = snapshot;
     }
     if (!storage_) {
         // In memory only: served from here on, and as durable as it will ever be.
@@ -311,6 +313,7 @@ void Node::write_snapshot(WriteSnapshot& write)
         std::lock_guard lock(storage_mutex_);
         if (auto written = storage_->write_snapshot(op, snapshot->bytes); !written.ok())
             fail_stop(written.error());
+        newest_snapshot_written_ = op;
         loop_.post([this, op] { step_and_flush(SnapshotWritten{.op = op, .ok = true}); });
         return;
     }
@@ -337,7 +340,14 @@ void Node::snapshot_writer_thread()
         Result<Ok> written = Ok{};
         {
             std::lock_guard lock(storage_mutex_);
-            written = storage_->write_snapshot(snapshot->op, snapshot->bytes);
+            // With the log persisted, a snapshot the loop wrote meanwhile (before_next_effect)
+            // has the log after it on disk; an older one would drop that log.
+            if (replica_.config().persist_log && snapshot->op < newest_snapshot_written_)
+                written = Error{0, "superseded by the snapshot of op " +
+                                       std::to_string(newest_snapshot_written_)};
+            else
+                written = storage_->write_snapshot(snapshot->op, snapshot->bytes);
+            if (written.ok()) newest_snapshot_written_ = snapshot->op;
         }
         const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::steady_clock::now() - started);
@@ -365,9 +375,10 @@ void Node::fetch_snapshot_from(const FetchSnapshot& fetch)
     fetching_ = true;
     spdlog::info("r{}: fetching the snapshot of op {} (or newer) from r{}", config_.replica,
                  fetch.op, fetch.from);
-    fetcher_ = std::thread([this, from = fetch.from, peer = config_.replicas.at(fetch.from)] {
+    fetcher_ = std::thread([this, from = fetch.from, op = fetch.op,
+                            peer = config_.replicas.at(fetch.from)] {
         auto fetched = std::make_shared<Result<Bytes>>(
-            fetch_snapshot(peer, from, download_, stopping_));
+            fetch_snapshot(peer, from, op, download_, stopping_));
         loop_.post([this, from, fetched] {
             fetching_ = false;
             if (!fetched->ok()) {

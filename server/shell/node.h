@@ -139,6 +139,7 @@ private:
     EventLoop& loop_;
     std::unique_ptr<Storage> storage_;
     std::mutex storage_mutex_;
+    Op newest_snapshot_written_ = 0;  // under storage_mutex_
     std::string last_storage_error_;  // loop thread
     mutable std::mutex served_mutex_;
     std::shared_ptr<const ServedSnapshot> served_;

@@ -27,12 +27,13 @@ bool header_number(const httplib::Response& response, const char* name, uint64_t
 
 }  // namespace
 
-Result<Bytes> fetch_snapshot(const PeerAddress& peer_address, ReplicaIndex peer,
+Result<Bytes> fetch_snapshot(const PeerAddress& peer_address, ReplicaIndex peer, Op op,
                              SnapshotDownload& download, const std::atomic<bool>& stop)
 {
-    const std::string where = "snapshot from r" + std::to_string(peer) + " (" +
-                              peer_address.ip + ":" + std::to_string(peer_address.http_port) + ")";
-    if (download.peer != peer) download = SnapshotDownload{.peer = peer};
+    const std::string where = "snapshot of op " + std::to_string(op) + " from r" +
+                              std::to_string(peer) + " (" + peer_address.ip + ":" +
+                              std::to_string(peer_address.http_port) + ")";
+    if (download.peer != peer || download.op != op) download = SnapshotDownload{.peer = peer};
     httplib::Client client(peer_address.ip, peer_address.http_port);
     client.set_connection_timeout(1, 0);
     client.set_read_timeout(10, 0);
@@ -40,29 +41,29 @@ Result<Bytes> fetch_snapshot(const PeerAddress& peer_address, ReplicaIndex peer,
     while (!stop) {
         const uint64_t offset = download.op == 0 ? 0 : download.bytes.size();
         if (download.op != 0 && offset == download.size) break;
-        std::string path = std::string(kSnapshotPath) + "?offset=" + std::to_string(offset);
-        if (download.op != 0) path += "&op=" + std::to_string(download.op);
+        const std::string path = std::string(kSnapshotPath) + "?offset=" + std::to_string(offset) +
+                                 "&op=" + std::to_string(op);
         const auto response = client.Get(path);
         if (!response) return Error{0, where + ": " + httplib::to_string(response.error())};
-        if (response->status == 409 && download.op != 0) {
-            download = SnapshotDownload{.peer = peer};  // replaced by a newer one: start over
-            continue;
+        if (response->status == 409) {
+            download = SnapshotDownload{.peer = peer};
+            return Error{0, where + ": the peer serves another snapshot by now"};
         }
         if (response->status != 200)
             return Error{0, where + ": HTTP " + std::to_string(response->status)};
-        uint64_t op = 0, size = 0, crc = 0, chunk_crc = 0;
-        if (!header_number(*response, "X-Voltlock-Snapshot-Op", op) ||
+        uint64_t served_op = 0, size = 0, crc = 0, chunk_crc = 0;
+        if (!header_number(*response, "X-Voltlock-Snapshot-Op", served_op) ||
             !header_number(*response, "X-Voltlock-Snapshot-Size", size) ||
             !header_number(*response, "X-Voltlock-Snapshot-Crc32c", crc) ||
             !header_number(*response, "X-Voltlock-Chunk-Crc32c", chunk_crc))
             return Error{0, where + ": a chunk without its snapshot headers"};
         if (download.op == 0) {
-            download.op = op;
+            download.op = served_op;
             download.size = size;
             download.crc32c = static_cast<uint32_t>(crc);
             download.bytes.reserve(size);
         }
-        if (op != download.op || size != download.size || crc != download.crc32c ||
+        if (served_op != op || size != download.size || crc != download.crc32c ||
             response->body.size() > size - offset || (response->body.empty() && offset < size))
             return Error{0, where + ": a chunk that does not continue the snapshot"};
         if (crc32c(response->body) != chunk_crc)

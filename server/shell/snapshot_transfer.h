@@ -35,10 +35,11 @@ struct SnapshotDownload {
     Bytes bytes;
 };
 
-// Fetches `peer`'s served snapshot into `download`, resuming it if it is of the same snapshot,
-// until whole and checked; returns its bytes. Gives up (an error; `download` keeps what arrived)
-// on a network error, a bad chunk, or when `stop` turns true.
-Result<Bytes> fetch_snapshot(const PeerAddress& peer_address, ReplicaIndex peer,
+// Fetches `peer`'s snapshot of op `op` (the one its core offered) into `download`, resuming it
+// if it is of the same snapshot, until whole and checked; returns its bytes. Gives up (an error;
+// `download` keeps what arrived) on a network error, a bad chunk, a peer that serves another
+// snapshot by now (the core asks again, and is offered that one), or when `stop` turns true.
+Result<Bytes> fetch_snapshot(const PeerAddress& peer_address, ReplicaIndex peer, Op op,
                              SnapshotDownload& download, const std::atomic<bool>& stop);
 
 }  // namespace voltlock

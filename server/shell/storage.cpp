@@ -528,16 +528,17 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
     auto recovered = recover_from_failed_write(what);
     if (!recovered.ok()) return recovered;
     if (op == 0) return error(what, "ops are numbered from 1");
-    if (op < snapshot_op_)
-        return error(what, "older than the stored snapshot op " + std::to_string(snapshot_op_));
 
     const SnapshotManifest manifest = make_manifest(op, snapshot);
     rocksdb::WriteBatch batch;
-    // Every stored snapshot is older or the same op (rewritten): drop them all, and the log
-    // entries this one covers, in the batch that writes it, so that no crash separates the two.
+    // Drop every stored snapshot and the log entries this one covers, in the batch that writes
+    // it, so that no crash separates the two. An older snapshot than the stored one (a replica
+    // that discarded its state for its cell's) replaces everything: the whole log goes too.
     batch.DeleteRange(manifest_prefix, prefix_end(manifest_prefix));
     batch.DeleteRange(chunk_prefix, prefix_end(chunk_prefix));
-    batch.DeleteRange(log_prefix, key_after(storage_keys::log_entry(op)));
+    const bool older = op < snapshot_op_;
+    batch.DeleteRange(log_prefix, older ? prefix_end(log_prefix)
+                                        : key_after(storage_keys::log_entry(op)));
     const std::string_view bytes = snapshot;
     for (uint32_t index = 0; index < manifest.chunk_crcs.size(); index++) {
         const std::string_view chunk = bytes.substr(size_t{index} * snapshot_chunk_bytes,
@@ -550,7 +551,7 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
     auto committed = commit(batch, true, what);
     if (!committed.ok()) return committed;
     snapshot_op_ = op;
-    last_op_ = std::max(last_op_, op);
+    last_op_ = older ? op : std::max(last_op_, op);
     return Ok{};
 }
 

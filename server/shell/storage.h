@@ -96,8 +96,8 @@ public:
     // Everything stored. A snapshot that fails its checksums is not an error (snapshot_refused);
     // a missing or garbled log entry after the snapshot is.
     Result<StoredState> load() const;
-    // Stores the snapshot reflecting ops 1..op, replacing the stored one (op must not be older)
-    // and dropping the log entries it covers; synced before returning.
+    // Stores the snapshot reflecting ops 1..op, replacing the stored one and dropping the log
+    // entries it covers (all of them if it is older than the stored one); synced.
     Result<Ok> write_snapshot(Op op, const Bytes& snapshot);
     // `sync`: fsync before returning, for the changes that must survive a crash of the machine.
     Result<Ok> write(const StorageBatch& batch, bool sync);
