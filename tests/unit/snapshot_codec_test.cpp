@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/byte_writer.h"
+#include "core/checksum.h"
 #include "core/lock_machine.h"
 #include "core/lock_ops.h"
 #include "core/register_machine.h"
@@ -367,4 +368,29 @@ TEST_CASE("snapshot: a register refuses truncations, trailing bytes, a wrong mag
 }
 
 }  // namespace
+}  // namespace voltlock
+
+namespace voltlock {
+
+TEST_CASE("crc32c: eight bytes a step gives what one byte a step gives, at every length and offset")
+{
+    std::string data(300, '\0');
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (char& c : data) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        c = static_cast<char>(x);
+    }
+    CHECK(crc32c(std::string_view("123456789")) == 0xE3069283u);  // at run time too
+    for (size_t offset = 0; offset < 9; offset++)
+        for (size_t length = 0; offset + length <= data.size(); length += 7) {
+            const std::string_view part = std::string_view(data).substr(offset, length);
+            CAPTURE(offset);
+            CAPTURE(length);
+            CHECK(crc32c(part) == ~detail::crc32c_bytewise(part, ~0u));
+            // Continuing a CRC over a split gives the CRC of the whole.
+            const size_t half = length / 2;
+            CHECK(crc32c(part.substr(half), crc32c(part.substr(0, half))) == crc32c(part));
+        }
+}
+
 }  // namespace voltlock
