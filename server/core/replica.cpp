@@ -469,7 +469,17 @@ DoViewChange Replica::own_do_view_change() const
                         .last_normal_view = last_normal_view_,
                         .op = op(),
                         .commit = commit_,
-                        .fence_view = fence_view_};
+                        .fence_view = log_epoch()};
+}
+
+View Replica::log_epoch() const
+{
+    // The restart fence our state applied, or one our log holds uncommitted yet: a replica that
+    // lags in the restarted cell belongs to its epoch all the same.
+    View epoch = fence_view_;
+    for (const Entry& e : log_)
+        if (e.client_id == kCellClientId) epoch = std::max(epoch, View{e.request_number});
+    return epoch;
 }
 
 void Replica::maybe_send_do_view_change()
@@ -538,8 +548,12 @@ void Replica::maybe_start_view()
         become_leader();
         return;
     }
-    // A state that is not known to be the cell's history gives way to the selected one whole.
-    if (state_unconfirmed_ || fence_view_ != epoch) discard_state();
+    // A state that is not known to be the cell's history, or that is of an older restart epoch,
+    // gives way to the selected one whole.
+    if (state_unconfirmed_ || log_epoch() != epoch) {
+        start_fetch(Fetch::Purpose::select_log, best->replica, 0, best->op, {}, true);
+        return;
+    }
     // Logs of the same last normal view are prefixes of one another; otherwise only what we
     // committed is known to be in the selected log. Our log stays as it is until the fetch is
     // complete: should this view change fail, the next one must see what we acknowledged.
@@ -552,7 +566,6 @@ void Replica::become_leader()
     VL_ASSERT(new_view_commit_ <= op(), "the selected log holds every committed op");
     const Op new_view_commit = new_view_commit_;
     const bool fence = fence_lost_writes_;
-    state_unconfirmed_ = false;  // our state is the cell's now
     enter_normal(view_);
     counters_.view_changes += 1;
     commit_to(std::max(commit_, new_view_commit));
@@ -601,7 +614,12 @@ void Replica::on_start_view(const StartView& m)
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.view == view_ && status_ == Status::normal) return;  // already in this view
     if (m.replica != leader_of(m.view)) return;
-    if (state_unconfirmed_) discard_state();  // the view's state replaces ours whole
+    // A restored state, or a committed one the view does not hold (the restart's view that
+    // made it committed ended before a quorum held it): the view's state replaces ours whole.
+    if (state_unconfirmed_ || m.op < commit_) {
+        join_view(m.view, 0, m.op, {}, true);
+        return;
+    }
     // §4.2 step 4: replace the log. What we committed is in the new log already; anything after
     // it may come from an older view. If the message holds the whole suffix after our commit
     // point, the replacement happens now; otherwise we fetch it first.
@@ -628,7 +646,8 @@ bool Replica::joining(View view) const
            fetch_->purpose == Fetch::Purpose::join_view;
 }
 
-void Replica::join_view(View view, Op base_op, Op target_op, std::vector<Entry> fetched)
+void Replica::join_view(View view, Op base_op, Op target_op, std::vector<Entry> fetched,
+                        bool replace_state)
 {
     // §5.2: a replica that learns that view `view` has started, without its log, fetches the
     // leader's log after `base_op` (its commit point). It stays in view-change status with its
@@ -637,8 +656,8 @@ void Replica::join_view(View view, Op base_op, Op target_op, std::vector<Entry> 
         fetch_->target_op = std::max(fetch_->target_op, target_op);
         return;
     }
-    if (state_unconfirmed_) {  // the view's state replaces ours whole
-        discard_state();
+    replace_state = replace_state || state_unconfirmed_;
+    if (replace_state) {  // the view's state replaces ours whole
         base_op = 0;
         fetched.clear();
     }
@@ -647,7 +666,7 @@ void Replica::join_view(View view, Op base_op, Op target_op, std::vector<Entry> 
     view_ = view;
     status_since_tick_ = tick_;
     start_fetch(Fetch::Purpose::join_view, leader_of(view), base_op, target_op,
-                std::move(fetched));
+                std::move(fetched), replace_state);
 }
 
 void Replica::reset_view_state()
@@ -717,9 +736,21 @@ void Replica::on_recovery_response(const RecoveryResponse& m)
     const auto leader_response = recovery_responses_.find(leader_of(latest));
     if (leader_response == recovery_responses_.end() || leader_response->second.view != latest)
         return;
-    // A state restored from a snapshot alone may not be the cell's history (the cell may have
-    // restarted without us): the leader's replaces it whole.
-    if (state_unconfirmed_) discard_state();
+    if (state_unconfirmed_) {
+        // A state restored from a snapshot alone may not be the cell's history (the cell may
+        // have restarted without us): the leader's replaces it whole.
+        recovery_target_ = leader_response->second;
+        view_ = latest;
+        // Ours may be of a later view than the cell's, if the cell restarted without us.
+        last_normal_view_ = std::min(last_normal_view_, latest);
+        if (recovery_target_->op == 0) {
+            discard_state();
+            finish_recovery(recovery_target_->commit);
+        } else {
+            start_fetch(Fetch::Purpose::recover, leader(), 0, recovery_target_->op, {}, true);
+        }
+        return;
+    }
     // A durable state ahead of the cell's cannot be; wait for answers that explain it.
     if (leader_response->second.op < commit_ || latest < last_normal_view_) return;
     recovery_target_ = leader_response->second;
@@ -784,15 +815,18 @@ uint64_t Replica::recovery_nonce() const { return recovery_nonce_base_ + recover
 // ---- State transfer (§5.2) ------------------------------------------------------------------
 
 void Replica::start_fetch(Fetch::Purpose purpose, ReplicaIndex from, Op base_op, Op target_op,
-                          std::vector<Entry> fetched)
+                          std::vector<Entry> fetched, bool replaces_state)
 {
-    VL_ASSERT(base_op >= commit_ && base_op <= op(), "a fetch continues a good prefix");
+    VL_ASSERT(replaces_state ? base_op == 0 && fetched.empty()
+                             : base_op >= commit_ && base_op <= op(),
+              "a fetch continues a good prefix, or replaces everything");
     counters_.state_transfers += 1;
     fetch_ = Fetch{.purpose = purpose,
                    .from = from,
                    .base_op = base_op,
                    .target_op = target_op,
-                   .entries = std::move(fetched)};
+                   .entries = std::move(fetched),
+                   .replaces_state = replaces_state};
     send_get_state();
 }
 
@@ -894,6 +928,7 @@ void Replica::complete_fetch()
 {
     Fetch fetch = std::move(*fetch_);
     fetch_.reset();
+    if (fetch.replaces_state) discard_state();  // in the step that installs the new one
     replace_log_after(fetch.base_op, fetch.base_op, fetch.entries);
     switch (fetch.purpose) {
     case Fetch::Purpose::catch_up:
@@ -1049,7 +1084,6 @@ void Replica::discard_state()
     commit_ = 0;
     fence_view_ = 0;
     snapshot_attempt_op_ = 0;
-    state_unconfirmed_ = false;
     log_changed_after(0);
 }
 
@@ -1080,7 +1114,9 @@ void Replica::on_snapshot_written(const SnapshotWritten& written)
 
 void Replica::on_snapshot_fetched(const SnapshotFetched& fetched)
 {
-    if (!fetch_) return;
+    // From the replica the fetch under way asks only: one that an earlier fetch asked may hold a
+    // state the view change since did not select (vr_sim seed 54 x 3, durability snapshot).
+    if (!fetch_ || fetched.from != fetch_->from) return;
     const auto snapshot = decode_replica_snapshot(fetched.snapshot);
     if (!snapshot) {
         counters_.snapshots_refused += 1;
@@ -1088,13 +1124,20 @@ void Replica::on_snapshot_fetched(const SnapshotFetched& fetched)
     }
     if (snapshot->op <= fetched_through()) return;  // an older offer's: we are past it
     // Our log after the snapshot's op, if any, stays the tentative suffix it was: a pending log
-    // replacement still replaces it, and a view change meanwhile still sees it.
+    // replacement still replaces it, and a view change meanwhile still sees it. Unless our state
+    // gives way whole: then the snapshot is the new base, and the chosen history's.
     std::vector<Entry> suffix;
-    if (op() > snapshot->op)
+    if (!fetch_->replaces_state && op() > snapshot->op)
         suffix.assign(log_.begin() + static_cast<ptrdiff_t>(snapshot->op - log_base_), log_.end());
     if (!restore_snapshot(*snapshot)) {
         counters_.snapshots_refused += 1;
         return;
+    }
+    if (fetch_->replaces_state) {
+        // The snapshot is the new base and the rest follows it. Our log is shorter now than what
+        // we may have acknowledged in our last normal view: we claim none until we are normal.
+        fetch_->replaces_state = false;
+        last_normal_view_ = 0;
     }
     log_ = std::move(suffix);
     log_changed_after(log_base_);
@@ -1174,6 +1217,8 @@ void Replica::enter_normal(View view)
     last_heard_from_leader_tick_ = tick_;
     failed_view_changes_ = 0;
     fence_lost_writes_ = false;
+    // Normal in a view, we acknowledge its ops: our state is that view's, as in VR.
+    state_unconfirmed_ = false;
 }
 
 void Replica::emit_kernel_state()

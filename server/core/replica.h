@@ -121,9 +121,11 @@ struct SnapshotWritten {
     Op op = 0;
     bool ok = false;
 };
-// After FetchSnapshot: the bytes of the peer's snapshot (a WriteSnapshot's, checked by the core).
+// After FetchSnapshot: the bytes of the snapshot of replica `from` (a WriteSnapshot's, checked by
+// the core; taken only from the replica the fetch under way asks).
 struct SnapshotFetched {
     Bytes snapshot;
+    ReplicaIndex from = 0;
 };
 using Input =
     std::variant<Tick, Receive, Flush, KernelDrained, SnapshotWritten, SnapshotFetched>;
@@ -221,6 +223,8 @@ public:
     Op commit() const { return commit_; }
     // Ops up to here are compacted into the newest snapshot; entry() holds the ones after it.
     Op log_base() const { return log_base_; }
+    // Restored from a snapshot alone and not normal in any view since (see state_unconfirmed_).
+    bool state_unconfirmed() const { return state_unconfirmed_; }
     const Entry& entry(Op op) const { return log_.at(op - log_base_ - 1); }
     const ReplicaCounters& counters() const { return counters_; }
     const ReplicaConfig& config() const { return config_; }
@@ -252,6 +256,9 @@ private:
         Op target_op = 0;             // complete once base_op + entries.size() reaches it
         Op commit = 0;                // the sender's commit number, as last heard
         std::vector<Entry> entries;   // fetched, not yet in the log (all but catch_up)
+        // Our restored state is not known to be the cell's history (state_unconfirmed_): the
+        // fetched state replaces it whole (base_op 0), once complete or once a snapshot arrives.
+        bool replaces_state = false;
         uint64_t sent_tick = 0;
         Op fetched_op() const { return base_op + entries.size(); }
     };
@@ -301,7 +308,8 @@ private:
     void maybe_start_view();
     void become_leader();
     void send_start_view(ReplicaIndex to);
-    void join_view(View view, Op base_op, Op target_op, std::vector<Entry> fetched = {});
+    void join_view(View view, Op base_op, Op target_op, std::vector<Entry> fetched = {},
+                   bool replace_state = false);
     void enter_normal(View view);
     void reset_view_state();
 
@@ -310,7 +318,7 @@ private:
     void finish_recovery(Op commit);
     uint64_t recovery_nonce() const;
     void start_fetch(Fetch::Purpose purpose, ReplicaIndex from, Op base_op, Op target_op,
-                     std::vector<Entry> fetched = {});
+                     std::vector<Entry> fetched = {}, bool replaces_state = false);
     void send_get_state();
     void retransmit_get_state();
     void complete_fetch();
@@ -331,6 +339,7 @@ private:
     // Restart from a data directory.
     void maybe_restart_cell();
     void discard_state();
+    View log_epoch() const;
     void propose_restart_fence();
     bool join_restart(View view);
     void leave_restart_for_view_change();
@@ -396,8 +405,11 @@ private:
     // an older restart epoch are from before a restart that went on without them.
     View fence_view_ = 0;
     // Restored from a snapshot alone (durability snapshot): committed ops, but perhaps of a
-    // history the cell left behind (it restarted without us from older snapshots). It competes in
-    // the restart's view change; unless this replica then leads, the leader's state replaces it.
+    // history the cell left behind (it restarted without us from older snapshots). It competes
+    // in the restart's view change; a view that starts with another state replaces it whole, in
+    // one step once fetched (until then it is what we offer: a replica that gave up its state
+    // before it had another would count in a view change with nothing). Once normal in a view,
+    // the state is that view's, as in VR.
     bool state_unconfirmed_ = false;
     // Durability snapshot: in the view change of a whole-cell restart, until normal. Until it
     // learns that the restart's view started, it still answers Recovery as restarting, so that

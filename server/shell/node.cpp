@@ -298,15 +298,12 @@ void Node::write_snapshot(WriteSnapshot& write)
 {
     const Op op = write.op;
     auto snapshot = make_served_snapshot(op, std::move(write.snapshot));
-    {
-        // The core's newest, even if older than the last: it may have given up a restored state
-        // for its cell's (peers fetch by the op the core offers, so nobody gets the old one).
-        std::lock_guard lock(served_mutex_);
-        served_ = snapshot;
-    }
+    // Served when it is the core's log base, which the core offers: a fetched one at once, our
+    // own once written (until then the core offers, and we serve, the one before).
+    if (op == replica_.log_base()) serve(snapshot);
     if (!storage_) {
-        // In memory only: served from here on, and as durable as it will ever be.
-        loop_.post([this, op] { step_and_flush(SnapshotWritten{.op = op, .ok = true}); });
+        // In memory only: as durable as it will ever be.
+        loop_.post([this, snapshot] { snapshot_written(snapshot, true); });
         return;
     }
     if (write.before_next_effect) {
@@ -314,7 +311,7 @@ void Node::write_snapshot(WriteSnapshot& write)
         if (auto written = storage_->write_snapshot(op, snapshot->bytes); !written.ok())
             fail_stop(written.error());
         newest_snapshot_written_ = op;
-        loop_.post([this, op] { step_and_flush(SnapshotWritten{.op = op, .ok = true}); });
+        loop_.post([this, snapshot] { snapshot_written(snapshot, true); });
         return;
     }
     {
@@ -352,18 +349,19 @@ void Node::snapshot_writer_thread()
         const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::steady_clock::now() - started);
         const std::string error = written.ok() ? "" : written.error().message();
-        loop_.post([this, op = snapshot->op, bytes = snapshot->bytes.size(), elapsed, error] {
+        loop_.post([this, snapshot, elapsed, error] {
             if (error.empty()) {
                 spdlog::info("r{}: snapshot of op {} written: {:.1f} MiB in {} ms",
-                             config_.replica, op, static_cast<double>(bytes) / (1 << 20),
+                             config_.replica, snapshot->op,
+                             static_cast<double>(snapshot->bytes.size()) / (1 << 20),
                              elapsed.count());
             } else {
                 spdlog::error("r{}: snapshot of op {} not written: {}; the log is kept whole "
                               "and the next snapshot tries again",
-                              config_.replica, op, error);
+                              config_.replica, snapshot->op, error);
             }
             last_storage_error_ = error;
-            step_and_flush(SnapshotWritten{.op = op, .ok = error.empty()});
+            snapshot_written(snapshot, error.empty());
         });
     }
 }
@@ -388,9 +386,21 @@ void Node::fetch_snapshot_from(const FetchSnapshot& fetch)
             }
             spdlog::info("r{}: fetched a snapshot from r{}: {:.1f} MiB", config_.replica, from,
                          static_cast<double>(fetched->value().size()) / (1 << 20));
-            step_and_flush(SnapshotFetched{.snapshot = std::move(fetched->value())});
+            step_and_flush(SnapshotFetched{.snapshot = std::move(fetched->value()), .from = from});
         });
     });
+}
+
+void Node::snapshot_written(const std::shared_ptr<const ServedSnapshot>& snapshot, bool ok)
+{
+    step_and_flush(SnapshotWritten{.op = snapshot->op, .ok = ok});
+    if (replica_.log_base() == snapshot->op) serve(snapshot);  // the core compacted up to it
+}
+
+void Node::serve(std::shared_ptr<const ServedSnapshot> snapshot)
+{
+    std::lock_guard lock(served_mutex_);
+    served_ = std::move(snapshot);
 }
 
 std::shared_ptr<const ServedSnapshot> Node::served_snapshot() const

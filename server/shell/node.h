@@ -109,6 +109,8 @@ private:
     void persist(StorageBatch& batch);
     void write_snapshot(WriteSnapshot& write);
     void snapshot_writer_thread();
+    void snapshot_written(const std::shared_ptr<const ServedSnapshot>& snapshot, bool ok);
+    void serve(std::shared_ptr<const ServedSnapshot> snapshot);
     void fetch_snapshot_from(const FetchSnapshot& fetch);
     [[noreturn]] void fail_stop(const Error& error);
     void send_message(const sockaddr_in& to, const Message& message, uint16_t flags = 0);

@@ -300,7 +300,8 @@ public:
                            },
                            [&](SnapshotFetch& fetch) {
                                if (!up_.at(fetch.replica)) return;
-                               step(fetch.replica, SnapshotFetched{disks_.at(fetch.from).snapshot});
+                               step(fetch.replica, SnapshotFetched{.snapshot = disks_.at(fetch.from).snapshot,
+                                                                   .from = fetch.from});
                            },
                        },
                        pending);
