@@ -1,5 +1,6 @@
 #include "cluster.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
@@ -25,15 +26,13 @@ Cluster::Cluster(const ClusterOptions& options)
     VL_ASSERT(options.electrode.empty() || options.electrode.size() == options.replica_count,
               "Electrode options for every replica, or for none");
     network_.set_faults(options.faults);
+    // As voltlockd: durability sync persists every batch before acknowledging it, which the
+    // kernel cannot, so the follower fast-ack is not loaded.
+    if (options.durability_sync)
+        for (ElectrodeOptions& electrode : options_.electrode)
+            electrode.enabled &= ~uint32_t{VL_FAST_PATH_FAST_ACK};
     replicas_.resize(options.replica_count);
-    for (ReplicaIndex r = 0; r < options.replica_count; r++) {
-        ReplicaSlot& slot = replicas_[r];
-        slot.machine = std::make_unique<RegisterMachine>();
-        slot.replica = std::make_unique<Replica>(replica_config(r), *slot.machine, StartFresh{});
-        slot.last_status = slot.replica->status();
-        slot.last_view = slot.replica->view();
-        start_kernel(r);
-    }
+    for (ReplicaIndex r = 0; r < options.replica_count; r++) start_replica(r, StartFresh{});
     for (uint32_t i = 0; i < options.client_count; i++) {
         // Client ids look like real ones (random, 64-bit) rather than small integers, so that
         // nothing in the core can lean on them being dense.
@@ -52,6 +51,9 @@ ReplicaConfig Cluster::replica_config(ReplicaIndex r) const
         .replica = r,
         .replica_count = options_.replica_count,
         .max_message_bytes = options_.max_message_bytes,
+        .snapshot_every_ops = options_.snapshot_every_ops,
+        .snapshot_every_ticks = options_.snapshot_every_ticks,
+        .persist_log = options_.durability_sync,
     };
     // As voltlockd's replica_config(): the core lets the kernel acknowledge only where it can.
     if (!options_.electrode.empty()) {
@@ -61,6 +63,18 @@ ReplicaConfig Cluster::replica_config(ReplicaIndex r) const
     return config;
 }
 
+void Cluster::start_replica(ReplicaIndex r, Start start)
+{
+    ReplicaSlot& slot = replicas_[r];
+    slot.machine = std::make_unique<RegisterMachine>();
+    slot.replica = std::make_unique<Replica>(replica_config(r), *slot.machine, std::move(start));
+    slot.last_status = slot.replica->status();
+    slot.last_view = slot.replica->view();
+    slot.last_commit = slot.replica->commit();  // what it restored, if anything
+    start_kernel(r);
+    check_digest(r);
+}
+
 // ---- Time -------------------------------------------------------------------------------------
 
 void Cluster::run_tick()
@@ -68,6 +82,7 @@ void Cluster::run_tick()
     if (violation_) return;
     now_tick_++;
     run_clients();
+    run_storage();
 
     std::vector<ReplicaIndex> order(options_.replica_count);
     for (ReplicaIndex r = 0; r < options_.replica_count; r++) order[r] = r;
@@ -129,9 +144,21 @@ void Cluster::crash(ReplicaIndex r)
     retired_counters_.state_transfers += lost.state_transfers;
     retired_counters_.recoveries += lost.recoveries;
     retired_counters_.requests_dropped += lost.requests_dropped;
-    trace("r%u v%llu: crash (%s op=%llu commit=%llu)", r, ull(slot.replica->view()),
-          status_name(slot.replica->status()), ull(slot.replica->op()),
-          ull(slot.replica->commit()));
+    retired_counters_.snapshots_written += lost.snapshots_written;
+    retired_counters_.snapshots_installed += lost.snapshots_installed;
+    retired_counters_.snapshots_refused += lost.snapshots_refused;
+    retired_counters_.cell_restarts += lost.cell_restarts;
+    trace("r%u v%llu: crash (%s op=%llu commit=%llu; disk: snapshot op %llu, log to op %llu)", r,
+          ull(slot.replica->view()), status_name(slot.replica->status()),
+          ull(slot.replica->op()), ull(slot.replica->commit()), ull(slot.disk.snapshot_op),
+          ull(slot.disk.last_op()));
+    // The shell's memory: the snapshot writes under way, the fetch, the snapshot it served.
+    for (const SnapshotWrite& write : slot.snapshot_writes)
+        if (!write.written) storage_counters_.snapshot_writes_lost++;
+    slot.snapshot_writes.clear();
+    slot.snapshot_fetch.reset();
+    slot.served_snapshot.reset();
+    slot.newest_snapshot_written = 0;
     slot.replica.reset();
     slot.machine.reset();
     slot.awaiting_recovery = false;
@@ -155,14 +182,62 @@ void Cluster::restart(ReplicaIndex r)
     VL_ASSERT(!slot.replica, "only a crashed replica can restart");
     uint64_t nonce = prng_.next();
     while (!slot.used_nonces.insert(nonce).second) nonce = prng_.next();
-    slot.machine = std::make_unique<RegisterMachine>();
-    slot.replica = std::make_unique<Replica>(replica_config(r), *slot.machine,
-                                             StartRecovering{nonce});
+    slot.disk = DataDirectory{};  // a new, empty disk
+    slot.restored_from_disk = false;
+    start_replica(r, StartRecovering{nonce});
     slot.awaiting_recovery = true;
-    slot.last_status = slot.replica->status();
-    slot.last_view = slot.replica->view();
-    start_kernel(r);
-    trace("r%u: restart, recovering with nonce %llx", r, ull(nonce));
+    storage_counters_.restarts_from_nothing++;
+    trace("r%u: restart from nothing (disk lost), recovering with nonce %llx", r, ull(nonce));
+}
+
+void Cluster::restart_from_disk(ReplicaIndex r)
+{
+    ReplicaSlot& slot = replicas_[r];
+    VL_ASSERT(!slot.replica, "only a crashed replica can restart");
+    uint64_t nonce = prng_.next();
+    while (!slot.used_nonces.insert(nonce).second) nonce = prng_.next();
+    const DataDirectory& disk = slot.disk;
+    slot.restored_from_disk = true;
+    start_replica(r, StartRestored{.nonce = nonce,
+                                   .snapshot = disk.snapshot,
+                                   .log = disk.log,
+                                   .view = disk.view,
+                                   .last_normal_view = disk.last_normal_view});
+    slot.awaiting_recovery = true;
+    storage_counters_.restarts_from_disk++;
+    // voltlockd serves the snapshot it restored, if the core took it.
+    if (disk.snapshot_op != 0 && slot.replica->log_base() == disk.snapshot_op)
+        slot.served_snapshot.emplace(disk.snapshot_op, disk.snapshot);
+    trace("r%u: restart from its data directory (snapshot op %llu, log to op %llu, v%llu "
+          "last normal v%llu): %s op=%llu commit=%llu, nonce %llx",
+          r, ull(disk.snapshot_op), ull(disk.last_op()), ull(disk.view),
+          ull(disk.last_normal_view), status_name(slot.replica->status()),
+          ull(slot.replica->op()), ull(slot.replica->commit()), ull(nonce));
+}
+
+void Cluster::crash_cell()
+{
+    storage_counters_.cell_crashes++;
+    trace("fault: the whole cell crashes");
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++)
+        if (!crashed(r)) crash(r);
+    if (options_.durability_sync) return;  // nothing committed may be lost: no cut
+    // Snapshot durability: the cell comes back from a snapshot at least as new as the newest
+    // on disk now; what it committed after that may be lost.
+    CellCrash crash{.committed = committed_.size()};
+    std::vector<Op> snapshots;
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++) {
+        snapshots.push_back(replicas_[r].disk.snapshot_op);
+        if (replicas_[r].disk.snapshot_op > crash.newest_snapshot) {
+            crash.newest_snapshot = replicas_[r].disk.snapshot_op;
+            crash.snapshot_replica = r;
+        }
+    }
+    std::sort(snapshots.begin(), snapshots.end());
+    crash.quorum_snapshot = snapshots[max_faulty()];  // the (f + 1)-th oldest
+    if (cell_crash_)  // crashed again before it ran: the history is still the same
+        crash.quorum_snapshot = std::max(crash.quorum_snapshot, cell_crash_->quorum_snapshot);
+    cell_crash_ = crash;
 }
 
 bool Cluster::down(ReplicaIndex r) const
@@ -233,12 +308,23 @@ void Cluster::send_from_client(uint32_t slot, const ClientSend& send)
 void Cluster::accept_reply(ClientSlot& slot, const Reply& reply)
 {
     ClientOp& op = client_ops_[slot.outstanding_op];
-    op.completed_at = ++logical_time_;
-    op.result = reply.result;
     completed_ops_++;
     slot.ready_at_tick = now_tick_ + prng_.below(options_.max_think_ticks + 1);
 
     const auto executed = executed_at_.find({reply.client_id, reply.request_number});
+    const auto lost = lost_executions_.find({reply.client_id, reply.request_number});
+    if (lost != lost_executions_.end() && lost->second == reply.result &&
+        (executed == executed_at_.end() ||
+         committed_[executed->second - 1].result != reply.result)) {
+        // A late reply from before a whole-cell crash, to an execution the crash lost (snapshot
+        // durability allows it): for the history, the operation never completed.
+        storage_counters_.acknowledged_ops_lost++;
+        trace("client %llu accepted a reply to req %llu whose execution a whole-cell crash lost",
+              ull(reply.client_id), ull(reply.request_number));
+        return;
+    }
+    op.completed_at = ++logical_time_;
+    op.result = reply.result;
     if (executed == executed_at_.end()) {
         fail("client %llu accepted a reply (from r%u v%llu) to req %llu, which no replica has "
              "executed",
@@ -281,10 +367,14 @@ void Cluster::carry_out(ReplicaIndex r, const Effects& effects)
                     }
                     if (const auto* ack = std::get_if<PrepareOk>(&send.message))
                         check_prepare_ok_sent(r, *ack, false);
+                    if (options_.durability_sync) check_sent_durably(r, send.message);
                     if (auto bytes = encode_checked(r, send.message))
                         send_to_replica(r, send.to, *bytes);
                 },
-                [&](const Broadcast& broadcast) { broadcast_from(r, broadcast.message); },
+                [&](const Broadcast& broadcast) {
+                    if (options_.durability_sync) check_sent_durably(r, broadcast.message);
+                    broadcast_from(r, broadcast.message);
+                },
                 [&](const SendReply& send) {
                     const auto client = client_slot_of_.find(send.reply.client_id);
                     if (client == client_slot_of_.end()) {
@@ -304,9 +394,21 @@ void Cluster::carry_out(ReplicaIndex r, const Effects& effects)
                 // After the others, as voltlockd does: the record that switches the fast path
                 // off comes first.
                 [&](const DrainKernel&) { drain = true; },
+                [&](const WriteSnapshot& write) { write_snapshot(r, write); },
+                [&](const PersistLog& persist) { persist_log(r, persist); },
+                [&](const PersistView& persist) {
+                    replicas_[r].disk.view = persist.view;
+                    replicas_[r].disk.last_normal_view = persist.last_normal_view;
+                },
+                [&](const FetchSnapshot& fetch) { fetch_snapshot(r, fetch); },
+                [&](const SnapshotInstalled& installed) {
+                    trace("r%u v%llu: installed the snapshot of op %llu", r,
+                          ull(replicas_[r].replica->view()), ull(installed.op));
+                },
             },
             effect);
     }
+    if (!violation_ && options_.durability_sync) check_disk(r);
     if (drain && !violation_) drain_kernel(r);
 }
 
@@ -369,6 +471,16 @@ void Cluster::check_step(ReplicaIndex r, const Effects& effects)
     ReplicaSlot& slot = replicas_[r];
     const Replica& replica = *slot.replica;
     const Op commit = replica.commit();
+    if (discarded_state(r, effects)) {
+        // Durability snapshot: a state restored from disk that the cell left behind (it restarted
+        // without it) is replaced whole; the replica starts again from op 0, and every op it
+        // commits from there is checked as any other.
+        storage_counters_.states_discarded++;
+        trace("r%u v%llu %s: discards its restored state (commit %llu), starts again from "
+              "nothing",
+              r, ull(replica.view()), status_name(replica.status()), ull(slot.last_commit));
+        slot.last_commit = 0;
+    }
     if (commit < slot.last_commit)
         return fail("r%u v%llu: commit number went back from %llu to %llu", r,
                     ull(replica.view()), ull(slot.last_commit), ull(commit));
@@ -380,12 +492,52 @@ void Cluster::check_step(ReplicaIndex r, const Effects& effects)
     check_executions(r, effects, executed);
     for (Op op = slot.last_commit + 1; op <= commit && !violation_; op++) {
         const auto execution = executed.find(op);
-        record_commit(r, op, replica.entry(op),
-                      execution == executed.end() ? std::nullopt
-                                                  : std::optional(execution->second->result));
+        if (execution != executed.end()) {
+            record_commit(r, op, execution->second->entry, execution->second->result);
+        } else if (op <= replica.log_base()) {
+            // Jumped over by installing a snapshot: the digest check below covers it.
+            if (op > committed_.size())
+                return fail("r%u v%llu: installed a snapshot of op %llu, beyond op %zu, the "
+                            "highest any replica committed",
+                            r, ull(replica.view()), ull(replica.log_base()), committed_.size());
+        } else {
+            record_commit(r, op, replica.entry(op), std::nullopt);  // a duplicate, skipped
+        }
     }
     slot.last_commit = commit;
-    note_state_change(r);
+    if (!violation_) check_digest(r);
+    if (!violation_) note_state_change(r);
+}
+
+// Durability snapshot, a replica restarted from its data directory that took no part in the
+// cell yet: its commit number went back, or it executes ops it had committed, from op 1.
+bool Cluster::discarded_state(ReplicaIndex r, const Effects& effects) const
+{
+    const ReplicaSlot& slot = replicas_[r];
+    if (options_.durability_sync || !slot.restored_from_disk || slot.last_status == Status::normal ||
+        slot.last_commit == 0)
+        return false;
+    if (slot.replica->commit() < slot.last_commit) return true;
+    for (const Effect& effect : effects)
+        if (const auto* execution = std::get_if<Executed>(&effect))
+            return execution->op == 1;
+    return false;
+}
+
+// Whatever way a replica reached its commit number (executing, installing or restoring a
+// snapshot), its state machine holds what the committed history holds there.
+void Cluster::check_digest(ReplicaIndex r)
+{
+    const ReplicaSlot& slot = replicas_[r];
+    const Op commit = slot.replica->commit();
+    if (commit >= digest_after_.size()) return;  // ahead of a history a whole-cell crash cut
+    // A restored state the cell may have left behind, until it is replaced (it serves nobody).
+    if (slot.replica->state_unconfirmed()) return;
+    if (slot.machine->state_digest() != reference_digest(commit))
+        fail("r%u v%llu %s: its state machine's digest at commit %llu differs from the committed "
+             "history's (log base %llu)",
+             r, ull(slot.replica->view()), status_name(slot.replica->status()), ull(commit),
+             ull(slot.replica->log_base()));
 }
 
 // A replica executes each op once, in order, after it is committed (the commit number covers it
@@ -402,6 +554,10 @@ void Cluster::check_executions(ReplicaIndex r, const Effects& effects,
             return fail("r%u v%llu: executed op %llu out of order (after op %llu; commit %llu)",
                         r, ull(replica.view()), ull(execution->op), ull(previous),
                         ull(replica.commit()));
+        if (execution->op <= replica.log_base())
+            return fail("r%u v%llu: executed op %llu, and compacted it in the same step (log "
+                        "base %llu)",
+                        r, ull(replica.view()), ull(execution->op), ull(replica.log_base()));
         if (execution->entry != replica.entry(execution->op))
             return fail("r%u v%llu: executed op %llu with an entry other than its log holds", r,
                         ull(replica.view()), ull(execution->op));
@@ -413,12 +569,19 @@ void Cluster::check_executions(ReplicaIndex r, const Effects& effects,
 void Cluster::record_commit(ReplicaIndex r, Op op, const Entry& entry,
                             const std::optional<Bytes>& result)
 {
+    if (cell_crash_) cut_history(r, op - 1);
+    if (violation_) return;
+    if (op > committed_.size() + 1)
+        return fail("r%u committed op %llu, past op %zu + 1, the highest any replica committed",
+                    r, ull(op), committed_.size());
     if (op == committed_.size() + 1) {
         committed_.push_back(CommittedOp{entry, result});
+        if (result) apply_to_reference(op, entry);
+        digest_after_.push_back(reference_.state_digest());
         Op& highest = committed_in_view_[replicas_[r].replica->view()];
         highest = std::max(highest, op);
         committed_before_view_.clear();
-        if (!result) return;
+        if (!result || entry.client_id == kCellClientId) return;
         const auto [it, first] = executed_at_.try_emplace({entry.client_id, entry.request_number},
                                                           op);
         if (!first)
@@ -445,17 +608,27 @@ void Cluster::check_holds_committed_ops(ReplicaIndex r, bool entered_view)
 {
     const Replica& replica = *replicas_[r].replica;
     views_established_.insert(replica.view());
+    if (cell_crash_) return;  // which history the cell runs again from is not settled yet
     const Op required = committed_before(replica.view());
     if (replica.op() < required)
         return fail("r%u v%llu: in normal status with %llu ops, without op %llu, committed in an "
                     "earlier view",
                     r, ull(replica.view()), ull(replica.op()), ull(replica.op() + 1));
     if (!entered_view) return;
-    for (Op op = 1; op <= required; op++)
+    for (Op op = replica.log_base() + 1; op <= required; op++)  // the rest: the digest check
         if (replica.entry(op) != committed_[op - 1].entry)
             return fail("r%u v%llu: entered normal status with another entry at op %llu than "
                         "was committed there in an earlier view",
                         r, ull(replica.view()), ull(op));
+}
+
+// As Replica::execute(): the cell's own entries (the restart fence) are no client's request.
+void Cluster::apply_to_reference(Op op, const Entry& entry)
+{
+    if (entry.client_id == kCellClientId)
+        reference_.skip_past_lost_writes();
+    else
+        reference_.apply(op, entry);
 }
 
 Op Cluster::committed_before(View view)
@@ -587,10 +760,29 @@ bool Cluster::quiesce(uint64_t max_ticks)
     network_.heal();
     network_.set_faults(NetworkFaults{});
     options_.stall_per_tick = 0;
-    for (ReplicaIndex r = 0; r < options_.replica_count; r++)
-        if (crashed(r)) restart(r);
+    // After a whole-cell crash every replica comes back from its data directory; otherwise some
+    // may have lost their disk.
+    size_t crashed_count = 0;
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++) crashed_count += crashed(r) ? 1 : 0;
+    const bool cell_down = crashed_count > max_faulty();
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++) {
+        if (!crashed(r)) continue;
+        if (!cell_down && prng_.chance(options_.lose_disk_on_restart))
+            restart(r);
+        else
+            restart_from_disk(r);
+    }
+    options_.snapshot_write_failure = 0;
+    options_.snapshot_fetch_failure = 0;
+    options_.snapshot_fetch_corruption = 0;
     trace("quiesce: faults stopped, %zu operations outstanding", outstanding_ops());
-    if (run_until([&] { return outstanding_ops() == 0 && converged(); }, max_ticks)) return true;
+    if (run_until([&] { return outstanding_ops() == 0 && converged(); }, max_ticks)) {
+        // Every op ever committed (since the last cut) is still there.
+        if (replica(0).commit() < committed_.size())
+            fail("the cell converged at op %llu, without ops up to %zu, which were committed",
+                 ull(replica(0).commit()), committed_.size());
+        return !violation_;
+    }
     if (!violation_) {
         std::string waiting;
         for (const ClientSlot& slot : clients_)
@@ -635,8 +827,8 @@ std::vector<Execution> Cluster::executions() const
     std::vector<Execution> executions;
     for (Op op = 1; op <= committed_.size(); op++) {
         const CommittedOp& committed = committed_[op - 1];
-        if (committed.result) executions.push_back(Execution{op, committed.entry,
-                                                             *committed.result});
+        if (committed.result && committed.entry.client_id != kCellClientId)
+            executions.push_back(Execution{op, committed.entry, *committed.result});
     }
     return executions;
 }
@@ -652,6 +844,10 @@ ReplicaCounters Cluster::total_counters() const
         total.state_transfers += c.state_transfers;
         total.recoveries += c.recoveries;
         total.requests_dropped += c.requests_dropped;
+        total.snapshots_written += c.snapshots_written;
+        total.snapshots_installed += c.snapshots_installed;
+        total.snapshots_refused += c.snapshots_refused;
+        total.cell_restarts += c.cell_restarts;
     }
     return total;
 }
@@ -666,8 +862,9 @@ std::string Cluster::describe_replicas() const
             continue;
         }
         const Replica& replica = *replicas_[r].replica;
-        text += strprintf("r%u %s v%llu op=%llu commit=%llu", r, status_name(replica.status()),
-                          ull(replica.view()), ull(replica.op()), ull(replica.commit()));
+        text += strprintf("r%u %s v%llu op=%llu commit=%llu base=%llu", r,
+                          status_name(replica.status()), ull(replica.view()), ull(replica.op()),
+                          ull(replica.commit()), ull(replica.log_base()));
     }
     return text;
 }

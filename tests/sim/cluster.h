@@ -1,5 +1,6 @@
 // A whole VR cell in one process: the real replica core, each replica with its own
-// RegisterMachine, VR clients, and the simulated network between them, all driven by one seed.
+// RegisterMachine and data directory, VR clients, and the simulated network between them, all
+// driven by one seed.
 //
 // Time moves in ticks. In each tick the clients act (new operations, retries), every live replica
 // gets a Tick, the datagrams due are delivered one by one, and replicas that received something
@@ -9,8 +10,8 @@
 // After every step (one input to one replica, or one reply to one client) the cluster checks:
 // - agreement: every replica commits the same entry at each op, and executing it gives the same
 //   result, or every replica skips it as a duplicate request;
-// - a replica's commit number never goes back (per incarnation) and never passes its op number,
-//   and it executes its ops in order, each at most once;
+// - a replica's commit number never goes back (per incarnation; but see below) and never passes
+//   its op number, and it executes its ops in order, each at most once;
 // - a replica in normal status in view v holds every op committed in a view before v, as
 //   committed (§4.2: the new view's log includes them); one that holds less has lost committed
 //   ops, which the next view change could make final. (Not "committed before v began": a
@@ -39,6 +40,35 @@
 //   while it is a follower in normal status in v holding every op <= n: the two mean the same;
 // - a PrepareOK that reaches the leader's core marked VL_FLAG_QUORUM, and every entry of
 //   vl_acked_ops fed to it, stands for acknowledgements f followers (resp. that follower) sent.
+// Snapshots and the data directory (DESIGN.md §5; the shell's side is server/shell/node.cpp and
+// storage.h, modelled here): each replica has a data directory that outlives its crashes, with
+// its newest durable snapshot, and with durability sync the log after it and the view. A
+// WriteSnapshot is served to peers at once and written after a random delay (at once if
+// before_next_effect), in order, and may fail (a full disk: SnapshotWritten ok=false, nothing
+// changes; with durability sync, also one older than a snapshot written meanwhile); a crash loses
+// the writes under way. PersistLog and PersistView apply at once, and are refused as the real
+// storage refuses them (a gap, or ops under the snapshot) -- a violation, since the shell would
+// stop. A FetchSnapshot delivers the peer's snapshot of the op it offered after a random delay,
+// or fails (the peer is down or serves another one by now, the connection breaks), or delivers
+// it with a byte flipped.
+// A replica restarts from its data directory (StartRestored) or, its disk lost, from nothing
+// (StartRecovering); the whole cell can crash at once (crash_cell()). Then, also after every step:
+// - a replica's state machine has the digest the committed history has at its commit number
+//   (however it got there: executing, installing a snapshot, or restoring one);
+// - a snapshot it writes decodes, is of an op it committed, and holds exactly that state; a
+//   fetched snapshot with a flipped byte is never installed;
+// - durability sync: the data directory holds the replica's log and view at the end of every
+//   step, and before a Prepare, PrepareOK, DoViewChange or StartView leaves, what it promises.
+// A whole-cell restart with durability sync loses nothing committed: the invariants above hold
+// across it as they are. With durability snapshot, the cell may come back from an older state
+// than it had: from the newest of a quorum of the restarting replicas (§4.2 among them), so at
+// least the (f + 1)-th oldest durable snapshot at the crash. When the first op is committed
+// after the crash, the history is cut back to the op before it (which must be at least that
+// snapshot's op), the operations acknowledged after it count as lost (allowed), and every check
+// goes on against the cut history -- including the digest check, which a replica whose restored
+// state is ahead of the cut must not pass off as committed. Such a replica may instead discard
+// its restored state and start again from nothing, before it is in normal status: its commit
+// number then goes back to 0, and every op it commits after is checked as any other.
 // At the end of a run: linearizability (linearizability.h), and liveness: once the faults stop,
 // every outstanding operation completes and the replicas converge (quiesce()).
 //
@@ -99,6 +129,21 @@ struct ClusterOptions {
     // quorum-marked PrepareOK, the one way its quorum reaches the core only through vl_acked_ops.
     double socket_drop = 0;
     uint32_t ms_per_tick = 10;
+
+    // Snapshots (ReplicaConfig; 0: off) and the durability mode: sync persists the log and the
+    // view before acknowledging (and then the follower fast-ack is off, as voltlockd does).
+    uint64_t snapshot_every_ops = 0;
+    uint64_t snapshot_every_ticks = 0;
+    bool durability_sync = false;
+    // The data directory: a background snapshot write takes 0..max ticks and fails with this
+    // chance; a snapshot fetch takes 1..max ticks, fails or delivers a flipped byte this often.
+    uint32_t max_snapshot_write_ticks = 5;
+    double snapshot_write_failure = 0;
+    uint32_t max_snapshot_fetch_ticks = 10;
+    double snapshot_fetch_failure = 0;
+    double snapshot_fetch_corruption = 0;
+    // Of the restarts quiesce() does, the share that lost their disk (StartRecovering).
+    double lose_disk_on_restart = 0;
     bool verbose = false;  // trace every delivery, state change and fault to stdout
 };
 
@@ -124,11 +169,16 @@ public:
 
     // ---- Faults -------------------------------------------------------------------------------
     Network& network() { return network_; }
-    // A crash loses everything in memory: the replica and its state machine are destroyed.
+    // A crash loses everything in memory: the replica and its state machine are destroyed, and
+    // so are the snapshot writes under way. The data directory stays.
     void crash(ReplicaIndex r);
     // A new replica and a new state machine in the old one's place, recovering (§4.3) with a
-    // nonce this replica never used before.
+    // nonce this replica never used before: from nothing (its disk lost and replaced by an empty
+    // one), or from its data directory (StartRestored).
     void restart(ReplicaIndex r);
+    void restart_from_disk(ReplicaIndex r);
+    // Every live replica crashes at the same moment (a power cut): restart them all afterwards.
+    void crash_cell();
     bool crashed(ReplicaIndex r) const { return !replicas_[r].replica; }
     // Replica r's process stops for `ticks` ticks (its kernel does not); see ClusterOptions.
     void stall(ReplicaIndex r, uint64_t ticks);
@@ -166,6 +216,34 @@ public:
     ReplicaCounters total_counters() const;
     // Views other than the first that some replica reached normal status in.
     size_t views_established() const { return views_established_.size() - 1; }
+    // What replica r's data directory holds: its newest durable snapshot's op (0: none), and
+    // the last op its durable log reaches (the snapshot's if it holds no log).
+    Op disk_snapshot_op(ReplicaIndex r) const { return replicas_[r].disk.snapshot_op; }
+    Op disk_last_op(ReplicaIndex r) const { return replicas_[r].disk.last_op(); }
+    const Bytes& disk_snapshot(ReplicaIndex r) const { return replicas_[r].disk.snapshot; }
+    // Storage faults, for scenarios: the next background snapshot writes fail (all replicas),
+    // the next snapshot fetches deliver a flipped byte.
+    void fail_snapshot_writes(uint32_t count) { forced_write_failures_ = count; }
+    void corrupt_snapshot_fetches(uint32_t count) { forced_fetch_corruptions_ = count; }
+    struct StorageCounters {
+        uint64_t snapshot_writes = 0;          // WriteSnapshot effects carried out
+        uint64_t snapshot_writes_failed = 0;   // ... that failed (ok=false)
+        uint64_t snapshot_writes_lost = 0;     // ... that a crash cut short
+        uint64_t snapshot_fetches = 0;         // FetchSnapshot effects started
+        uint64_t snapshot_fetches_failed = 0;  // ... that delivered nothing
+        uint64_t snapshot_fetches_corrupted = 0;
+        uint64_t restarts_from_disk = 0;
+        uint64_t restarts_from_nothing = 0;
+        uint64_t cell_crashes = 0;
+        uint64_t states_discarded = 0;         // restored states the cell had left behind
+        uint64_t acknowledged_ops_lost = 0;    // snapshot durability, whole-cell crashes
+        uint64_t committed_ops_lost = 0;       // ... of which acknowledged or not
+    };
+    const StorageCounters& storage_counters() const { return storage_counters_; }
+    // Durability snapshot: the op the cell ran again from after its last whole-cell crash, once
+    // settled (cut_history), and whether a crash's is still unsettled.
+    std::optional<Op> resumed_op() const { return resumed_op_; }
+    bool cell_restart_unsettled() const { return cell_crash_.has_value(); }
     uint64_t corrupted_rejected() const { return corrupted_rejected_; }
     // Electrode on replica r (this incarnation), and what every kernel and shell did.
     bool electrode(ReplicaIndex r) const { return replicas_[r].kernel != nullptr; }
@@ -179,11 +257,36 @@ public:
     // One line per replica: status, view, op, commit.
     std::string describe_replicas() const;
 
+    // The live replica's machine, for scenarios.
+    const RegisterMachine& machine(ReplicaIndex r) const { return *replicas_[r].machine; }
+
     void trace(const char* format, ...) __attribute__((format(printf, 2, 3)));
     // Records a violation (the first one wins); the run stops at the next step.
     void fail(const char* format, ...) __attribute__((format(printf, 2, 3)));
 
 private:
+    // A replica's data directory (server/shell/storage.h): the newest snapshot, the log after it
+    // (durability sync), the view; what a restart from disk starts from.
+    struct DataDirectory {
+        Op snapshot_op = 0;  // 0: none
+        Bytes snapshot;
+        std::vector<Entry> log;  // ops snapshot_op + 1, ...
+        View view = 0;
+        View last_normal_view = 0;
+        Op last_op() const { return snapshot_op + log.size(); }
+    };
+    // A snapshot write under way in the background (the shell's writer thread: in order).
+    struct SnapshotWrite {
+        Op op = 0;
+        Bytes bytes;
+        uint64_t done_tick = 0;
+        bool written = false;  // written synchronously (before_next_effect): only the notice waits
+    };
+    struct SnapshotFetch {
+        ReplicaIndex from = 0;
+        Op op = 0;  // the one the peer offered: it must still serve that one
+        uint64_t done_tick = 0;
+    };
     struct ReplicaSlot {
         // Declared before the replica, which refers to it, so that it is destroyed after it.
         std::unique_ptr<RegisterMachine> machine;
@@ -195,6 +298,14 @@ private:
         View last_view = 0;
         std::set<uint64_t> used_nonces;
         uint64_t incarnation = 0;
+        bool restored_from_disk = false;  // this incarnation started from its data directory
+
+        // Storage: the data directory (outlives crashes), and the shell's in-memory part.
+        DataDirectory disk;
+        std::deque<SnapshotWrite> snapshot_writes;
+        std::optional<SnapshotFetch> snapshot_fetch;
+        std::optional<std::pair<Op, Bytes>> served_snapshot;  // the core's newest WriteSnapshot
+        Op newest_snapshot_written = 0;  // by this incarnation's shell
 
         // Electrode: the kernel (null without Electrode, or while crashed) and the shell's state
         // (server/shell/node.cpp).
@@ -227,6 +338,7 @@ private:
     };
 
     ReplicaConfig replica_config(ReplicaIndex r) const;
+    void start_replica(ReplicaIndex r, Start start);
     void run_clients();
     void invoke_next_op(uint32_t slot, std::vector<ClientSend>& sends);
     Bytes next_payload();
@@ -246,6 +358,23 @@ private:
     void check_holds_committed_ops(ReplicaIndex r, bool entered_view);
     Op committed_before(View view);
     void note_state_change(ReplicaIndex r);
+    void check_digest(ReplicaIndex r);
+    bool discarded_state(ReplicaIndex r, const Effects& effects) const;
+    uint64_t reference_digest(Op op) const { return digest_after_[op]; }
+    void apply_to_reference(Op op, const Entry& entry);
+
+    // Storage (the shell's part: node.cpp, storage.h).
+    void run_storage();
+    void write_snapshot(ReplicaIndex r, const WriteSnapshot& write);
+    void store_snapshot(ReplicaIndex r, Op op, const Bytes& bytes);
+    void persist_log(ReplicaIndex r, const PersistLog& persist);
+    void fetch_snapshot(ReplicaIndex r, const FetchSnapshot& fetch);
+    void complete_fetch(ReplicaIndex r);
+    void check_sent_durably(ReplicaIndex r, const Message& message);
+    void check_disk(ReplicaIndex r);
+    // Snapshot durability: the whole cell crashed, and r commits the first op since, after
+    // `resumed`: the history is cut back to there.
+    void cut_history(ReplicaIndex r, Op resumed);
 
     void deliver(Datagram datagram);
     // `batched`: part of a batch voltlockd flushes once, at its end (else as the seed chooses).
@@ -292,7 +421,22 @@ private:
     size_t completed_ops_ = 0;
 
     std::vector<CommittedOp> committed_;  // [op - 1]
+    // The state machine's digest after each committed op ([0]: before any), from a reference
+    // machine that applies the committed history.
+    std::vector<uint64_t> digest_after_{0};
+    RegisterMachine reference_;
     std::map<std::pair<ClientId, RequestNumber>, Op> executed_at_;
+    // Snapshot durability: executions a whole-cell crash lost (allowed), with their results, so
+    // that a late reply from before the crash is recognised.
+    std::map<std::pair<ClientId, RequestNumber>, Bytes> lost_executions_;
+    struct CellCrash {
+        Op committed = 0;       // the history's length at the crash
+        Op newest_snapshot = 0; // the newest durable snapshot then, and whose
+        ReplicaIndex snapshot_replica = 0;
+        Op quorum_snapshot = 0; // the newest that every quorum holds: the (f + 1)-th oldest
+    };
+    std::optional<CellCrash> cell_crash_;  // snapshot durability, until the cell runs again
+    std::optional<Op> resumed_op_;
     std::vector<ClientOp> client_ops_;
     // Views some replica reached normal status in.
     std::set<View> views_established_{0};
@@ -302,6 +446,9 @@ private:
     std::map<View, Op> committed_before_view_;
     ReplicaCounters retired_counters_;  // of incarnations lost to crashes
     uint64_t corrupted_rejected_ = 0;
+    StorageCounters storage_counters_;
+    uint32_t forced_write_failures_ = 0;
+    uint32_t forced_fetch_corruptions_ = 0;
 
     ElectrodeCounters electrode_counters_;
     std::vector<RingWakeup> ring_wakeups_;  // a heap: earliest first

@@ -359,7 +359,11 @@ void Cluster::check_kernel(ReplicaIndex r)
     // What reached the log at the ops the kernel appended is what it acknowledged.
     auto& entries = slot.kernel_acked_entries;
     for (auto it = entries.begin(); it != entries.end() && it->first <= replica.op();) {
-        if (replica.entry(it->first) != it->second)
+        // Compacted (a snapshot installed over them): committed, as the history has them.
+        const Entry* held = it->first > replica.log_base()  ? &replica.entry(it->first)
+                            : it->first <= committed_.size() ? &committed_[it->first - 1].entry
+                                                             : nullptr;
+        if (held && *held != it->second)
             return fail("r%u v%llu: its log holds another entry at op %llu than the one its "
                         "kernel acknowledged in view %llu",
                         r, ull(replica.view()), ull(it->first), ull(view));

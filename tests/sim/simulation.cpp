@@ -49,6 +49,53 @@ ClusterOptions draw_cluster_options(const SeedOptions& seed, Prng& prng)
 
 }  // namespace
 
+const char* cell_crash_mode_name(CellCrashMode mode)
+{
+    switch (mode) {
+    case CellCrashMode::off: return "off";
+    case CellCrashMode::sync: return "sync";
+    case CellCrashMode::all: return "all";
+    }
+    return "unknown";
+}
+
+const char* durability_mode_name(DurabilityMode mode)
+{
+    switch (mode) {
+    case DurabilityMode::snapshot: return "snapshot";
+    case DurabilityMode::sync: return "sync";
+    case DurabilityMode::mixed: return "mixed";
+    }
+    return "unknown";
+}
+
+void draw_storage(DurabilityMode mode, std::optional<uint64_t> snapshot_every_ops, Prng& prng,
+                  ClusterOptions& options)
+{
+    options.durability_sync = mode == DurabilityMode::sync ||
+                              (mode == DurabilityMode::mixed && prng.chance(0.5));
+    // Often, so that compaction and state transfer by snapshot happen all the time; and on a
+    // timer on some seeds, which snapshots whatever was committed since.
+    options.snapshot_every_ops = snapshot_every_ops.value_or(prng.between(20, 50));
+    options.snapshot_every_ticks = prng.chance(0.5) ? 0 : prng.between(50, 500);
+    options.max_snapshot_write_ticks = static_cast<uint32_t>(prng.between(0, 20));
+    options.snapshot_write_failure = maybe_probability(prng, 0.5, 0.2);
+    options.max_snapshot_fetch_ticks = static_cast<uint32_t>(prng.between(1, 30));
+    options.snapshot_fetch_failure = maybe_probability(prng, 0.5, 0.3);
+    options.snapshot_fetch_corruption = maybe_probability(prng, 0.6, 0.1);
+}
+
+std::string describe_storage(const ClusterOptions& options)
+{
+    return strprintf("durability %s, snapshot every %llu ops / %llu ticks, writes 0..%u ticks "
+                     "(failing %.3f), fetches 1..%u ticks (failing %.3f, corrupt %.3f)",
+                     options.durability_sync ? "sync" : "snapshot",
+                     ull(options.snapshot_every_ops), ull(options.snapshot_every_ticks),
+                     options.max_snapshot_write_ticks, options.snapshot_write_failure,
+                     options.max_snapshot_fetch_ticks, options.snapshot_fetch_failure,
+                     options.snapshot_fetch_corruption);
+}
+
 const char* electrode_mode_name(ElectrodeMode mode)
 {
     switch (mode) {
@@ -124,6 +171,9 @@ FaultRegime draw_fault_regime(Prng& prng)
     regime.crash_per_tick = maybe_probability(prng, 0.3, 0.005);
     regime.max_down_ticks = static_cast<uint32_t>(prng.between(10, 400));
     regime.leader_victim_fraction = prng.fraction();
+    regime.lose_disk_fraction = prng.fraction() * 0.5;
+    regime.cell_crash_per_tick = maybe_probability(prng, 0.6, 0.0005);
+    regime.max_cell_down_ticks = static_cast<uint32_t>(prng.between(1, 100));
     return regime;
 }
 
@@ -132,17 +182,21 @@ std::string describe(const FaultRegime& regime)
     const NetworkFaults& n = regime.network;
     return strprintf("loss=%.3f dup=%.3f corrupt=%.4f delay=1..%u slow=%.3f(1..%u) "
                      "partition/tick=%.4f(1..%u, one-way %.2f) crash/tick=%.4f(1..%u) "
-                     "leader-victim=%.2f",
+                     "leader-victim=%.2f disk-lost=%.2f cell-crash/tick=%.5f(1..%u)",
                      n.loss, n.duplication, n.corruption, n.max_delay_ticks, n.slow_fraction,
                      n.slow_delay_ticks, regime.partition_per_tick, regime.max_partition_ticks,
                      regime.one_way_fraction, regime.crash_per_tick, regime.max_down_ticks,
-                     regime.leader_victim_fraction);
+                     regime.leader_victim_fraction, regime.lose_disk_fraction,
+                     regime.cell_crash_per_tick, regime.max_cell_down_ticks);
 }
 
 // ---- FaultScheduler ---------------------------------------------------------------------------
 
 FaultScheduler::FaultScheduler(const FaultRegime& regime, uint8_t replica_count, Prng prng)
-    : regime_(regime), prng_(prng), restart_at_tick_(replica_count)
+    : regime_(regime),
+      prng_(prng),
+      restart_at_tick_(replica_count),
+      restart_from_disk_(replica_count, false)
 {
 }
 
@@ -152,7 +206,11 @@ void FaultScheduler::on_tick(Cluster& cluster)
     for (ReplicaIndex r = 0; r < cluster.replica_count(); r++) {
         if (restart_at_tick_[r] && cluster.now_tick() >= *restart_at_tick_[r]) {
             restart_at_tick_[r].reset();
-            cluster.restart(r);
+            if (restart_from_disk_[r] || !prng_.chance(regime_.lose_disk_fraction))
+                cluster.restart_from_disk(r);
+            else
+                cluster.restart(r);
+            restart_from_disk_[r] = false;
         }
     }
     maybe_crash(cluster);
@@ -217,11 +275,25 @@ void FaultScheduler::start_one_way_partition(Cluster& cluster)
 
 void FaultScheduler::maybe_crash(Cluster& cluster)
 {
+    if (cluster.down_count() == 0 && prng_.chance(regime_.cell_crash_per_tick))
+        return crash_cell(cluster);
     if (cluster.down_count() >= cluster.max_faulty() || !prng_.chance(regime_.crash_per_tick))
         return;
     const ReplicaIndex victim = pick_victim(cluster);
     cluster.crash(victim);
     restart_at_tick_[victim] = cluster.now_tick() + prng_.between(1, regime_.max_down_ticks);
+}
+
+// A power cut: every replica at once; they come back within a few ticks of each other, each
+// from its data directory.
+void FaultScheduler::crash_cell(Cluster& cluster)
+{
+    cluster.crash_cell();
+    const uint64_t back = cluster.now_tick() + prng_.between(1, regime_.max_cell_down_ticks);
+    for (ReplicaIndex r = 0; r < cluster.replica_count(); r++) {
+        restart_at_tick_[r] = back + prng_.below(4);
+        restart_from_disk_[r] = true;
+    }
 }
 
 ReplicaIndex FaultScheduler::pick_victim(Cluster& cluster)
@@ -239,18 +311,25 @@ ReplicaIndex FaultScheduler::pick_victim(Cluster& cluster)
 SeedResult run_seed(const SeedOptions& options)
 {
     Prng prng(options.seed);
-    const FaultRegime regime = draw_fault_regime(prng);
+    FaultRegime regime = draw_fault_regime(prng);
     ClusterOptions cluster_options = draw_cluster_options(options, prng);
     cluster_options.faults = regime.network;
     Prng scheduler_prng = prng.fork();
     // Drawn last, so that a seed's world without Electrode is the same in every mode.
+    Prng storage_prng = prng.fork();
     draw_electrode(options.electrode, prng, cluster_options);
+    draw_storage(options.durability, options.snapshot_every_ops, storage_prng, cluster_options);
+    cluster_options.lose_disk_on_restart = regime.lose_disk_fraction;
+    if (options.cell_crashes == CellCrashMode::off ||
+        (options.cell_crashes == CellCrashMode::sync && !cluster_options.durability_sync))
+        regime.cell_crash_per_tick = 0;
     Cluster cluster(cluster_options);
     FaultScheduler scheduler(regime, options.replica_count, scheduler_prng);
-    cluster.trace("seed %llu: %u replicas, %zu clients, %u-byte datagrams; %s; %s",
+    cluster.trace("seed %llu: %u replicas, %zu clients, %u-byte datagrams; %s; %s; %s",
                   ull(options.seed), options.replica_count, cluster_options.client_count,
                   cluster_options.max_message_bytes, describe(regime).c_str(),
-                  describe_electrode(cluster_options).c_str());
+                  describe_electrode(cluster_options).c_str(),
+                  describe_storage(cluster_options).c_str());
 
     const uint64_t chaos_ticks = std::max(chaos_min_ticks, chaos_ticks_per_op * options.ops);
     while (!cluster.violation() && cluster.ops_remaining() > 0 &&
@@ -278,6 +357,8 @@ SeedResult run_seed(const SeedOptions& options)
                                ? 0
                                : cluster_options.electrode[0].enabled,
         .electrode = cluster.electrode_counters(),
+        .durability_sync = cluster_options.durability_sync,
+        .storage = cluster.storage_counters(),
     };
 }
 

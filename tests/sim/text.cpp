@@ -55,8 +55,9 @@ std::string describe(const Message& message)
             },
             [](const StartViewChange& m) { return strprintf("v%llu", ull(m.view)); },
             [](const DoViewChange& m) {
-                return strprintf("v%llu last_normal=%llu op=%llu commit=%llu", ull(m.view),
-                                 ull(m.last_normal_view), ull(m.op), ull(m.commit));
+                return strprintf("v%llu last_normal=%llu op=%llu commit=%llu fence=%llu",
+                                 ull(m.view), ull(m.last_normal_view), ull(m.op), ull(m.commit),
+                                 ull(m.fence_view));
             },
             [](const StartView& m) {
                 return strprintf("v%llu op=%llu commit=%llu first_op=%llu entries=%zu",
@@ -65,14 +66,18 @@ std::string describe(const Message& message)
             },
             [](const Recovery& m) { return strprintf("nonce=%llx", ull(m.nonce)); },
             [](const RecoveryResponse& m) {
-                return strprintf("v%llu nonce=%llx op=%llu commit=%llu", ull(m.view),
-                                 ull(m.nonce), ull(m.op), ull(m.commit));
+                return strprintf("v%llu nonce=%llx op=%llu commit=%llu last_normal=%llu%s",
+                                 ull(m.view), ull(m.nonce), ull(m.op), ull(m.commit),
+                                 ull(m.last_normal_view), m.restarting ? " restarting" : "");
             },
             [](const GetState& m) { return strprintf("v%llu op=%llu", ull(m.view), ull(m.op)); },
             [](const NewState& m) {
                 return strprintf("v%llu op=%llu commit=%llu first_op=%llu entries=%zu",
                                  ull(m.view), ull(m.op), ull(m.commit), ull(m.first_op),
                                  m.entries.size());
+            },
+            [](const SnapshotOffer& m) {
+                return strprintf("v%llu op=%llu", ull(m.view), ull(m.op));
             },
         },
         message);

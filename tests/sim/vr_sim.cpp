@@ -2,11 +2,17 @@
 // printing the command that replays it.
 //
 //   vr_sim [--seeds N] [--seed S] [--replicas R[,R...]] [--ops K] [--electrode on|off|mixed]
-//          [--verbose]
+//          [--durability snapshot|sync|mixed] [--snapshot-every-ops N]
+//          [--cell-crashes all|sync|off] [--verbose]
 //
 // Runs seeds S..S+N-1 (default S=1, N=1) for each replica count R (odd, 1..15; default 3), each
 // with K client operations (default 1000). --electrode: which seeds run the Electrode fast paths,
 // each replica's kernel modelled by fast_path.h (default mixed: a quarter of the seeds without).
+// --durability: which seeds persist the log (default mixed: half of them). --snapshot-every-ops:
+// how many committed ops between snapshots (default: 20..50, drawn per seed; 0: none by count,
+// only on the timer half the seeds have).
+// --cell-crashes: which seeds may lose power as a whole cell (default sync: those with durability
+// sync; see simulation.h).
 // --verbose traces every event (for one seed).
 #include <algorithm>
 #include <chrono>
@@ -24,6 +30,8 @@
 
 namespace {
 
+using voltlock::sim::CellCrashMode;
+using voltlock::sim::DurabilityMode;
 using voltlock::sim::ElectrodeCounters;
 using voltlock::sim::ElectrodeMode;
 using voltlock::sim::SeedOptions;
@@ -39,6 +47,9 @@ struct Arguments {
     std::vector<uint8_t> replica_counts{3};
     uint64_t ops = default_ops;
     ElectrodeMode electrode = ElectrodeMode::mixed;
+    DurabilityMode durability = DurabilityMode::mixed;
+    std::optional<uint64_t> snapshot_every_ops;
+    CellCrashMode cell_crashes = CellCrashMode::sync;
     bool verbose = false;
 };
 
@@ -46,11 +57,16 @@ void usage(const char* program)
 {
     std::fprintf(stderr,
                  "usage: %s [--seeds N] [--seed S] [--replicas R[,R...]] [--ops K]\n"
-                 "          [--electrode on|off|mixed] [--verbose]\n"
+                 "          [--electrode on|off|mixed] [--durability snapshot|sync|mixed]\n"
+                 "          [--snapshot-every-ops N] [--cell-crashes all|sync|off] [--verbose]\n"
                  "  runs seeds S..S+N-1 (default S=1, N=1) for each replica count R (odd, "
                  "1..15; default 3),\n  each with K client operations (default %llu); "
                  "--electrode: which seeds run the Electrode\n  fast paths (default mixed: "
-                 "a quarter of them without)\n",
+                 "a quarter of them without); --durability: which seeds persist\n  the log "
+                 "(default mixed: half of them); --snapshot-every-ops: committed ops between\n"
+                 "  snapshots (default 20..50, drawn per seed; 0: only on the timer half the seeds "
+                 "have);\n  --cell-crashes: which seeds may lose power as a whole cell (default "
+                 "sync: those with\n  durability sync)\n",
                  program, ull(default_ops));
 }
 
@@ -116,6 +132,28 @@ std::optional<Arguments> parse_arguments(int argc, char** argv)
                 arguments.electrode = ElectrodeMode::mixed;
             else
                 return std::nullopt;
+        } else if (name == "--durability") {
+            if (*value == "snapshot")
+                arguments.durability = DurabilityMode::snapshot;
+            else if (*value == "sync")
+                arguments.durability = DurabilityMode::sync;
+            else if (*value == "mixed")
+                arguments.durability = DurabilityMode::mixed;
+            else
+                return std::nullopt;
+        } else if (name == "--cell-crashes") {
+            if (*value == "all")
+                arguments.cell_crashes = CellCrashMode::all;
+            else if (*value == "sync")
+                arguments.cell_crashes = CellCrashMode::sync;
+            else if (*value == "off")
+                arguments.cell_crashes = CellCrashMode::off;
+            else
+                return std::nullopt;
+        } else if (name == "--snapshot-every-ops") {
+            const auto n = parse_number(*value);
+            if (!n) return std::nullopt;
+            arguments.snapshot_every_ops = *n;
         } else if (name == "--ops") {
             const auto k = parse_number(*value);
             if (!k) return std::nullopt;
@@ -144,6 +182,12 @@ void set_reproduce_line(const char* program, const SeedOptions& seed)
     std::string options = seed.ops == default_ops ? "" : strprintf(" --ops=%llu", ull(seed.ops));
     if (seed.electrode != ElectrodeMode::mixed)
         options += strprintf(" --electrode=%s", electrode_mode_name(seed.electrode));
+    if (seed.durability != DurabilityMode::mixed)
+        options += strprintf(" --durability=%s", durability_mode_name(seed.durability));
+    if (seed.snapshot_every_ops)
+        options += strprintf(" --snapshot-every-ops=%llu", ull(*seed.snapshot_every_ops));
+    if (seed.cell_crashes != CellCrashMode::sync)
+        options += strprintf(" --cell-crashes=%s", cell_crash_mode_name(seed.cell_crashes));
     std::snprintf(reproduce_line, sizeof reproduce_line,
                   "reproduce with: %s --seed=%llu --replicas=%u%s (add --verbose to trace)\n",
                   program, ull(seed.seed), seed.replica_count, options.c_str());
@@ -170,6 +214,9 @@ struct Totals {
     uint64_t electrode_all_paths = 0;  // seeds with all three fast paths
     uint64_t electrode_some_paths = 0;
     ElectrodeCounters electrode;
+    uint64_t sync_seeds = 0;
+    voltlock::ReplicaCounters replica;
+    voltlock::sim::Cluster::StorageCounters storage;
 
     void add(const SeedOptions& seed, const SeedResult& result, double seed_ms)
     {
@@ -185,6 +232,22 @@ struct Totals {
         else if (result.electrode_paths != 0)
             electrode_some_paths++;
         electrode.add(result.electrode);
+        sync_seeds += result.durability_sync ? 1 : 0;
+        replica.snapshots_written += result.counters.snapshots_written;
+        replica.snapshots_installed += result.counters.snapshots_installed;
+        replica.snapshots_refused += result.counters.snapshots_refused;
+        replica.cell_restarts += result.counters.cell_restarts;
+        const auto& s = result.storage;
+        storage.snapshot_writes_failed += s.snapshot_writes_failed;
+        storage.snapshot_writes_lost += s.snapshot_writes_lost;
+        storage.snapshot_fetches += s.snapshot_fetches;
+        storage.snapshot_fetches_failed += s.snapshot_fetches_failed;
+        storage.snapshot_fetches_corrupted += s.snapshot_fetches_corrupted;
+        storage.restarts_from_disk += s.restarts_from_disk;
+        storage.restarts_from_nothing += s.restarts_from_nothing;
+        storage.cell_crashes += s.cell_crashes;
+        storage.acknowledged_ops_lost += s.acknowledged_ops_lost;
+        storage.committed_ops_lost += s.committed_ops_lost;
         if (seed_ms > slowest_seed_ms) {
             slowest_seed_ms = seed_ms;
             slowest_seed = strprintf("seed %llu x %u", ull(seed.seed), seed.replica_count);
@@ -223,6 +286,22 @@ void print_summary(const Arguments& arguments, const Totals& totals, double wall
                     e.stats[VL_STAT_Q_DUPLICATE]),
                 stat(VL_STAT_TC_ARMED), ull(e.marked_acks_dropped), ull(e.kernel_acks_fed),
                 stat(VL_STAT_TC_CLONES), ull(e.stalls));
+    // Proof that snapshots, compaction, snapshot transfer and restarts from disk ran.
+    const auto& s = totals.storage;
+    std::printf("storage %s: %llu seeds sync, %llu snapshot; %llu snapshots written (%llu writes "
+                "failed, %llu cut short by a crash), %llu installed from %llu fetches (%llu "
+                "failed, %llu corrupted, %llu refused); %llu restarts from disk, %llu from "
+                "nothing; %llu whole-cell crashes (%llu cell restarts joined), %llu committed "
+                "ops lost to them (%llu acknowledged), durability snapshot only\n",
+                durability_mode_name(arguments.durability), ull(totals.sync_seeds),
+                ull(totals.seeds_run - totals.sync_seeds), ull(totals.replica.snapshots_written),
+                ull(s.snapshot_writes_failed), ull(s.snapshot_writes_lost),
+                ull(totals.replica.snapshots_installed), ull(s.snapshot_fetches),
+                ull(s.snapshot_fetches_failed), ull(s.snapshot_fetches_corrupted),
+                ull(totals.replica.snapshots_refused), ull(s.restarts_from_disk),
+                ull(s.restarts_from_nothing), ull(s.cell_crashes),
+                ull(totals.replica.cell_restarts), ull(s.committed_ops_lost),
+                ull(s.acknowledged_ops_lost));
 }
 
 }  // namespace
@@ -248,6 +327,9 @@ int main(int argc, char** argv)
                                    .replica_count = replica_count,
                                    .ops = arguments->ops,
                                    .electrode = arguments->electrode,
+                                   .durability = arguments->durability,
+                                   .snapshot_every_ops = arguments->snapshot_every_ops,
+                                   .cell_crashes = arguments->cell_crashes,
                                    .verbose = arguments->verbose};
             set_reproduce_line(argv[0], seed);
             const auto seed_started = Clock::now();
