@@ -220,9 +220,18 @@ Result<Startup> open_data_directory(const DaemonConfig& config, bool recover)
                                      " is not one this replica can read";
     }
     if (state.snapshot_refused) {
-        spdlog::error("r{}: {}: refused; recovering from the other replicas instead",
-                      config.replica, *state.snapshot_refused);
-        return Startup{StartRecovering{.nonce = recovery_nonce()}, std::move(storage.value()), {},
+        // The damaged files would fail RocksDB's next compaction, and every write after it: the
+        // directory is moved aside (for whoever wants to look) and a new one takes its place.
+        storage.value().reset();
+        const std::string aside = config.data_dir + ".refused-" + std::to_string(wall_clock_ms());
+        if (std::rename(config.data_dir.c_str(), aside.c_str()) != 0)
+            return os_error("data directory " + config.data_dir + ": cannot move it aside to " +
+                            aside);
+        spdlog::error("r{}: {}: refused; moved to {}, recovering from the other replicas instead",
+                      config.replica, *state.snapshot_refused, aside);
+        auto fresh = Storage::open(config.data_dir, identity_of(config));
+        if (!fresh.ok()) return fresh.error();
+        return Startup{StartRecovering{.nonce = recovery_nonce()}, std::move(fresh.value()), {},
                        "recovering: the stored snapshot was refused"};
     }
     const Op snapshot_op = state.snapshot_op.value_or(0);
