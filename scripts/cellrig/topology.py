@@ -16,6 +16,7 @@ import hashlib
 import os
 import re
 import shutil
+import time
 
 from .util import (CellError, ip, kill_pids, netns_list, netns_pids, run, say, write_sysctl)
 
@@ -83,17 +84,24 @@ def build(cell) -> None:
 def destroy(name: str) -> None:
     """Kills whatever still runs in the cell's namespaces, then deletes them (the veths and the
     bridge go with them). Works from names alone, so it also cleans up after a lost state dir."""
-    namespaces = existing_namespaces(name)
-    for ns in namespaces:
-        pids = netns_pids(ns)
-        if pids:
-            say(f"{ns}: killing leftover processes {', '.join(map(str, pids))}")
-            kill_pids(pids)
-    for ns in namespaces:
-        ip("netns", "delete", ns)
-    left = existing_namespaces(name)
-    if left:
-        raise CellError(f"namespaces still present after delete: {', '.join(left)}")
+    # An interrupted `up` may leave an `ip netns add` running that finishes after the first
+    # look: look again for a moment until nothing is left.
+    deadline = time.monotonic() + 3
+    while True:
+        namespaces = existing_namespaces(name)
+        for ns in namespaces:
+            pids = netns_pids(ns)
+            if pids:
+                say(f"{ns}: killing leftover processes {', '.join(map(str, pids))}")
+                kill_pids(pids)
+        for ns in namespaces:
+            ip("netns", "delete", ns, check=False)  # `left` below says if it failed
+        time.sleep(0.2)
+        left = existing_namespaces(name)
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise CellError(f"namespaces still present after delete: {', '.join(left)}")
 
 
 # --- Electrode: the bridge-side XDP program (issue 4) -----------------------------------------
