@@ -1,6 +1,6 @@
 // The operations of the lock and configuration service (DESIGN.md §4) as values, and their
 // compact binary encoding. One op is one log entry's payload, and a payload must fit in one
-// datagram (1382 bytes at the default 1472-byte message size; docs/replication.md, "Limits"), so
+// datagram (1381 bytes at the default 1472-byte message size; docs/replication.md, "Limits"), so
 // ops are packed fields, not JSON. Results are encoded the same way: the replica that executes an
 // op returns the encoded result, and the HTTP layer decodes it. docs/lock-service.md describes
 // what each op does; LockMachine (lock_machine.h) executes them.

@@ -55,6 +55,14 @@ class Reader : public ByteReader {
 public:
     using ByteReader::ByteReader;
 
+    bool flag(bool& v)  // one byte, 0 or 1
+    {
+        uint8_t byte = 0;
+        if (!u8(byte) || byte > 1) return false;
+        v = byte == 1;
+        return true;
+    }
+
     bool entry(Entry& e)
     {
         uint16_t len = 0;
@@ -141,6 +149,7 @@ void write_body(const Message& message, Writer& w)
                    },
                    [&](const StartView& m) {
                        w.u64(m.first_op);
+                       w.u8(m.state_unconfirmed ? 1 : 0);
                        for (const Entry& e : m.entries) w.entry(e);
                    },
                    [&](const Recovery& m) { w.u64(m.nonce); },
@@ -152,9 +161,10 @@ void write_body(const Message& message, Writer& w)
                    [](const GetState&) {},
                    [&](const NewState& m) {
                        w.u64(m.first_op);
+                       w.u8(m.state_unconfirmed ? 1 : 0);
                        for (const Entry& e : m.entries) w.entry(e);
                    },
-                   [](const SnapshotOffer&) {},
+                   [&](const SnapshotOffer& m) { w.u8(m.state_unconfirmed ? 1 : 0); },
                },
                message);
 }
@@ -176,12 +186,16 @@ size_t body_size(const Message& message)
                           [](const Commit&) { return size_t{0}; },
                           [](const StartViewChange&) { return size_t{0}; },
                           [](const DoViewChange&) { return size_t{16}; },
-                          [](const StartView& m) { return 8 + entries_bytes(m.entries); },
+                          [](const StartView& m) {
+                              return kStateTransferPrefixBytes + entries_bytes(m.entries);
+                          },
                           [](const Recovery&) { return size_t{8}; },
                           [](const RecoveryResponse&) { return size_t{17}; },
                           [](const GetState&) { return size_t{0}; },
-                          [](const NewState& m) { return 8 + entries_bytes(m.entries); },
-                          [](const SnapshotOffer&) { return size_t{0}; },
+                          [](const NewState& m) {
+                              return kStateTransferPrefixBytes + entries_bytes(m.entries);
+                          },
+                          [](const SnapshotOffer&) { return size_t{1}; },
                       },
                       message);
 }
@@ -229,7 +243,9 @@ bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& 
     }
     case VL_MSG_START_VIEW: {
         StartView m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
-        if (!(r.u64(m.first_op) && r.entries(m.entries, h.batch_count))) return false;
+        if (!(r.u64(m.first_op) && r.flag(m.state_unconfirmed) &&
+              r.entries(m.entries, h.batch_count)))
+            return false;
         if (m.commit > m.op || m.first_op > m.op || m.op - m.first_op < m.entries.size())
             return false;
         out = std::move(m);
@@ -243,10 +259,8 @@ bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& 
     }
     case VL_MSG_RECOVERY_RESPONSE: {
         RecoveryResponse m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
-        uint8_t restarting = 0;
-        if (!(r.u64(m.nonce) && r.u64(m.last_normal_view) && r.u8(restarting))) return false;
-        if (m.commit > m.op || m.last_normal_view > m.view || restarting > 1) return false;
-        m.restarting = restarting == 1;
+        if (!(r.u64(m.nonce) && r.u64(m.last_normal_view) && r.flag(m.restarting))) return false;
+        if (m.commit > m.op || m.last_normal_view > m.view) return false;
         out = m;
         return true;
     }
@@ -255,15 +269,20 @@ bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& 
         return true;
     case VL_MSG_NEW_STATE: {
         NewState m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
-        if (!(r.u64(m.first_op) && r.entries(m.entries, h.batch_count))) return false;
+        if (!(r.u64(m.first_op) && r.flag(m.state_unconfirmed) &&
+              r.entries(m.entries, h.batch_count)))
+            return false;
         if (m.commit > m.op || m.first_op > m.op || m.op - m.first_op < m.entries.size())
             return false;
         out = std::move(m);
         return true;
     }
-    case VL_MSG_SNAPSHOT_OFFER:
-        out = SnapshotOffer{.view = h.view, .replica = h.replica, .op = h.op};
+    case VL_MSG_SNAPSHOT_OFFER: {
+        SnapshotOffer m{.view = h.view, .replica = h.replica, .op = h.op};
+        if (!r.flag(m.state_unconfirmed)) return false;
+        out = m;
         return true;
+    }
     }
     return false;
 }

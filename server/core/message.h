@@ -89,6 +89,7 @@ struct StartView {
     Op commit = 0;
     Op first_op = 0;
     std::vector<Entry> entries;  // ops (first_op, first_op + entries.size()]
+    bool state_unconfirmed = false;  // see NewState
     bool operator==(const StartView&) const = default;
 };
 
@@ -122,6 +123,9 @@ struct GetState {
 };
 
 // §5.2: entries after `first_op`, as many as fit; `op` and `commit` are the sender's.
+// `state_unconfirmed`: the sender's state is not yet known to be the cell's history (restored
+// from a snapshot alone, it waits for a restart fence to commit on top of it; docs/storage.md),
+// and neither is a state taken from it.
 struct NewState {
     View view = 0;
     ReplicaIndex replica = 0;
@@ -129,6 +133,7 @@ struct NewState {
     Op commit = 0;
     Op first_op = 0;
     std::vector<Entry> entries;
+    bool state_unconfirmed = false;
     bool operator==(const NewState&) const = default;
 };
 
@@ -138,6 +143,7 @@ struct SnapshotOffer {
     View view = 0;
     ReplicaIndex replica = 0;
     Op op = 0;
+    bool state_unconfirmed = false;  // see NewState
     bool operator==(const SnapshotOffer&) const = default;
 };
 
@@ -159,12 +165,15 @@ inline size_t entry_wire_bytes(const Entry& entry)
     return VL_ENTRY_FIXED_BYTES + entry.payload.size();
 }
 
+// What StartView and NewState carry before their entries: first_op, state_unconfirmed.
+inline constexpr size_t kStateTransferPrefixBytes = 8 + 1;
+
 // The largest payload one log entry may carry: an entry must fit alone in the message with the
-// most overhead that carries entries (StartView/NewState: header + first_op), or it could never
-// be transferred. 1382 bytes at the default message size.
+// most overhead that carries entries (StartView/NewState), or it could never be transferred.
+// 1381 bytes at the default message size.
 constexpr size_t max_entry_payload_bytes(uint32_t max_message_bytes)
 {
-    constexpr size_t overhead = VL_HEADER_BYTES + 8 + VL_ENTRY_FIXED_BYTES;
+    constexpr size_t overhead = VL_HEADER_BYTES + kStateTransferPrefixBytes + VL_ENTRY_FIXED_BYTES;
     return max_message_bytes > overhead ? max_message_bytes - overhead : 0;
 }
 

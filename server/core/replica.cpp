@@ -47,19 +47,21 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
         const auto snapshot = decode_replica_snapshot(restored->snapshot);
         if (restored->snapshot.empty() || (snapshot && restore_snapshot(*snapshot))) {
             restored_ = true;
+            snapshot_fence_view_ = fence_view_;
             state_unconfirmed_ = !config.persist_log;
             log_ = restored->log;
             // Durability sync persists our view and last normal view, never older than our own
             // snapshot's; a snapshot we fetched and installed carries its writer's, which are not
             // ours: claiming its last normal view for the log persisted after it (ops of an older
             // view) could win a view change against that view's log (vr_sim seed 191 x 5).
-            // Durability snapshot has only the snapshot's, and no log after it.
+            // Durability snapshot has only the snapshot's, and no log after it; and the view
+            // persisted since, so as never to run a view again.
             if (config.persist_log)
                 std::tie(view_, last_normal_view_) =
                     std::pair{restored->view, restored->last_normal_view};
             else if (snapshot)
                 std::tie(view_, last_normal_view_) =
-                    std::pair{snapshot->view, snapshot->last_normal_view};
+                    std::pair{std::max(snapshot->view, restored->view), snapshot->last_normal_view};
         } else {
             counters_.snapshots_refused += 1;  // recovers from nothing, as StartRecovering
         }
@@ -371,6 +373,8 @@ void Replica::execute(Op op_number, const Entry& entry)
     if (entry.client_id == kCellClientId) {  // the restart fence: nobody waits for a reply
         machine_.skip_past_lost_writes();
         fence_view_ = entry.request_number;
+        // Committed on top of our state: the restart that selected it went through.
+        state_unconfirmed_ = false;
         out_->push_back(Executed{.op = op_number, .entry = entry, .result = {}});
         return;
     }
@@ -565,7 +569,6 @@ void Replica::become_leader()
 {
     VL_ASSERT(new_view_commit_ <= op(), "the selected log holds every committed op");
     const Op new_view_commit = new_view_commit_;
-    const bool fence = fence_lost_writes_;
     enter_normal(view_);
     counters_.view_changes += 1;
     commit_to(std::max(commit_, new_view_commit));
@@ -586,7 +589,10 @@ void Replica::become_leader()
         if (r != config_.replica) send_start_view(r);
     last_sent_to_followers_tick_ = tick_;
     advance_commit_as_leader();
-    if (fence) propose_restart_fence();
+    // A state restored from a snapshot alone, or given by one, becomes the cell's history only
+    // with a restart fence committed on top of it (until then another view may select an older
+    // one); the fence also moves the state machine past the writes that may have been lost.
+    if (state_unconfirmed_) propose_restart_fence();
 }
 
 void Replica::propose_restart_fence()
@@ -600,13 +606,15 @@ void Replica::propose_restart_fence()
 void Replica::send_start_view(ReplicaIndex to)
 {
     // The uncommitted suffix, as far as it fits; a follower fetches the rest (§5.2).
-    const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES - 8;
+    const size_t budget =
+        config_.max_message_bytes - VL_HEADER_BYTES - kStateTransferPrefixBytes;
     send(to, StartView{.view = view_,
                        .replica = config_.replica,
                        .op = op(),
                        .commit = commit_,
                        .first_op = commit_,
-                       .entries = entries_after(commit_, budget)});
+                       .entries = entries_after(commit_, budget),
+                       .state_unconfirmed = state_unconfirmed_});
 }
 
 void Replica::on_start_view(const StartView& m)
@@ -627,6 +635,7 @@ void Replica::on_start_view(const StartView& m)
     if (m.first_op <= commit_ && carried_to == m.op) {
         replace_log_after(commit_, m.first_op, m.entries);
         enter_normal(m.view);
+        state_unconfirmed_ = m.state_unconfirmed;  // ours is confirmed, or replaced above
         counters_.view_changes += 1;
         send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
         adopt_commit_as_follower(m.commit);
@@ -701,12 +710,13 @@ void Replica::start_recovery_round()
 
 void Replica::on_recovery(const Recovery& m)
 {
-    // §4.3 step 2: only replicas in normal status answer; and, for a whole-cell restart, those
-    // recovering with the state of their data directory, or taking part in the restart's view
-    // change with it, saying so.
+    // §4.3 step 2: only replicas in normal status answer, and among them only those whose
+    // state is the cell's (a restart's view whose fence has not committed may still give way to
+    // another); and, for a whole-cell restart, those recovering with the state of their data
+    // directory, or taking part in the restart's view change with it, saying so.
     const bool restarting = (status_ == Status::recovering && restored_) ||
                             (restart_view_change_ && !joining(view_));
-    if (status_ != Status::normal && !restarting) return;
+    if ((status_ != Status::normal || state_unconfirmed_) && !restarting) return;
     send(m.replica, RecoveryResponse{.view = view_,
                                      .replica = config_.replica,
                                      .nonce = m.nonce,
@@ -745,6 +755,7 @@ void Replica::on_recovery_response(const RecoveryResponse& m)
         last_normal_view_ = std::min(last_normal_view_, latest);
         if (recovery_target_->op == 0) {
             discard_state();
+            state_unconfirmed_ = false;  // the leader's, which answered only as the cell's
             finish_recovery(recovery_target_->commit);
         } else {
             start_fetch(Fetch::Purpose::recover, leader(), 0, recovery_target_->op, {}, true);
@@ -792,7 +803,6 @@ bool Replica::join_restart(View view)
 void Replica::leave_restart_for_view_change()
 {
     restored_ = false;
-    fence_lost_writes_ = !config_.persist_log;
     restart_votes_.clear();
     recovery_responses_.clear();
     status_ = Status::view_change;  // start_view_change sets the view
@@ -851,22 +861,28 @@ void Replica::on_get_state(const GetState& m)
     if (status_ == Status::recovering || m.view != view_ || m.op > op()) return;
     if (status_ == Status::view_change && fetch_) return;
     if (m.op < log_base_) {  // compacted: the snapshot first, over TCP
-        send(m.replica, SnapshotOffer{.view = view_, .replica = config_.replica, .op = log_base_});
+        send(m.replica, SnapshotOffer{.view = view_,
+                                      .replica = config_.replica,
+                                      .op = log_base_,
+                                      .state_unconfirmed = state_unconfirmed_});
         return;
     }
-    const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES - 8;
+    const size_t budget =
+        config_.max_message_bytes - VL_HEADER_BYTES - kStateTransferPrefixBytes;
     send(m.replica, NewState{.view = view_,
                              .replica = config_.replica,
                              .op = op(),
                              .commit = commit_,
                              .first_op = m.op,
-                             .entries = entries_after(m.op, budget)});
+                             .entries = entries_after(m.op, budget),
+                             .state_unconfirmed = state_unconfirmed_});
 }
 
 void Replica::on_new_state(const NewState& m)
 {
     if (!fetch_ || m.replica != fetch_->from || m.view != view_) return;
     Fetch& fetch = *fetch_;
+    fetch.source_unconfirmed = m.state_unconfirmed;
     // Only an answer that moved the fetch forward asks for the next chunk: a duplicated or
     // overlapping one would otherwise start a second chain of requests, and duplicates of those
     // more (vr_sim seed 4812 x 5 ran 170,000 NewStates for 1,000 ops). The timer covers loss.
@@ -915,6 +931,7 @@ void Replica::on_snapshot_offer(const SnapshotOffer& m)
 {
     if (!fetch_ || m.replica != fetch_->from || m.view != view_) return;
     if (m.op <= fetched_through()) return;  // a late offer: we are past it
+    fetch_->source_unconfirmed = m.state_unconfirmed;
     out_->push_back(FetchSnapshot{.from = m.replica, .op = m.op});
 }
 
@@ -928,8 +945,21 @@ void Replica::complete_fetch()
 {
     Fetch fetch = std::move(*fetch_);
     fetch_.reset();
-    if (fetch.replaces_state) discard_state();  // in the step that installs the new one
+    if (!fetch.snapshot.empty()) {  // our state gives way to it: now, with what follows it
+        const auto snapshot = decode_replica_snapshot(fetch.snapshot);
+        if (!snapshot || !install_snapshot(*snapshot, fetch.snapshot, {})) {
+            // Decoded once already: only a state machine can still refuse it. Start over.
+            start_fetch(fetch.purpose, fetch.from, 0, fetch.target_op, {}, true);
+            return;
+        }
+    } else if (fetch.replaces_state) {
+        discard_state();  // in the step that installs the new one
+    }
     replace_log_after(fetch.base_op, fetch.base_op, fetch.entries);
+    // Our state is now the source's, or ours continued by its ops (before they commit here: a
+    // restart fence among them confirms it).
+    state_unconfirmed_ =
+        fetch.source_unconfirmed || (state_unconfirmed_ && !fetch.replaces_state);
     switch (fetch.purpose) {
     case Fetch::Purpose::catch_up:
         VL_ASSERT(false, "catch-up entries are appended as they arrive");
@@ -1094,17 +1124,21 @@ void Replica::maybe_take_snapshot()
                          commit_ - snapshot_attempt_op_ >= config_.snapshot_every_ops;
     const bool time_due = config_.snapshot_every_ticks != 0 &&
                           tick_ - snapshot_attempt_tick_ >= config_.snapshot_every_ticks;
-    if (!ops_due && !time_due) return;
+    const bool fence_due = fence_view_ > snapshot_fence_view_;
+    if (!ops_due && !time_due && !fence_due) return;
     snapshot_attempt_op_ = commit_;
     snapshot_attempt_tick_ = tick_;
     snapshot_writing_ = commit_;
+    snapshot_writing_fence_view_ = fence_view_;
     out_->push_back(WriteSnapshot{.op = commit_, .snapshot = encode_snapshot()});
 }
 
 void Replica::on_snapshot_written(const SnapshotWritten& written)
 {
-    if (snapshot_writing_ == written.op) snapshot_writing_.reset();
+    const bool under_way = snapshot_writing_ == written.op;
+    if (under_way) snapshot_writing_.reset();
     if (!written.ok) return;  // the log stays whole; the next trigger tries again
+    if (under_way) snapshot_fence_view_ = snapshot_writing_fence_view_;
     counters_.snapshots_written += 1;
     // A snapshot installed meanwhile is newer, or the state it was of was discarded.
     if (written.op <= log_base_ || written.op > commit_) return;
@@ -1123,21 +1157,33 @@ void Replica::on_snapshot_fetched(const SnapshotFetched& fetched)
         return;
     }
     if (snapshot->op <= fetched_through()) return;  // an older offer's: we are past it
-    // Our log after the snapshot's op, if any, stays the tentative suffix it was: a pending log
-    // replacement still replaces it, and a view change meanwhile still sees it. Unless our state
-    // gives way whole: then the snapshot is the new base, and the chosen history's.
-    std::vector<Entry> suffix;
-    if (!fetch_->replaces_state && op() > snapshot->op)
-        suffix.assign(log_.begin() + static_cast<ptrdiff_t>(snapshot->op - log_base_), log_.end());
-    if (!restore_snapshot(*snapshot)) {
-        counters_.snapshots_refused += 1;
-        return;
-    }
     if (fetch_->replaces_state) {
-        // The snapshot is the new base and the rest follows it. Our log is shorter now than what
-        // we may have acknowledged in our last normal view: we claim none until we are normal.
-        fetch_->replaces_state = false;
-        last_normal_view_ = 0;
+        // The new base, installed with the entries after it when they are all here: until then
+        // our state and log stay what we offered and acknowledged (a view change meanwhile,
+        // which may count us, sees them; vr_sim seed 102 x 3, durability snapshot).
+        fetch_->snapshot = fetched.snapshot;
+    } else {
+        // Our log after the snapshot's op, if any, stays the tentative suffix it was: a pending
+        // log replacement still replaces it, and a view change meanwhile still sees it.
+        std::vector<Entry> suffix;
+        if (op() > snapshot->op)
+            suffix.assign(log_.begin() + static_cast<ptrdiff_t>(snapshot->op - log_base_),
+                          log_.end());
+        if (!install_snapshot(*snapshot, fetched.snapshot, std::move(suffix))) return;
+    }
+    fetch_->base_op = snapshot->op;
+    fetch_->entries.clear();
+    status_since_tick_ = tick_;
+    if (fetch_->purpose == Fetch::Purpose::catch_up) last_heard_from_leader_tick_ = tick_;
+    fetch_next_or_complete();
+}
+
+bool Replica::install_snapshot(const ReplicaSnapshot& snapshot, const Bytes& encoded,
+                               std::vector<Entry> suffix)
+{
+    if (!restore_snapshot(snapshot)) {
+        counters_.snapshots_refused += 1;
+        return false;
     }
     log_ = std::move(suffix);
     log_changed_after(log_base_);
@@ -1146,14 +1192,10 @@ void Replica::on_snapshot_fetched(const SnapshotFetched& fetched)
     // Written like our own, so that we can serve it and restart from it; first, when the log
     // after it is persisted too, so that the data directory never holds a log without its base.
     snapshot_writing_ = log_base_;
-    out_->push_back(WriteSnapshot{.op = log_base_,
-                                  .snapshot = fetched.snapshot,
-                                  .before_next_effect = config_.persist_log});
-    fetch_->base_op = log_base_;
-    fetch_->entries.clear();
-    status_since_tick_ = tick_;
-    if (fetch_->purpose == Fetch::Purpose::catch_up) last_heard_from_leader_tick_ = tick_;
-    fetch_next_or_complete();
+    snapshot_writing_fence_view_ = fence_view_;
+    out_->push_back(WriteSnapshot{
+        .op = log_base_, .snapshot = encoded, .before_next_effect = config_.persist_log});
+    return true;
 }
 
 // ---- Plumbing -------------------------------------------------------------------------------
@@ -1191,8 +1233,7 @@ void Replica::persist_before_sending()
 {
     // Every message reflects a durable log and view: a PrepareOK, a DoViewChange or a reply
     // promises what they hold (the shell writes all Persist effects of a step at once).
-    if (!config_.persist_log) return;
-    if (log_unpersisted_after_) {
+    if (config_.persist_log && log_unpersisted_after_) {
         // A snapshot installed meanwhile covers the ops up to its own (it is written first).
         const Op after = std::max(*log_unpersisted_after_, log_base_);
         log_unpersisted_after_.reset();
@@ -1200,7 +1241,8 @@ void Replica::persist_before_sending()
             .after = after,
             .entries = {log_.begin() + static_cast<ptrdiff_t>(after - log_base_), log_.end()}});
     }
-    if (std::pair{view_, last_normal_view_} != persisted_view_) {
+    if ((config_.persist_log || config_.persist_view) &&
+        std::pair{view_, last_normal_view_} != persisted_view_) {
         persisted_view_ = {view_, last_normal_view_};
         out_->push_back(PersistView{.view = view_, .last_normal_view = last_normal_view_});
     }
@@ -1216,9 +1258,6 @@ void Replica::enter_normal(View view)
     status_since_tick_ = tick_;
     last_heard_from_leader_tick_ = tick_;
     failed_view_changes_ = 0;
-    fence_lost_writes_ = false;
-    // Normal in a view, we acknowledge its ops: our state is that view's, as in VR.
-    state_unconfirmed_ = false;
 }
 
 void Replica::emit_kernel_state()
@@ -1260,8 +1299,9 @@ void Replica::check_invariants() const
                                 : fetch_->purpose == Purpose::recover ? Status::recovering
                                                                       : Status::view_change;
         VL_ASSERT(status_ == expected, "each kind of fetch belongs to one status");
-        VL_ASSERT(fetch_->purpose == Purpose::catch_up || fetch_->base_op <= op(),
-                  "a pending log replacement joins our log");
+        VL_ASSERT(fetch_->purpose == Purpose::catch_up || fetch_->base_op <= op() ||
+                      !fetch_->snapshot.empty(),
+                  "a pending log replacement joins our log, or a fetched snapshot");
     }
     VL_ASSERT(pending_requests_.empty() || is_leader(), "only the leader queues requests");
     VL_ASSERT(!waiting_for_drain_ || !kernel_state_.fast_ack,

@@ -60,6 +60,11 @@ struct ReplicaConfig {
     // message that depends on them goes out, so that no acknowledged op is lost even when every
     // replica dies at once. Off: only snapshots are written ("snapshot" durability).
     bool persist_log = false;
+    // With a data directory (implied by persist_log): the view is persisted before any message
+    // of it goes out, so that a restarted replica never runs a view number again that the cell
+    // ran before (a late message of that earlier view would count in it; vr_sim seed 59 x 3,
+    // durability snapshot: a delayed PrepareOK committed a restart fence nobody had).
+    bool persist_view = false;
 };
 
 // A replica's snapshot (WriteSnapshot, SnapshotFetched, StartRestored), decoded: the op it
@@ -172,7 +177,8 @@ struct PersistLog {
     Op after = 0;
     std::vector<Entry> entries;
 };
-// Durability sync: persist the view and the last normal view, like PersistLog.
+// With a data directory (ReplicaConfig::persist_view): persist the view and the last normal
+// view, like PersistLog.
 struct PersistView {
     View view = 0;
     View last_normal_view = 0;
@@ -223,7 +229,7 @@ public:
     Op commit() const { return commit_; }
     // Ops up to here are compacted into the newest snapshot; entry() holds the ones after it.
     Op log_base() const { return log_base_; }
-    // Restored from a snapshot alone and not normal in any view since (see state_unconfirmed_).
+    // Not yet known to be the cell's history (see state_unconfirmed_).
     bool state_unconfirmed() const { return state_unconfirmed_; }
     const Entry& entry(Op op) const { return log_.at(op - log_base_ - 1); }
     const ReplicaCounters& counters() const { return counters_; }
@@ -259,6 +265,12 @@ private:
         // Our restored state is not known to be the cell's history (state_unconfirmed_): the
         // fetched state replaces it whole (base_op 0), once complete or once a snapshot arrives.
         bool replaces_state = false;
+        // What `from` last said of its state (NewState, SnapshotOffer): what we take from it is
+        // not yet the cell's history either.
+        bool source_unconfirmed = false;
+        // replaces_state: the snapshot fetched from `from` (base_op is its op), to install when
+        // the entries after it are here too.
+        Bytes snapshot;
         uint64_t sent_tick = 0;
         Op fetched_op() const { return base_op + entries.size(); }
     };
@@ -332,6 +344,9 @@ private:
     // Snapshots and log compaction (DESIGN.md §5).
     Bytes encode_snapshot() const;
     bool restore_snapshot(const ReplicaSnapshot& snapshot);
+    // restore_snapshot(), with `suffix` as the log after it, and written as our own.
+    bool install_snapshot(const ReplicaSnapshot& snapshot, const Bytes& encoded,
+                          std::vector<Entry> suffix);
     void maybe_take_snapshot();
     void on_snapshot_written(const SnapshotWritten& written);
     void on_snapshot_fetched(const SnapshotFetched& fetched);
@@ -398,18 +413,18 @@ private:
     // whole-cell restart; the answers of the others recovering with theirs.
     bool restored_ = false;
     std::map<ReplicaIndex, RecoveryResponse> restart_votes_;
-    // Restarted from a snapshot alone (durability "snapshot"): if this replica leads the
-    // restart's view, its first op moves the state machine past the writes that may be lost.
-    bool fence_lost_writes_ = false;
     // Replicated with the state: the view of the last restart fence applied (0: none). States of
     // an older restart epoch are from before a restart that went on without them.
     View fence_view_ = 0;
-    // Restored from a snapshot alone (durability snapshot): committed ops, but perhaps of a
-    // history the cell left behind (it restarted without us from older snapshots). It competes
-    // in the restart's view change; a view that starts with another state replaces it whole, in
-    // one step once fetched (until then it is what we offer: a replica that gave up its state
-    // before it had another would count in a view change with nothing). Once normal in a view,
-    // the state is that view's, as in VR.
+    // Restored from a snapshot alone (durability snapshot), or given whole by a replica whose
+    // state was: committed ops, but perhaps of a history the cell left behind (it restarted
+    // without us from older snapshots), or one the cell will leave behind (a restart's view
+    // can end before its fence commits, and the next select an older state). It competes in
+    // view changes; a view that starts with another state replaces it whole, in one step once
+    // fetched (until then it is what we offer: a replica that gave up its state before it had
+    // another would count in a view change with nothing). It is the cell's history once a
+    // restart fence commits on top of it, or once a recovery took the state of a leader whose
+    // state was; a leader with such a state proposes that fence first.
     bool state_unconfirmed_ = false;
     // Durability snapshot: in the view change of a whole-cell restart, until normal. Until it
     // learns that the restart's view started, it still answers Recovery as restarting, so that
@@ -422,6 +437,11 @@ private:
     Op snapshot_attempt_op_ = 0;
     uint64_t snapshot_attempt_tick_ = 0;
     std::optional<Op> snapshot_writing_;
+    // The restart fence (its view) that the newest snapshot written holds, and the write under
+    // way's: a fence no snapshot holds yet makes one due at once, so that a second whole-cell
+    // crash finds the restarted history on disk, not only snapshots of the one it replaced.
+    View snapshot_fence_view_ = 0;
+    View snapshot_writing_fence_view_ = 0;
 
     // Durability sync: the log after this op changed since it was last persisted; the view and
     // last normal view persisted last.

@@ -112,6 +112,7 @@ ReplicaConfig DaemonConfig::replica_config() const
     config.snapshot_every_ops = snapshot_every_ops;
     config.snapshot_every_ticks = uint64_t{snapshot_every_seconds} * 1000 / tick_ms;
     config.persist_log = durability == Durability::sync && !data_dir.empty();
+    config.persist_view = !data_dir.empty();
     return config;
 }
 

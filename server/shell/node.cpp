@@ -252,8 +252,9 @@ void Node::step(const Input& input)
     Effects effects;
     replica_.step(input, effects);
     bool drain = false;
-    // Durability sync: the Persist effects of a step go to disk in one write (group commit),
-    // before any effect after them is carried out.
+    // The Persist effects of a step (the view, with a data directory; the log too, with
+    // durability sync) go to disk in one write (group commit), before any effect after them
+    // is carried out.
     StorageBatch batch;
     for (Effect& effect : effects) {
         if (auto* log = std::get_if<PersistLog>(&effect)) {
@@ -284,11 +285,12 @@ void Node::persist(StorageBatch& batch)
 
 void Node::fail_stop(const Error& error)
 {
-    // Durability sync promises that what this replica acknowledged is on disk; unable to keep
-    // that promise it must not acknowledge anything more. The others carry on; restarted once
-    // the disk is fixed, it recovers from what it had written.
-    spdlog::critical("r{}: {}: stopping, since this replica can no longer persist what it "
-                     "acknowledges (durability sync)",
+    // What this replica sends promises that its view (and, with durability sync, what it
+    // acknowledged) is on disk; unable to keep that promise it must not send anything more.
+    // The others carry on; restarted once the disk is fixed, it recovers from what it had
+    // written.
+    spdlog::critical("r{}: {}: stopping, since this replica can no longer persist its view "
+                     "or what it acknowledges",
                      config_.replica, error.message());
     spdlog::shutdown();
     std::_Exit(1);

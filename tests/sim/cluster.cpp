@@ -54,6 +54,7 @@ ReplicaConfig Cluster::replica_config(ReplicaIndex r) const
         .snapshot_every_ops = options_.snapshot_every_ops,
         .snapshot_every_ticks = options_.snapshot_every_ticks,
         .persist_log = options_.durability_sync,
+        .persist_view = true,  // every simulated replica has a data directory
     };
     // As voltlockd's replica_config(): the core lets the kernel acknowledge only where it can.
     if (!options_.electrode.empty()) {
@@ -183,7 +184,6 @@ void Cluster::restart(ReplicaIndex r)
     uint64_t nonce = prng_.next();
     while (!slot.used_nonces.insert(nonce).second) nonce = prng_.next();
     slot.disk = DataDirectory{};  // a new, empty disk
-    slot.restored_from_disk = false;
     start_replica(r, StartRecovering{nonce});
     slot.awaiting_recovery = true;
     storage_counters_.restarts_from_nothing++;
@@ -197,7 +197,6 @@ void Cluster::restart_from_disk(ReplicaIndex r)
     uint64_t nonce = prng_.next();
     while (!slot.used_nonces.insert(nonce).second) nonce = prng_.next();
     const DataDirectory& disk = slot.disk;
-    slot.restored_from_disk = true;
     start_replica(r, StartRestored{.nonce = nonce,
                                    .snapshot = disk.snapshot,
                                    .log = disk.log,
@@ -472,8 +471,8 @@ void Cluster::check_step(ReplicaIndex r, const Effects& effects)
     const Replica& replica = *slot.replica;
     const Op commit = replica.commit();
     if (discarded_state(r, effects)) {
-        // Durability snapshot: a state restored from disk that the cell left behind (it restarted
-        // without it) is replaced whole; the replica starts again from op 0, and every op it
+        // Durability snapshot: a state that the cell left behind (it restarted without it, or
+        // from another) is replaced whole; the replica starts again from op 0, and every op it
         // commits from there is checked as any other.
         storage_counters_.states_discarded++;
         trace("r%u v%llu %s: discards its restored state (commit %llu), starts again from "
@@ -509,19 +508,24 @@ void Cluster::check_step(ReplicaIndex r, const Effects& effects)
     if (!violation_) note_state_change(r);
 }
 
-// Durability snapshot, a replica restarted from its data directory that took no part in the
-// cell yet: its commit number went back, or it executes ops it had committed, from op 1.
+// Durability snapshot, a replica whose state was not yet the cell's history (restored from its
+// data directory, or taken from one that was) replaced it whole, by a snapshot or from op 1:
+// its commit number went back, or it executes ops it had committed.
 bool Cluster::discarded_state(ReplicaIndex r, const Effects& effects) const
 {
     const ReplicaSlot& slot = replicas_[r];
-    if (options_.durability_sync || !slot.restored_from_disk || slot.last_status == Status::normal ||
-        slot.last_commit == 0)
-        return false;
+    if (options_.durability_sync || slot.last_commit == 0) return false;
     if (slot.replica->commit() < slot.last_commit) return true;
-    for (const Effect& effect : effects)
-        if (const auto* execution = std::get_if<Executed>(&effect))
-            return execution->op == 1;
-    return false;
+    bool replaced = false;
+    bool again = false;
+    for (const Effect& effect : effects) {
+        if (std::holds_alternative<SnapshotInstalled>(effect)) replaced = true;
+        if (const auto* execution = std::get_if<Executed>(&effect)) {
+            replaced = replaced || execution->op == 1;
+            again = again || execution->op <= slot.last_commit;
+        }
+    }
+    return replaced && again;
 }
 
 // Whatever way a replica reached its commit number (executing, installing or restoring a
@@ -609,6 +613,9 @@ void Cluster::check_holds_committed_ops(ReplicaIndex r, bool entered_view)
     const Replica& replica = *replicas_[r].replica;
     views_established_.insert(replica.view());
     if (cell_crash_) return;  // which history the cell runs again from is not settled yet
+    // A state that waits for a restart fence (the leader of a restart's view that is being
+    // left behind, say) commits nothing until then, and gives way whole if another is chosen.
+    if (replica.state_unconfirmed()) return;
     const Op required = committed_before(replica.view());
     if (replica.op() < required)
         return fail("r%u v%llu: in normal status with %llu ops, without op %llu, committed in an "

@@ -298,7 +298,6 @@ private:
         View last_view = 0;
         std::set<uint64_t> used_nonces;
         uint64_t incarnation = 0;
-        bool restored_from_disk = false;  // this incarnation started from its data directory
 
         // Storage: the data directory (outlives crashes), and the shell's in-memory part.
         DataDirectory disk;

@@ -418,8 +418,8 @@ TEST_CASE("lock ops: validation names the rule and the field each op breaks")
 
 TEST_CASE("lock ops: payload and result budgets follow the datagram size")
 {
-    // docs/replication.md: 1382 payload bytes at the default 1472-byte message.
-    CHECK(max_entry_payload_bytes(VL_DEFAULT_MESSAGE_BYTES) == 1382);
+    // docs/replication.md: 1381 payload bytes at the default 1472-byte message.
+    CHECK(max_entry_payload_bytes(VL_DEFAULT_MESSAGE_BYTES) == 1381);
     CHECK(max_reply_result_bytes(VL_DEFAULT_MESSAGE_BYTES) == VL_DEFAULT_MESSAGE_BYTES - 56 - 16);
     CHECK(max_entry_payload_bytes(10) == 0);
     CHECK(get_result_bytes(3, 5) ==

@@ -95,7 +95,7 @@ StartView sample_start_view()
 NewState sample_new_state()
 {
     return NewState{.view = 9, .replica = 2, .op = 50, .commit = 45, .first_op = 40,
-                    .entries = sample_entries(4)};
+                    .entries = sample_entries(4), .state_unconfirmed = true};
 }
 
 DoViewChange sample_do_view_change()
@@ -121,7 +121,7 @@ std::vector<Message> one_of_each_type()
                          .commit = 17, .last_normal_view = 8, .restarting = true},
         GetState{.view = 9, .replica = 1, .op = 17},
         sample_new_state(),
-        SnapshotOffer{.view = 9, .replica = 2, .op = 40},
+        SnapshotOffer{.view = 9, .replica = 2, .op = 40, .state_unconfirmed = true},
     };
 }
 
@@ -403,10 +403,10 @@ TEST_CASE("round trip: batches that exactly fill VL_DEFAULT_MESSAGE_BYTES")
         prepare.entries = entries_filling(body, count);
         StartView start_view = sample_start_view();
         start_view.op = 1000;
-        start_view.entries = entries_filling(body - 8, count);
+        start_view.entries = entries_filling(body - kStateTransferPrefixBytes, count);
         NewState new_state = sample_new_state();
         new_state.op = 1000;
-        new_state.entries = entries_filling(body - 8, count);
+        new_state.entries = entries_filling(body - kStateTransferPrefixBytes, count);
 
         for (const Message& message : {Message{prepare}, Message{start_view}, Message{new_state}}) {
             CAPTURE(name_of(message));
@@ -822,6 +822,25 @@ TEST_CASE("decode rejects a RecoveryResponse with last_normal_view > view or res
     d.back() = 2;  // the restarting byte ends the body
     fix_checksum(d);
     CHECK(outcome(d) == "bad_body");
+}
+
+TEST_CASE("decode rejects a state_unconfirmed byte other than 0 or 1")
+{
+    // StartView and NewState: the byte after first_op; SnapshotOffer: its whole body.
+    for (const Message& message : {Message{sample_start_view()}, Message{sample_new_state()},
+                                   Message{SnapshotOffer{.view = 9, .replica = 2, .op = 40}}}) {
+        CAPTURE(name_of(message));
+        Datagram d = encode(message, cluster);
+        const size_t flag_at =
+            VL_HEADER_BYTES + (std::holds_alternative<SnapshotOffer>(message) ? 0 : 8);
+        CHECK(d[flag_at] <= 1);
+        d[flag_at] = 1 - d[flag_at];
+        fix_checksum(d);
+        CHECK(outcome(d) == "accepted");
+        d[flag_at] = 2;
+        fix_checksum(d);
+        CHECK(outcome(d) == "bad_body");
+    }
 }
 
 TEST_CASE("decode rejects a StartView or NewState with first_op + count > op as bad_body")

@@ -145,15 +145,18 @@ VL_STATIC_ASSERT(offsetof(struct vl_header, checksum) == 48, "checksum offset");
  * StartViewChange:  empty
  * DoViewChange:     u64 last_normal_view, u64 fence_view  (header.op, header.commit: the
  *                   sender's; fence_view: the view of its state's last restart fence)
- * StartView:        u64 first_op, then entries for ops (first_op, first_op + batch_count]
+ * StartView:        u64 first_op, u8 state_unconfirmed (0 or 1), then entries for ops
+ *                   (first_op, first_op + batch_count]; state_unconfirmed: the sender's state
+ *                   waits for a restart fence to become the cell's history (docs/storage.md)
  * Recovery:         u64 nonce
  * RecoveryResponse: u64 nonce, u64 last_normal_view, u8 restarting (0 or 1)
  *                   (header view/op/commit: the sender's; restarting: it is recovering too,
  *                   from its data directory, and offers its state for a whole-cell restart)
  * GetState:         empty: header.op is the op after which the sender wants entries
- * NewState:         u64 first_op, then entries as in StartView (header.op, header.commit: sender's)
- * SnapshotOffer:    empty: the entries asked for are compacted into the sender's snapshot of
- *                   every op up to header.op, which it serves over TCP (HTTP) to fetch first
+ * NewState:         as StartView (header.op, header.commit: the sender's)
+ * SnapshotOffer:    u8 state_unconfirmed, as in StartView: the entries asked for are compacted
+ *                   into the sender's snapshot of every op up to header.op, which it serves over
+ *                   TCP (HTTP) to fetch first
  */
 #define VL_ENTRY_FIXED_BYTES 26u
 #define VL_REQUEST_FIXED_BYTES 16u
