@@ -807,6 +807,23 @@ TEST_CASE("restart, durability snapshot: the newest snapshot wins over a later v
     CHECK(restarted->commit() == 5);  // ours, offered still, until the fetched one replaces it
 }
 
+// A restart from a data directory holding a snapshot of op 8 (view 0), recovery nonce 10.
+StartRestored restored_from_op_8()
+{
+    TestReplica a(snapshot_config(0, 8));
+    commit_ops(a, 8);
+    return StartRestored{.nonce = 10, .snapshot = written(a).snapshot};
+}
+
+// `restarted` asks for recovery and `voter`, restarting too with a snapshot of op 5, answers:
+// a quorum of two, so `restarted` starts the restart's view change.
+void vote_restart(TestReplica& restarted, ReplicaIndex voter)
+{
+    restarted.tick();
+    restarted.receive(RecoveryResponse{.view = 0, .replica = voter, .nonce = 11, .op = 5,
+                                       .commit = 5, .restarting = true});
+}
+
 // Durability snapshot. A replica restored from a snapshot of op 8 takes part in the
 // whole-cell restart's view change; the new leader starts the view from a quorum that left it
 // out (its snapshot of op 5). The restored state is not the cell's history any more: it gives
@@ -814,13 +831,8 @@ TEST_CASE("restart, durability snapshot: the newest snapshot wins over a later v
 // PrepareOk(op 8) and acknowledge op 6 without storing it: a silent divergence).
 TEST_CASE("restart, durability snapshot: a replica ahead of the restarted view takes its state")
 {
-    TestReplica a(snapshot_config(0, 8));
-    commit_ops(a, 8);
-    TestReplica restarted(snapshot_config(0, 0),
-                          StartRestored{.nonce = 10, .snapshot = written(a).snapshot});
-    restarted.tick();
-    restarted.receive(RecoveryResponse{.view = 0, .replica = 1, .nonce = 11, .op = 5,
-                                       .commit = 5, .restarting = true});
+    TestReplica restarted(snapshot_config(0, 0), restored_from_op_8());
+    vote_restart(restarted, 1);
     REQUIRE(restarted->view() == 1);
     restarted.receive(StartViewChange{.view = 1, .replica = 2});
     REQUIRE(restarted.sent_to<DoViewChange>(1).size() == 1);
@@ -841,13 +853,8 @@ TEST_CASE("restart, durability snapshot: a replica ahead of the restarted view t
 // fence uncommitted, kept its op 8 when view 2 started from op 7 with its own fence at op 8.
 TEST_CASE("restart, durability snapshot: a restored state is the cell's once its fence commits")
 {
-    TestReplica a(snapshot_config(0, 8));
-    commit_ops(a, 8);
-    TestReplica restarted(snapshot_config(1, 0),
-                          StartRestored{.nonce = 10, .snapshot = written(a).snapshot});
-    restarted.tick();
-    restarted.receive(RecoveryResponse{.view = 0, .replica = 0, .nonce = 11, .op = 5,
-                                       .commit = 5, .restarting = true});
+    TestReplica restarted(snapshot_config(1, 0), restored_from_op_8());
+    vote_restart(restarted, 0);
     REQUIRE(restarted->view() == 1);  // which it leads
     restarted.receive(DoViewChange{.view = 1, .replica = 0, .last_normal_view = 0, .op = 5,
                                    .commit = 5});
