@@ -235,8 +235,12 @@ Result<Startup> open_data_directory(const DaemonConfig& config, bool recover)
                        "recovering: the stored snapshot was refused"};
     }
     const Op snapshot_op = state.snapshot_op.value_or(0);
+    // The view tells two histories apart where their op numbers meet (a whole-cell restart
+    // from older snapshots runs the same op numbers again, in a later view).
+    const View snapshot_view = snapshot ? snapshot->view : 0;
     std::string description = "restarting from " + config.data_dir + ": snapshot of op " +
-                              std::to_string(snapshot_op) + ", " +
+                              std::to_string(snapshot_op) + " (view " +
+                              std::to_string(snapshot_view) + "), " +
                               std::to_string(state.log.size()) + " log entries after it";
     std::shared_ptr<const ServedSnapshot> restored;
     if (state.snapshot_op) restored = make_served_snapshot(snapshot_op, state.snapshot);
