@@ -11,7 +11,6 @@
 
 #include "api/metrics.h"
 #include "api/openapi.h"
-#include "core/checksum.h"
 #include "core/message.h"
 
 namespace voltlock::api {
@@ -552,13 +551,7 @@ void HttpApi::snapshot_chunk(const Request& req, Response& res)
                                         "offset: must be at most the snapshot's size, " +
                                             std::to_string(served->bytes.size()),
                                         Json{{"field", "offset"}}});
-    const std::string_view chunk =
-        std::string_view(served->bytes).substr(from, kSnapshotChunkBytes);
-    res.set_header("X-Voltlock-Snapshot-Op", std::to_string(served->op));
-    res.set_header("X-Voltlock-Snapshot-Size", std::to_string(served->bytes.size()));
-    res.set_header("X-Voltlock-Snapshot-Crc32c", std::to_string(served->crc32c));
-    res.set_header("X-Voltlock-Chunk-Crc32c", std::to_string(crc32c(chunk)));
-    res.set_content(std::string(chunk), "application/octet-stream");
+    respond_with_snapshot_chunk(*served, from, res);
 }
 
 void HttpApi::install_routes()

@@ -13,6 +13,10 @@
 #include "shell/config.h"
 #include "shell/result.h"
 
+namespace httplib {
+struct Response;
+}
+
 namespace voltlock {
 
 inline constexpr const char* kSnapshotPath = "/v1/internal/snapshot";
@@ -25,6 +29,11 @@ struct ServedSnapshot {
     uint32_t crc32c = 0;  // of `bytes`
 };
 std::shared_ptr<const ServedSnapshot> make_served_snapshot(Op op, Bytes bytes);
+
+// The serving side, after the request was checked (`offset` at most the snapshot's size, `op`
+// the one served): the chunk from byte `offset`, with the headers fetch_snapshot reads.
+void respond_with_snapshot_chunk(const ServedSnapshot& served, uint64_t offset,
+                                 httplib::Response& response);
 
 // The bytes fetched so far from one peer's snapshot: what a broken-off fetch resumes from.
 struct SnapshotDownload {
