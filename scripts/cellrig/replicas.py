@@ -246,9 +246,13 @@ def stop_all(cell) -> list[int]:
 
 # --- status -------------------------------------------------------------------------------------
 
-def query(cell, index: int, from_ns: str | None, timeout: float = 1.0) -> dict:
+def query(cell, index: int, from_ns: str | None, timeout: float = 1.0,
+          digest: bool = False) -> dict:
+    """digest: with the state machine's digest, which the replica computes over its whole state
+    on its event loop (fine in a test cell; tests compare replicas by it)."""
     replica = cell.replica(index)
-    return http_get_json(from_ns, replica["ip"], replica["http_port"], "/v1/status", timeout)
+    path = "/v1/status?digest=true" if digest else "/v1/status"
+    return http_get_json(from_ns, replica["ip"], replica["http_port"], path, timeout)
 
 
 def status_of(cell, index: int):
@@ -258,7 +262,7 @@ def status_of(cell, index: int):
     if not running(replica):
         return "down"
     try:
-        return query(cell, index, replica["namespace"])
+        return query(cell, index, replica["namespace"], digest=True)
     except (OSError, ValueError) as e:
         return f"not answering: {e}"
 

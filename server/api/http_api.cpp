@@ -599,8 +599,12 @@ void HttpApi::install_routes()
     route("GET", R"(/v1/barriers/([\s\S]+))", "/v1/barriers/{name}",
           [this](auto& q, auto& s) { get_barriers(q, s, true); }, true);
 
-    route("GET", "/v1/status", "/v1/status", [this](const Request&, Response& res) {
-        auto status = on_loop([this] { return node_.status(); });
+    route("GET", "/v1/status", "/v1/status", [this](const Request& req, Response& res) {
+        auto digest = bool_param(req, "digest");
+        if (!digest.ok()) return send_error(res, digest.error());
+        auto status = on_loop([this, with_digest = digest.value()] {
+            return node_.status(with_digest);
+        });
         if (!status) return send_error(res, unavailable("the replica's event loop did not "
                                                         "answer within 2 s"));
         send_json(res, 200, *status);

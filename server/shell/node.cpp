@@ -547,7 +547,7 @@ nlohmann::json Node::storage_status() const
     };
 }
 
-nlohmann::json Node::status() const
+nlohmann::json Node::status(bool with_digest) const
 {
     using Json = nlohmann::json;
     Json messages_in = Json::object();
@@ -562,9 +562,13 @@ nlohmann::json Node::status() const
         rejected[decode_error_name(static_cast<DecodeError>(e))] = counters_.rejected[e];
 
     const ReplicaCounters& core = replica_.counters();
-    char digest[17];
-    std::snprintf(digest, sizeof digest, "%016llx",
-                  static_cast<unsigned long long>(machine_->state_digest()));
+    Json machine = {{"kind", config_.machine == MachineKind::lock ? "lock" : "register"}};
+    if (with_digest) {
+        char digest[17];
+        std::snprintf(digest, sizeof digest, "%016llx",
+                      static_cast<unsigned long long>(machine_->state_digest()));
+        machine["digest"] = digest;
+    }
     return Json{
         {"replica", replica_.replica()},
         {"replica_count", config_.replicas.size()},
@@ -576,9 +580,7 @@ nlohmann::json Node::status() const
         {"commit", replica_.commit()},
         {"log_base", replica_.log_base()},
         {"acked_ops", replica_.acked_ops()},
-        {"machine",
-         {{"kind", config_.machine == MachineKind::lock ? "lock" : "register"},
-          {"digest", digest}}},
+        {"machine", machine},
         {"counters",
          {{"messages_in", messages_in},
           {"messages_out", messages_out},

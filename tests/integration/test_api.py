@@ -4,6 +4,7 @@ session expiry and lock-delay, and the leader killed with -9 while clients wait 
 watch a prefix. Most tests share one cell (each uses names of its own); the ones that kill
 replicas have a cell each."""
 import concurrent.futures
+import re
 import secrets
 import threading
 import time
@@ -476,6 +477,11 @@ def test_cluster_status_health_and_readiness(cell):
     assert f["is_leader"] is False and f["leader"] == cell.leader
     status = call(cell, 0, "GET", "/v1/status")
     assert {"replica", "status", "view", "leader", "op", "commit", "counters"} <= set(status.body)
+    # The digest reads the whole state on the loop: only for who asks.
+    assert "digest" not in status["machine"], status["machine"]
+    digested = call(cell, 0, "GET", "/v1/status?digest=true")
+    assert digested.status == 200 and re.fullmatch(r"[0-9a-f]{16}", digested["machine"]["digest"])
+    assert_error(call(cell, 0, "GET", "/v1/status?digest=maybe"), 400, "invalid_argument")
     assert call(cell, 1, "GET", "/healthz").body == {"ok": True}
     ready = call(cell, 2, "GET", "/readyz")
     assert ready.status == 200 and ready["ready"] is True

@@ -40,9 +40,10 @@ F = (REPLICAS - 1) // 2
 # ---- Helpers -----------------------------------------------------------------------------------
 
 def status(cell: Cell, replica: int, timeout: float = 5.0) -> dict | None:
-    """The replica's /v1/status, asked from the client namespace; None while it does not answer."""
+    """The replica's /v1/status with its state machine digest, asked from the client namespace;
+    None while it does not answer."""
     try:
-        code, body = cell.request(replica, "GET", "/v1/status", timeout=timeout)
+        code, body = cell.request(replica, "GET", "/v1/status?digest=true", timeout=timeout)
     except (OSError, http.client.HTTPException):
         return None
     return body if code == 200 else None
