@@ -1130,7 +1130,7 @@ void Replica::maybe_take_snapshot()
     snapshot_attempt_tick_ = tick_;
     snapshot_writing_ = commit_;
     snapshot_writing_fence_view_ = fence_view_;
-    out_->push_back(WriteSnapshot{.op = commit_, .snapshot = encode_snapshot()});
+    out_->push_back(WriteSnapshot{.op = commit_});  // encoded by the shell (WriteSnapshot)
 }
 
 void Replica::on_snapshot_written(const SnapshotWritten& written)

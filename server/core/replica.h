@@ -166,6 +166,10 @@ struct DrainKernel {};
 // it to peers that fetch it, and step SnapshotWritten when done. `before_next_effect`: it must be
 // durable before the effects after it are carried out (a fetched snapshot with the log persisted
 // after it); otherwise the shell may write it in the background.
+// `snapshot` empty: the replica's own state, which the shell encodes (Replica::encode_snapshot)
+// as the replica stands after this step, before anything steps it again. Encoding a large state
+// takes long (1.4 s at 10^6 keys) and the loop must not stop that long, or the followers
+// start a view change: voltlockd encodes it in a forked child, off the loop.
 struct WriteSnapshot {
     Op op = 0;
     Bytes snapshot;
@@ -236,6 +240,14 @@ public:
     const ReplicaConfig& config() const { return config_; }
     // Per replica, the highest op it acknowledged in this view (leader only; else zeros).
     const std::vector<Op>& acked_ops() const { return acked_; }
+
+    // The snapshot of everything committed (decode_replica_snapshot reads it), for a
+    // WriteSnapshot without bytes; the bytes a WriteSnapshot asks to write, either way.
+    Bytes encode_snapshot() const;
+    Bytes snapshot_to_write(const WriteSnapshot& write) const
+    {
+        return write.snapshot.empty() ? encode_snapshot() : write.snapshot;
+    }
 
 private:
     struct ClientSession {
@@ -342,7 +354,6 @@ private:
     Op fetched_through() const;  // the op after which the fetch under way asks for entries
 
     // Snapshots and log compaction (DESIGN.md §5).
-    Bytes encode_snapshot() const;
     bool restore_snapshot(const ReplicaSnapshot& snapshot);
     // restore_snapshot(), with `suffix` as the log after it, and written as our own.
     bool install_snapshot(const ReplicaSnapshot& snapshot, const Bytes& encoded,

@@ -125,7 +125,7 @@ Node::Node(const DaemonConfig& config, Start start, EventLoop& loop, UdpSocket s
 {
     // Served only if the replica took it (it refuses a snapshot that does not decode).
     if (restored && replica_.log_base() == restored->op) served_ = std::move(restored);
-    if (storage_) writer_ = std::thread([this] { snapshot_writer_thread(); });
+    writer_ = std::thread([this] { snapshot_writer_thread(); });
 }
 
 Node::~Node()
@@ -251,6 +251,11 @@ void Node::step(const Input& input)
     // Local: what the effects call back (a proposal's completion) may step the replica again.
     Effects effects;
     replica_.step(input, effects);
+    // Our own snapshot is of the replica as it stands now: taken before any effect runs.
+    for (const Effect& effect : effects) {
+        const auto* write = std::get_if<WriteSnapshot>(&effect);
+        if (write && write->snapshot.empty()) take_own_snapshot(write->op);
+    }
     bool drain = false;
     // The Persist effects of a step (the view, with a data directory; the log too, with
     // durability sync) go to disk in one write (group commit), before any effect after them
@@ -296,74 +301,105 @@ void Node::fail_stop(const Error& error)
     std::_Exit(1);
 }
 
-void Node::write_snapshot(WriteSnapshot& write)
+void Node::take_own_snapshot(Op op)
 {
-    const Op op = write.op;
-    auto snapshot = make_served_snapshot(op, std::move(write.snapshot));
+    // As the replica stands now, before anything steps it again (WriteSnapshot): a child encodes
+    // it off the loop (shell/forked_encoding.h).
+    auto encoding = ForkedEncoding::start([this] { return replica_.encode_snapshot(); });
+    if (encoding.ok()) {
+        queue_for_writer(SnapshotJob{.op = op, .encoding = std::move(encoding.value())});
+        return;
+    }
+    spdlog::warn("r{}: {}; encoding the snapshot of op {} on the event loop instead",
+                 config_.replica, encoding.error().message(), op);
+    write_snapshot(op, replica_.encode_snapshot(), false);
+}
+
+void Node::write_snapshot(Op op, Bytes bytes, bool before_next_effect)
+{
+    auto snapshot = make_served_snapshot(op, std::move(bytes));
     // Served when it is the core's log base, which the core offers: a fetched one at once, our
     // own once written (until then the core offers, and we serve, the one before).
     if (op == replica_.log_base()) serve(snapshot);
     if (!storage_) {
         // In memory only: as durable as it will ever be.
-        loop_.post([this, snapshot] { snapshot_written(snapshot, true); });
+        loop_.post([this, op, snapshot] { snapshot_written(op, snapshot, true); });
         return;
     }
-    if (write.before_next_effect) {
+    if (before_next_effect) {
         std::lock_guard lock(storage_mutex_);
         if (auto written = storage_->write_snapshot(op, snapshot->bytes); !written.ok())
             fail_stop(written.error());
         newest_snapshot_written_ = op;
-        loop_.post([this, snapshot] { snapshot_written(snapshot, true); });
+        loop_.post([this, op, snapshot] { snapshot_written(op, snapshot, true); });
         return;
     }
+    queue_for_writer(SnapshotJob{.op = op, .snapshot = std::move(snapshot)});
+}
+
+void Node::queue_for_writer(SnapshotJob job)
+{
     {
         std::lock_guard lock(writer_mutex_);
-        writer_queue_.push_back(std::move(snapshot));
+        writer_queue_.push_back(std::move(job));
     }
     writer_wakeup_.notify_one();
 }
 
 void Node::snapshot_writer_thread()
 {
-    // Off the loop: a snapshot of a large state takes a while to write.
+    // Off the loop: a snapshot of a large state takes a while to encode and to write.
     while (true) {
-        std::shared_ptr<const ServedSnapshot> snapshot;
+        std::optional<SnapshotJob> job;
         {
             std::unique_lock lock(writer_mutex_);
             writer_wakeup_.wait(lock, [this] { return stopping_ || !writer_queue_.empty(); });
             if (stopping_) return;
-            snapshot = std::move(writer_queue_.front());
+            job.emplace(std::move(writer_queue_.front()));
             writer_queue_.pop_front();
         }
+        const Op op = job->op;
         const auto started = std::chrono::steady_clock::now();
         Result<Ok> written = Ok{};
-        {
+        if (job->encoding) {
+            auto encoded = job->encoding->finish();
+            if (encoded.ok())
+                job->snapshot = make_served_snapshot(op, std::move(encoded.value()));
+            else
+                written = encoded.error();
+        }
+        const auto encoded_at = std::chrono::steady_clock::now();
+        if (written.ok() && storage_) {
             std::lock_guard lock(storage_mutex_);
             // With the log persisted, a snapshot the loop wrote meanwhile (before_next_effect)
             // has the log after it on disk; an older one would drop that log.
-            if (replica_.config().persist_log && snapshot->op < newest_snapshot_written_)
+            if (replica_.config().persist_log && op < newest_snapshot_written_)
                 written = Error{0, "superseded by the snapshot of op " +
                                        std::to_string(newest_snapshot_written_)};
             else
-                written = storage_->write_snapshot(snapshot->op, snapshot->bytes);
-            if (written.ok()) newest_snapshot_written_ = snapshot->op;
+                written = storage_->write_snapshot(op, job->snapshot->bytes);
+            if (written.ok()) newest_snapshot_written_ = op;
         }
-        const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::steady_clock::now() - started);
+        const auto ms = [](auto from, auto to) {
+            return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+        };
+        const auto encode_ms = ms(started, encoded_at);
+        const auto write_ms = ms(encoded_at, std::chrono::steady_clock::now());
         const std::string error = written.ok() ? "" : written.error().message();
-        loop_.post([this, snapshot, elapsed, error] {
-            if (error.empty()) {
-                spdlog::info("r{}: snapshot of op {} written: {:.1f} MiB in {} ms",
-                             config_.replica, snapshot->op,
-                             static_cast<double>(snapshot->bytes.size()) / (1 << 20),
-                             elapsed.count());
-            } else {
+        loop_.post([this, op, snapshot = job->snapshot, encode_ms, write_ms, error] {
+            if (!error.empty()) {
                 spdlog::error("r{}: snapshot of op {} not written: {}; the log is kept whole "
                               "and the next snapshot tries again",
-                              config_.replica, snapshot->op, error);
+                              config_.replica, op, error);
+            } else if (storage_) {
+                spdlog::info("r{}: snapshot of op {} written: {:.1f} MiB in {} ms (encoded off "
+                             "the loop in {} ms)",
+                             config_.replica, op,
+                             static_cast<double>(snapshot->bytes.size()) / (1 << 20), write_ms,
+                             encode_ms);
             }
             last_storage_error_ = error;
-            snapshot_written(snapshot, error.empty());
+            snapshot_written(op, snapshot, error.empty());
         });
     }
 }
@@ -393,10 +429,11 @@ void Node::fetch_snapshot_from(const FetchSnapshot& fetch)
     });
 }
 
-void Node::snapshot_written(const std::shared_ptr<const ServedSnapshot>& snapshot, bool ok)
+void Node::snapshot_written(Op op, const std::shared_ptr<const ServedSnapshot>& snapshot,
+                            bool ok)
 {
-    step_and_flush(SnapshotWritten{.op = snapshot->op, .ok = ok});
-    if (replica_.log_base() == snapshot->op) serve(snapshot);  // the core compacted up to it
+    step_and_flush(SnapshotWritten{.op = op, .ok = ok});
+    if (ok && replica_.log_base() == op) serve(snapshot);  // the core compacted up to it
 }
 
 void Node::serve(std::shared_ptr<const ServedSnapshot> snapshot)
@@ -440,7 +477,11 @@ void Node::execute(Effect& effect)
                    [](const DrainKernel&) {},
                    [](const PersistLog&) {},   // step() batches these
                    [](const PersistView&) {},  // and these
-                   [&](WriteSnapshot& write) { write_snapshot(write); },
+                   [&](WriteSnapshot& write) {
+                       if (!write.snapshot.empty())  // our own: step() took it already
+                           write_snapshot(write.op, std::move(write.snapshot),
+                                          write.before_next_effect);
+                   },
                    [&](const FetchSnapshot& fetch) { fetch_snapshot_from(fetch); },
                    [&](const SnapshotInstalled& installed) {
                        spdlog::info("r{}: installed the snapshot of op {}", config_.replica,

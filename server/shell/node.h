@@ -24,6 +24,7 @@
 #include "shell/config.h"
 #include "shell/electrode.h"
 #include "shell/event_loop.h"
+#include "shell/forked_encoding.h"
 #include "shell/snapshot_transfer.h"
 #include "shell/storage.h"
 #include "shell/udp_socket.h"
@@ -110,9 +111,17 @@ private:
     void execute(Effect& effect);
     // Storage: the data directory's writes, and the snapshot transfer.
     void persist(StorageBatch& batch);
-    void write_snapshot(WriteSnapshot& write);
+    // A snapshot for the writer thread: its bytes at hand, or a child still encoding them.
+    struct SnapshotJob {
+        Op op = 0;
+        std::shared_ptr<const ServedSnapshot> snapshot;  // null while `encoding` runs
+        std::optional<ForkedEncoding> encoding;
+    };
+    void take_own_snapshot(Op op);
+    void write_snapshot(Op op, Bytes bytes, bool before_next_effect);
+    void queue_for_writer(SnapshotJob job);
     void snapshot_writer_thread();
-    void snapshot_written(const std::shared_ptr<const ServedSnapshot>& snapshot, bool ok);
+    void snapshot_written(Op op, const std::shared_ptr<const ServedSnapshot>& snapshot, bool ok);
     void serve(std::shared_ptr<const ServedSnapshot> snapshot);
     void fetch_snapshot_from(const FetchSnapshot& fetch);
     [[noreturn]] void fail_stop(const Error& error);
@@ -151,7 +160,7 @@ private:
     // Snapshots waiting for the writer thread, oldest first.
     std::mutex writer_mutex_;
     std::condition_variable writer_wakeup_;
-    std::deque<std::shared_ptr<const ServedSnapshot>> writer_queue_;
+    std::deque<SnapshotJob> writer_queue_;
     std::atomic<bool> stopping_ = false;
     std::thread writer_;
     // One snapshot fetch at a time, on its own thread; what it got so far survives a failure.

@@ -66,8 +66,10 @@ void Cluster::write_snapshot(ReplicaIndex r, const WriteSnapshot& write)
     ReplicaSlot& slot = replicas_[r];
     const Replica& replica = *slot.replica;
     storage_counters_.snapshot_writes++;
+    // Its own state is encoded now, before it steps again, as voltlockd's child does.
+    const Bytes bytes = replica.snapshot_to_write(write);
     // What it writes is the committed history's state at that op, which it committed.
-    const auto decoded = decode_replica_snapshot(write.snapshot);
+    const auto decoded = decode_replica_snapshot(bytes);
     if (!decoded || decoded->op != write.op)
         return fail("r%u v%llu: wrote a snapshot of op %llu that does not decode as one", r,
                     ull(replica.view()), ull(write.op));
@@ -85,11 +87,11 @@ void Cluster::write_snapshot(ReplicaIndex r, const WriteSnapshot& write)
                     "committed history's at that op",
                     r, ull(replica.view()), ull(write.op));
 
-    if (write.op == replica.log_base()) slot.served_snapshot.emplace(write.op, write.snapshot);
+    if (write.op == replica.log_base()) slot.served_snapshot.emplace(write.op, bytes);
     if (write.before_next_effect) {
         // The real shell stops if this write fails (a fetched snapshot with the log persisted
         // after it): not modelled as a failure.
-        store_snapshot(r, write.op, write.snapshot);
+        store_snapshot(r, write.op, bytes);
         slot.newest_snapshot_written = write.op;
         trace("r%u: snapshot of op %llu written before the next effect", r, ull(write.op));
         slot.snapshot_writes.push_front(
@@ -101,7 +103,7 @@ void Cluster::write_snapshot(ReplicaIndex r, const WriteSnapshot& write)
                                : std::max(now_tick_, slot.snapshot_writes.back().done_tick);
     slot.snapshot_writes.push_back(SnapshotWrite{
         .op = write.op,
-        .bytes = write.snapshot,
+        .bytes = bytes,
         .done_tick = after + prng_.between(0, options_.max_snapshot_write_ticks)});
 }
 

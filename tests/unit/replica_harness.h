@@ -72,6 +72,7 @@ public:
 
     Replica& operator*() { return *replica_; }
     Replica* operator->() { return replica_.get(); }
+    const Replica* operator->() const { return replica_.get(); }
     const Effects& effects() const { return effects_; }
     RegisterMachine& machine() { return machine_; }
 
@@ -385,7 +386,7 @@ private:
                     },
                     [&](const WriteSnapshot& e) {
                         if (snapshot_writes_ok) {
-                            d.snapshot = e.snapshot;
+                            d.snapshot = (*replicas_.at(r))->snapshot_to_write(e);
                             d.snapshot_op = e.op;
                         }
                         queue_.push_back(

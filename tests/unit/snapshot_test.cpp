@@ -22,12 +22,14 @@ ReplicaConfig snapshot_config(ReplicaIndex replica, uint64_t every_ops, bool per
     return config;
 }
 
-// The one WriteSnapshot of the last step.
+// The one WriteSnapshot of the last step, with its bytes (encoded now, as a shell does).
 WriteSnapshot written(const TestReplica& replica)
 {
     const auto writes = replica.effects_of<WriteSnapshot>();
     REQUIRE(writes.size() == 1);
-    return writes[0];
+    WriteSnapshot write = writes[0];
+    write.snapshot = replica->snapshot_to_write(write);
+    return write;
 }
 
 // A leader (replica 0 of 3, view 0) that prepared `ops` ops (clients 100.., request 1, "Wv")
