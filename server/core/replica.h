@@ -168,7 +168,7 @@ struct DrainKernel {};
 // after it); otherwise the shell may write it in the background.
 // `snapshot` empty: the replica's own state, which the shell encodes (Replica::encode_snapshot)
 // as the replica stands after this step, before anything steps it again. Encoding a large state
-// takes long (1.4 s at 10^6 keys) and the loop must not stop that long, or the followers
+// takes long (0.7-1.4 s at 10^6 keys) and the loop must not stop that long, or the followers
 // start a view change: voltlockd encodes it in a forked child, off the loop.
 struct WriteSnapshot {
     Op op = 0;

@@ -1,6 +1,6 @@
 // A snapshot of the replica's own state, encoded off the event loop by a forked child.
 //
-// Encoding a large state takes long (1.4 s at 10^6 keys), and an event loop stopped that
+// Encoding a large state takes long (0.7-1.4 s at 10^6 keys), and an event loop stopped that
 // long costs the cell a view change: followers hear nothing from the leader for longer than
 // their timeout, and each new leader stops in turn on its own snapshot (measured 2026-11-24: a
 // cell of 600,000 keys ran through three views, about 3 s without a leader). fork() gives the
