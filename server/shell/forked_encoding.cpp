@@ -25,8 +25,7 @@ constexpr int kWriteFailed = 2;
 {
     // Dies with the daemon rather than outlive it.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    // Background work: where cores are short, the event loops it would starve come first (a
-    // cell of three replicas on two cores changed views while their three children encoded).
+    // Background work: where cores are short, the event loop comes first.
     ::setpriority(PRIO_PROCESS, 0, 19);
     Bytes bytes;
     try {

@@ -359,9 +359,10 @@ void Node::snapshot_writer_thread()
             writer_queue_.pop_front();
         }
         const Op op = job->op;
+        const bool ours = job->encoding.has_value();
         const auto started = std::chrono::steady_clock::now();
         Result<Ok> written = Ok{};
-        if (job->encoding) {
+        if (ours) {
             auto encoded = job->encoding->finish();
             if (encoded.ok())
                 job->snapshot = make_served_snapshot(op, std::move(encoded.value()));
@@ -386,17 +387,18 @@ void Node::snapshot_writer_thread()
         const auto encode_ms = ms(started, encoded_at);
         const auto write_ms = ms(encoded_at, std::chrono::steady_clock::now());
         const std::string error = written.ok() ? "" : written.error().message();
-        loop_.post([this, op, snapshot = job->snapshot, encode_ms, write_ms, error] {
+        const std::string encoding =
+            ours ? " (encoded off the loop in " + std::to_string(encode_ms) + " ms)" : "";
+        loop_.post([this, op, snapshot = job->snapshot, write_ms, encoding, error] {
             if (!error.empty()) {
                 spdlog::error("r{}: snapshot of op {} not written: {}; the log is kept whole "
                               "and the next snapshot tries again",
                               config_.replica, op, error);
             } else if (storage_) {
-                spdlog::info("r{}: snapshot of op {} written: {:.1f} MiB in {} ms (encoded off "
-                             "the loop in {} ms)",
+                spdlog::info("r{}: snapshot of op {} written: {:.1f} MiB in {} ms{}",
                              config_.replica, op,
                              static_cast<double>(snapshot->bytes.size()) / (1 << 20), write_ms,
-                             encode_ms);
+                             encoding);
             }
             last_storage_error_ = error;
             snapshot_written(op, snapshot, error.empty());
