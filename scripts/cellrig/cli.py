@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 
-from . import faults, replicas, topology
+from . import faults, replicas, topology, util
 from .state import (Cell, cell_dir, check_name, known_cells, random_name,
                     resolve_name, rig_lock)
 from .util import (CellError, ProcessRef, UsageError, netns_list, port_is_free, say,
@@ -47,9 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # SIGTERM and SIGHUP interrupt like Ctrl-C, so an interrupted `up` cleans up after itself
     # (also when started in the background, where the shell leaves SIGINT ignored).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    signal.signal(signal.SIGHUP, signal.default_int_handler)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, util.interrupt)
     if argv[:1] == ["_linkemu"]:
         return _linkemu(argv[1:])
     command = argv[0] if argv else ""

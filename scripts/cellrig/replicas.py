@@ -23,8 +23,8 @@ import time
 
 from . import faults
 from .topology import REPO
-from .util import (CellError, ProcessRef, http_get_json, in_netns_argv, say,
-                   signals_held, tail, terminate, unblock_signals, wait_gone)
+from .util import (CellError, ProcessRef, http_get_json, in_netns_argv, raise_if_interrupted,
+                   say, signals_held, tail, terminate, unblock_signals, wait_gone)
 
 UDP_PORT = 7400
 HTTP_PORT = 7480
@@ -217,6 +217,7 @@ def wait_answering(cell, indexes: list[int], timeout: float) -> None:
     pending = list(indexes)
     errors: dict[int, str] = {}
     while pending:
+        raise_if_interrupted()
         for i in list(pending):
             replica = cell.replica(i)
             if not running(replica):
@@ -278,6 +279,7 @@ def wait_for_leader(cell, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     seen: dict[int, object] = {}
     while True:
+        raise_if_interrupted()
         group = faults.majority_group(cell)
         live = [i for i in sorted(group or ()) if running(cell.replica(i))]
         problem = None

@@ -276,6 +276,22 @@ def kill_pids(pids: list[int], timeout: float = 5.0) -> None:
 
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
+_interrupted = False
+
+
+def interrupt(signum, frame) -> None:
+    """The handler of Ctrl-C, SIGTERM and SIGHUP: a KeyboardInterrupt, and remembered. Python
+    prints and drops an exception raised while it runs a finalizer (a Popen's __del__), so an
+    interrupt can be lost; the loops that wait for replicas call raise_if_interrupted()."""
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+    if _interrupted:
+        raise KeyboardInterrupt
+
 
 @contextlib.contextmanager
 def signals_held():
