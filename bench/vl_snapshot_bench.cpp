@@ -11,8 +11,10 @@
 //            this thread, which stopped the loop before (Replica::encode_snapshot:
 //            LockMachine::snapshot() wrapped with the client table and a CRC-32C; both encodings
 //            must be the same bytes); then the CRC the writer thread computes to serve it
-//            (make_served_snapshot), and Storage::write_snapshot into a new data directory
-//            (RocksDB, synced).
+//            (make_served_snapshot), Storage::write_snapshot into a new data directory
+//            (RocksDB, synced), and the replica's step that learns it is written and drops the
+//            log it covers (on the loop again; with --snapshot-every-ops above the op count,
+//            the whole fill's log).
 //   restore: what voltlockd does at start on that directory: Storage::open (RocksDB replays its
 //            WAL), Storage::load, the readability check and the served CRC, and the construction
 //            of a Replica with StartRestored (decode + LockMachine::restore); then checks that
@@ -169,6 +171,10 @@ public:
             if (auto* write = std::get_if<WriteSnapshot>(&effect)) return std::move(*write);
         return std::nullopt;
     }
+
+    // The step in which the core learns that the measured snapshot is durable and drops the
+    // log it covers.
+    void snapshot_written(Op op) { step(SnapshotWritten{.op = op, .ok = true}); }
 
     Replica& replica() { return replica_; }
     LockMachine& machine() { return machine_; }
@@ -328,6 +334,11 @@ int write_command(const Options& options)
         return 1;
     }
     report["peak_rss_snapshot_bytes"] = peak_rss_bytes();
+    // On the event loop again: the core drops the log the snapshot covers.
+    report["log_entries_dropped"] = served->op - cell->replica().log_base();
+    started = Clock::now();
+    cell->snapshot_written(served->op);
+    report["compact_ms"] = ms_since(started);
     started = Clock::now();
     storage.value().reset();  // closes the database, as a daemon that stops
     report["close_ms"] = ms_since(started);

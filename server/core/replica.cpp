@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <tuple>
 
 #include "core/assert.h"
@@ -83,6 +84,7 @@ void Replica::step(const Input& input, Effects& out)
     }
     maybe_take_snapshot();
     persist_before_sending();
+    free_released_entries();
     check_invariants();
     out_ = nullptr;
 }
@@ -1142,8 +1144,26 @@ void Replica::on_snapshot_written(const SnapshotWritten& written)
     counters_.snapshots_written += 1;
     // A snapshot installed meanwhile is newer, or the state it was of was discarded.
     if (written.op <= log_base_ || written.op > commit_) return;
-    log_.erase(log_.begin(), log_.begin() + static_cast<ptrdiff_t>(written.op - log_base_));
+    // The entries after it move to a new log; the old one, with the dropped entries, is freed a
+    // piece per step (free_released_entries).
+    const auto first_kept = log_.begin() + static_cast<ptrdiff_t>(written.op - log_base_);
+    std::vector<Entry> kept(std::make_move_iterator(first_kept),
+                            std::make_move_iterator(log_.end()));
+    log_.swap(kept);
+    released_.push_back(std::move(kept));
     log_base_ = written.op;
+}
+
+void Replica::free_released_entries()
+{
+    size_t budget = kReleasedEntriesPerStep;
+    while (budget > 0 && !released_.empty()) {
+        std::vector<Entry>& entries = released_.back();
+        const size_t freed = std::min(budget, entries.size());
+        entries.resize(entries.size() - freed);
+        budget -= freed;
+        if (entries.empty()) released_.pop_back();
+    }
 }
 
 void Replica::on_snapshot_fetched(const SnapshotFetched& fetched)
