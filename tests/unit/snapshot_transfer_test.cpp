@@ -16,26 +16,13 @@
 #include <vector>
 
 #include "core/checksum.h"
+#include "noise.h"
 #include "shell/snapshot_transfer.h"
 
 namespace voltlock {
 namespace {
 
 constexpr uint64_t chunk = kSnapshotChunkBytes;
-
-// Deterministic bytes that no two offsets share by accident.
-Bytes snapshot_bytes(size_t size, uint32_t seed)
-{
-    Bytes out(size, '\0');
-    uint32_t x = seed | 1;
-    for (char& c : out) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        c = static_cast<char>(x);
-    }
-    return out;
-}
 
 // One replica's snapshot endpoint on 127.0.0.1, answering as HttpApi::snapshot_chunk does (409
 // for another op than the one served). `tamper`, when set, may change a response before it goes.
@@ -120,7 +107,7 @@ const std::atomic<bool> running{false};
 
 TEST_CASE("snapshot transfer: a snapshot arrives whole, a chunk a request, and is checked")
 {
-    const Bytes bytes = snapshot_bytes(2 * chunk + chunk / 2, 1);
+    const Bytes bytes = noise(2 * chunk + chunk / 2, 1);
     SnapshotPeer peer(*make_served_snapshot(op, bytes));
     SnapshotDownload download;
     auto fetched = fetch_snapshot(peer.address(), peer_index, op, download, running);
@@ -132,7 +119,7 @@ TEST_CASE("snapshot transfer: a snapshot arrives whole, a chunk a request, and i
 
 TEST_CASE("snapshot transfer: a fetch that breaks off resumes at the byte it reached")
 {
-    const Bytes bytes = snapshot_bytes(2 * chunk + 100, 2);
+    const Bytes bytes = noise(2 * chunk + 100, 2);
     SnapshotPeer peer(*make_served_snapshot(op, bytes));
     peer.tamper_with(fail_once_at(2 * chunk, 503));
     SnapshotDownload download;
@@ -149,7 +136,7 @@ TEST_CASE("snapshot transfer: a fetch that breaks off resumes at the byte it rea
 
 TEST_CASE("snapshot transfer: a peer that went away keeps what arrived for the next try")
 {
-    const Bytes bytes = snapshot_bytes(chunk + 1, 3);
+    const Bytes bytes = noise(chunk + 1, 3);
     SnapshotDownload download;
     PeerAddress address;
     {
@@ -172,7 +159,7 @@ TEST_CASE("snapshot transfer: a peer that went away keeps what arrived for the n
 
 TEST_CASE("snapshot transfer: a chunk damaged on the way is refused and fetched again")
 {
-    const Bytes bytes = snapshot_bytes(2 * chunk, 4);
+    const Bytes bytes = noise(2 * chunk, 4);
     SnapshotPeer peer(*make_served_snapshot(op, bytes));
     auto damaged = std::make_shared<bool>(false);
     peer.tamper_with([damaged](uint64_t offset, httplib::Response& res) {
@@ -194,7 +181,7 @@ TEST_CASE("snapshot transfer: a chunk damaged on the way is refused and fetched 
 
 TEST_CASE("snapshot transfer: a chunk that does not continue the snapshot is refused")
 {
-    const Bytes bytes = snapshot_bytes(2 * chunk, 5);
+    const Bytes bytes = noise(2 * chunk, 5);
     SnapshotPeer peer(*make_served_snapshot(op, bytes));
     peer.tamper_with([](uint64_t offset, httplib::Response& res) {
         if (offset != chunk) return;  // the second chunk claims another snapshot size
@@ -209,8 +196,8 @@ TEST_CASE("snapshot transfer: a chunk that does not continue the snapshot is ref
 
 TEST_CASE("snapshot transfer: a peer that replaced its snapshot meanwhile makes it start over")
 {
-    const Bytes old_bytes = snapshot_bytes(2 * chunk, 6);
-    const Bytes new_bytes = snapshot_bytes(chunk + 7, 7);
+    const Bytes old_bytes = noise(2 * chunk, 6);
+    const Bytes new_bytes = noise(chunk + 7, 7);
     SnapshotPeer peer(*make_served_snapshot(op, old_bytes));
     peer.tamper_with(fail_once_at(chunk, 503));
     SnapshotDownload download;
@@ -232,7 +219,7 @@ TEST_CASE("snapshot transfer: a peer that replaced its snapshot meanwhile makes 
 
 TEST_CASE("snapshot transfer: a download of another peer or op is not resumed")
 {
-    const Bytes bytes = snapshot_bytes(chunk + 3, 8);
+    const Bytes bytes = noise(chunk + 3, 8);
     SnapshotPeer peer(*make_served_snapshot(op, bytes));
     SnapshotDownload download{.peer = 1, .op = op, .size = bytes.size(),
                               .crc32c = crc32c(bytes), .bytes = bytes.substr(0, chunk)};
@@ -244,7 +231,7 @@ TEST_CASE("snapshot transfer: a download of another peer or op is not resumed")
 
 TEST_CASE("snapshot transfer: a snapshot that fails its whole checksum is dropped")
 {
-    const Bytes bytes = snapshot_bytes(chunk + 9, 9);
+    const Bytes bytes = noise(chunk + 9, 9);
     // Every chunk checks out, but the whole is not what the peer says it serves.
     SnapshotPeer peer(ServedSnapshot{.op = op, .bytes = bytes, .crc32c = crc32c(bytes) ^ 1});
     SnapshotDownload download;
@@ -257,7 +244,7 @@ TEST_CASE("snapshot transfer: a snapshot that fails its whole checksum is droppe
 
 TEST_CASE("snapshot transfer: a daemon shutting down stops a fetch before it asks")
 {
-    SnapshotPeer peer(*make_served_snapshot(op, snapshot_bytes(100, 10)));
+    SnapshotPeer peer(*make_served_snapshot(op, noise(100, 10)));
     const std::atomic<bool> stopping{true};
     SnapshotDownload download;
     auto stopped = fetch_snapshot(peer.address(), peer_index, op, download, stopping);

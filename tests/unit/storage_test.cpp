@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "noise.h"
 #include "shell/storage.h"
 
 namespace voltlock {
@@ -81,21 +82,6 @@ void require_ok(const Result<Ok>& result)
 bool contains(const std::string& text, const std::string& part)
 {
     return text.find(part) != std::string::npos;
-}
-
-// Bytes that neither repeat nor compress (RocksDB would otherwise store them in far fewer bytes
-// than a full-disk test needs to write).
-Bytes noise(size_t size, uint64_t seed)
-{
-    Bytes out(size, '\0');
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (char& ch : out) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        ch = static_cast<char>(x);
-    }
-    return out;
 }
 
 Entry entry(Op op, const std::string& tag = "")
