@@ -1,5 +1,5 @@
 // Prepares the follower's kernel acknowledged into its ring buffer, held until the log can take
-// them (docs/electrode.md, "Ring records"). Records interleave across CPUs and with the socket;
+// them (docs/electrode.md, "Ring records"). Records interleave across CPUs and with the datagrams;
 // they go to the replica in op order, waiting at a gap for the record that fills it, except
 // when the kernel is being drained (the replica then fetches whatever is missing). Shared by
 // voltlockd's shell and the simulator's model of it.
@@ -21,7 +21,7 @@ public:
     }
 
     // The next record for a replica whose log ends at `log_op`, dropping records the log holds
-    // already (by the socket or a fetch); none when empty, or at a gap unless `past_gaps`.
+    // already (by a datagram or a fetch); none when empty, or at a gap unless `past_gaps`.
     std::optional<Prepare> next(Op log_op, bool past_gaps)
     {
         while (!records_.empty()) {
