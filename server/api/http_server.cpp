@@ -114,7 +114,10 @@ bool Stream::push(std::string_view bytes)
         if (ended_) return true;
         const size_t unsent = buffer_.size() - sent_;
         // One batch bigger than the limit still goes to a reader that has read everything.
-        if (unsent > 0 && unsent + bytes.size() > limit_) return false;
+        if (unsent > 0 && unsent + bytes.size() > limit_) {
+            full_ = true;  // the producer hears from on_drained once it is sent
+            return false;
+        }
         if (sent_ > 0 && sent_ >= buffer_.size() / 2) {
             buffer_.erase(0, sent_);
             sent_ = 0;
@@ -156,15 +159,34 @@ uint64_t Stream::last_push_ms() const
     return last_push_ms_;
 }
 
-Stream::Read Stream::take(char* out, size_t max, size_t& taken)
+bool Stream::has_room()
 {
     std::lock_guard lock(mutex_);
+    full_ = buffer_.size() - sent_ >= limit_ / 2;
+    return !full_;
+}
+
+void Stream::on_drained(std::function<void()> callback)
+{
+    std::lock_guard lock(mutex_);
+    on_drained_ = std::move(callback);
+}
+
+Stream::Read Stream::take(char* out, size_t max, size_t& taken)
+{
+    std::unique_lock lock(mutex_);
     taken = 0;
     if (gone_) return Read::end;
     if (sent_ < buffer_.size()) {
         taken = std::min(max, buffer_.size() - sent_);
         std::memcpy(out, buffer_.data() + sent_, taken);
         sent_ += taken;
+        if (full_ && sent_ == buffer_.size() && on_drained_) {
+            full_ = false;
+            const std::function<void()> drained = on_drained_;
+            lock.unlock();
+            drained();
+        }
         return Read::data;
     }
     if (ended_) return Read::end;

@@ -65,9 +65,13 @@ struct HttpResponse {
 
 // The bytes of one streamed answer (server-sent events), produced on the replica's loop and
 // sent by the I/O thread as the client reads them. Bounded: push() refuses what would take the
-// unsent bytes over the limit, and the producer then ends the stream with an error.
+// unsent bytes over the limit; a producer asks has_room() first, and is told (on_drained) when
+// a full buffer has been sent.
 class Stream {
 public:
+    // Whether half the limit is free; if not, `on_drained` runs (I/O thread) once it is all sent.
+    bool has_room();
+    void on_drained(std::function<void()> callback);
     // False (nothing added) when the unsent bytes would exceed the limit (unless there are none).
     bool push(std::string_view bytes);
     // Adds `last` whatever the limit, and ends the stream once it is sent.
@@ -95,6 +99,8 @@ private:
     size_t sent_ = 0;  // bytes of buffer_ already handed to the socket
     bool ended_ = false;
     bool waiting_ = false;  // the I/O thread found it empty and suspended the connection
+    bool full_ = false;     // has_room() said no: tell on_drained_ once it is sent
+    std::function<void()> on_drained_;
     std::atomic<bool> gone_{false};
     uint64_t last_push_ms_ = 0;
 };

@@ -123,6 +123,10 @@ void WaitService::watch(const CallPtr& call, const WatchFilter& filter, ValueEnc
     std::shared_ptr<Stream> stream = call->stream(std::move(head));
     if (!stream) return;
     stream->push("retry: 1000\n: watching from revision " + std::to_string(from) + "\n\n");
+    // A reader that emptied a full buffer gets more at once, not at the next apply.
+    stream->on_drained([this] {
+        loop_.post([this] { on_progress(); });
+    });
     Watch watch{.stream = std::move(stream), .filter = filter, .encoding = encoding, .next = from};
     bool more = false;
     if (!feed(watch, more)) return;
@@ -133,6 +137,20 @@ void WaitService::watch(const CallPtr& call, const WatchFilter& filter, ValueEnc
 bool WaitService::feed(Watch& watch, bool& more)
 {
     if (watch.stream->finished()) return false;
+    if (!watch.stream->has_room()) {
+        const uint64_t now = steady_ms();
+        if (watch.full_since_ms == 0) watch.full_since_ms = now;
+        if (now - watch.full_since_ms < kSlowReaderMs) return true;
+        slow_readers_cut_ += 1;
+        watch.stream->end(sse_error(ApiError{
+            503, "slow_reader",
+            "the watch fell too far behind (its http_stream_buffer_bytes stayed full for " +
+                std::to_string(kSlowReaderMs / 1000) + " s): resume from start_revision " +
+                std::to_string(watch.next) + " (the last id received + 1)",
+            Json{{"resume_revision", watch.next}}}));
+        return false;
+    }
+    watch.full_since_ms = 0;
     const WatchBatch batch = machine_.watch(watch.next, watch.filter, kEventsPerPass);
     if (batch.compacted) {
         // Fell behind the history while streaming: say so, and end the stream.
@@ -143,15 +161,8 @@ bool WaitService::feed(Watch& watch, bool& more)
         watch.next = std::max(watch.next, batch.next_revision);
         return true;
     }
-    if (!watch.stream->push(sse_events(batch, watch.encoding))) {
-        slow_readers_cut_ += 1;
-        watch.stream->end(sse_error(ApiError{
-            503, "slow_reader",
-            "the watch fell too far behind (http_stream_buffer_bytes unread): resume from "
-            "start_revision " + std::to_string(watch.next) + " (the last id received + 1)",
-            Json{{"resume_revision", watch.next}}}));
-        return false;
-    }
+    // Refused only when the batch does not fit the free half: it is sent again next time.
+    if (!watch.stream->push(sse_events(batch, watch.encoding))) return true;
     watch.next = batch.next_revision;
     more = more || batch.next_revision <= batch.revision;
     return true;
@@ -171,6 +182,7 @@ void WaitService::on_progress()
 
 void WaitService::heartbeat()
 {
+    on_progress();  // also finds the readers that stopped reading while nothing was applied
     const uint64_t now = steady_ms();
     for (auto it = watches_.begin(); it != watches_.end();) {
         Watch& watch = it->second;

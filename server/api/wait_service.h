@@ -7,9 +7,11 @@
 // request) if none came by its deadline plus kWaitGraceMs. A lock waiter whose client hangs up
 // has its wait withdrawn through the log (`withdraw`), so the lock is not granted to nobody.
 //
-// A watch streams events from its start revision into a bounded buffer (http_stream_buffer_bytes);
-// a reader that falls that far behind is cut with an `error` event, code `slow_reader`, whose
-// details name the revision to resume from: the last `id` it received + 1, so nothing is lost.
+// A watch streams events from its start revision into a bounded buffer (http_stream_buffer_bytes),
+// paced by its reader: while the buffer is more than half full, nothing more is added (the
+// history keeps the events). A reader whose buffer stays full for kSlowReaderMs has fallen
+// behind: it is cut with an `error` event, code `slow_reader`, whose details name the revision
+// to resume from: the last `id` it received + 1, so nothing is lost.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,8 @@
 #include "shell/event_loop.h"
 
 namespace voltlock::api {
+
+inline constexpr uint64_t kSlowReaderMs = 5'000;
 
 class WaitService {
 public:
@@ -57,6 +61,7 @@ private:
     };
     struct Watch {
         std::shared_ptr<Stream> stream;
+        uint64_t full_since_ms = 0;  // 0: the buffer has room
         WatchFilter filter;
         ValueEncoding encoding = ValueEncoding::automatic;
         Revision next = 0;
