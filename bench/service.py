@@ -82,6 +82,21 @@ def cell_targets(cell: Cell) -> list:
     return [f"{r['ip']}:{r['http_port']}" for r in cell.replicas]
 
 
+def cell_pids(cell: Cell) -> list:
+    with open(os.path.join(cell.endpoints["state_dir"], "cell.json")) as f:
+        return [r["process"]["pid"] for r in json.load(f)["replicas"]]
+
+
+def cpu_seconds(pids) -> float:
+    """utime + stime of these processes, all their threads."""
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,22 +116,28 @@ def main() -> int:
         new = Cell(replicas=3, voltlockd=os.path.join(REPO, "build", "voltlockd"))
         new.up()
         cells.append(new)
-        systems["new"] = (new.endpoints["client_namespace"], cell_targets(new), "voltlock")
+        systems["new"] = (new.endpoints["client_namespace"], cell_targets(new), "voltlock",
+                          cell_pids(new))
         if args.old:
             old = Cell(replicas=3, voltlockd=args.old)
             old.up()
             cells.append(old)
-            systems["old"] = (old.endpoints["client_namespace"], cell_targets(old), "voltlock")
+            systems["old"] = (old.endpoints["client_namespace"], cell_targets(old), "voltlock",
+                              cell_pids(old))
         etcd = None
         if not args.no_etcd and shutil.which("etcd"):
             etcd = Etcd().__enter__()
-            systems["etcd"] = (None, etcd.clients, "etcd")
+            systems["etcd"] = (None, etcd.clients, "etcd", [p.pid for p in etcd.procs])
         results = []
         for workload in workloads:
             for n in clients:
                 row = {"workload": workload, "clients": n}
-                for name, (namespace, targets, system) in systems.items():
+                for name, (namespace, targets, system, pids) in systems.items():
+                    cpu_before = cpu_seconds(pids)
                     row[name] = run_load(namespace, targets, system, workload, n, args.seconds)
+                    cpu = cpu_seconds(pids) - cpu_before
+                    if row[name].get("ops"):  # CPU of all three servers per op, setup included
+                        row[name]["server_cpu_us_per_op"] = round(cpu * 1e6 / row[name]["ops"])
                 results.append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -126,7 +147,7 @@ def main() -> int:
             etcd.__exit__(None, None, None)
 
     names = list(systems)
-    header = "| workload | clients | " + " | ".join(f"{n} ops/s (p99 ms)" for n in names)
+    header = "| workload | clients | " + " | ".join(f"{n} ops/s (p99 ms, CPU µs/op)" for n in names)
     ratios = [f"new/{n}" for n in names if n != "new"]
     print(header + " | " + " | ".join(ratios) + " |")
     print("|---|---|" + "---|" * (len(names) + len(ratios)))
@@ -135,7 +156,8 @@ def main() -> int:
         for n in names:
             r = row[n]
             cells_text.append("error" if "error" in r else
-                              f"{r['ops_per_s']:,.0f} ({r['p99_us'] / 1000:.1f})")
+                              f"{r['ops_per_s']:,.0f} ({r['p99_us'] / 1000:.1f}, "
+                              f"{r.get('server_cpu_us_per_op', '-')})")
         ratio_text = []
         for n in names:
             if n == "new":

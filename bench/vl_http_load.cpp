@@ -6,8 +6,8 @@
 //   vl_http_load --targets 10.77.0.10:7480,10.77.0.11:7480 --clients 64 --seconds 5
 //                --workload put|get|stale_get|lock [--system voltlock|etcd]
 //
-// Prints one JSON object: ops, ops_per_s, p50_us, p99_us, max_us, errors. A lock op is one
-// acquire and its release.
+// Prints one JSON object: ops, ops_per_s, p50_us, p99_us, max_us, errors, reconnects (a server
+// that closed a connection). A lock op is one acquire and its release.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -298,6 +298,7 @@ int main(int argc, char** argv)
     bool measuring = false;
     Clock::time_point measure_start, deadline = Clock::now() + std::chrono::seconds(30);
     uint64_t ops = 0;
+    uint64_t reconnects = 0;
     std::vector<epoll_event> events(256);
     char buffer[65536];
     while (Clock::now() < deadline) {
@@ -311,8 +312,20 @@ int main(int argc, char** argv)
             Client& c = all[events[static_cast<size_t>(k)].data.u32];
             const ssize_t got = ::recv(c.fd, buffer, sizeof buffer, 0);
             if (got <= 0) {
-                std::fprintf(stderr, "vl_http_load: client %d: connection closed\n", c.id);
-                return 1;
+                // The server closed the connection (it may not keep it alive): connect again
+                // and send the request that was in flight once more.
+                reconnects += 1;
+                ::epoll_ctl(epoll, EPOLL_CTL_DEL, c.fd, nullptr);
+                ::close(c.fd);
+                c.fd = connect_to(endpoints[static_cast<size_t>(c.id) % endpoints.size()]);
+                epoll_event event{};
+                event.events = EPOLLIN;
+                event.data.u32 = static_cast<uint32_t>(c.id);
+                ::epoll_ctl(epoll, EPOLL_CTL_ADD, c.fd, &event);
+                c.in.clear();
+                const ssize_t sent = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+                c.written = sent > 0 ? static_cast<size_t>(sent) : 0;
+                continue;
             }
             c.in.append(buffer, static_cast<size_t>(got));
             while (auto response = take_response(c.in)) {
@@ -342,10 +355,10 @@ int main(int argc, char** argv)
                                           static_cast<size_t>(q * static_cast<double>(load.latencies_us.size())))];
     };
     std::printf("{\"ops\": %llu, \"ops_per_s\": %.0f, \"p50_us\": %llu, \"p99_us\": %llu, "
-                "\"max_us\": %llu, \"errors\": %llu}\n",
+                "\"max_us\": %llu, \"errors\": %llu, \"reconnects\": %llu}\n",
                 (unsigned long long)ops, elapsed > 0 ? static_cast<double>(ops) / elapsed : 0.0,
                 (unsigned long long)at(0.5), (unsigned long long)at(0.99),
                 (unsigned long long)(load.latencies_us.empty() ? 0 : load.latencies_us.back()),
-                (unsigned long long)load.errors);
+                (unsigned long long)load.errors, (unsigned long long)reconnects);
     return 0;
 }

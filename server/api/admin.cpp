@@ -81,25 +81,22 @@ void Admin::look()
     const size_t replicas = node_.config().replicas.size();
     if (r.is_leader()) {
         if (!was_leader_) {
-            // A new leader: give the quorum and every follower a period to show they are there.
-            quorum_confirmed_ms_ = now;
             last_acked_.assign(replicas, 0);
             acked_changed_ms_.assign(replicas, now);
             last_commit_ = r.commit();
+            uncommitted_since_ms_ = 0;
         }
-        if (r.commit() != last_commit_) {
-            last_commit_ = r.commit();
-            quorum_confirmed_ms_ = now;
-        }
+        if (r.commit() != last_commit_ || r.op() == r.commit()) uncommitted_since_ms_ = 0;
+        else if (uncommitted_since_ms_ == 0) uncommitted_since_ms_ = now;
+        last_commit_ = r.commit();
         const std::vector<Op>& acked = r.acked_ops();
         for (size_t i = 0; i < replicas && i < acked.size(); i++)
             if (acked[i] != last_acked_[i] || acked[i] >= r.op()) {
                 last_acked_[i] = acked[i];
                 acked_changed_ms_[i] = now;
             }
-        // An idle leader asks its quorum with a no-op: quiet is not the same as cut off.
-        if (service_ && !probe_in_flight_ && now - quorum_confirmed_ms_ >= kProbeMs &&
-            now - last_probe_ms_ >= kProbeMs) {
+        if (probe_wanted_.exchange(false) && service_ && !probe_in_flight_ &&
+            r.op() == r.commit() && now - last_probe_ms_ >= kProbeMs) {
             last_probe_ms_ = now;
             probe_in_flight_ = service_->propose_internal(
                 ExpireWaiters{}, [this](const ProposeOutcome&) { probe_in_flight_ = false; });
@@ -111,9 +108,8 @@ void Admin::look()
         .view = r.view(),
         .leader = r.leader(),
         .is_leader = r.is_leader(),
-        // The register machine (benchmarks) has no no-op to probe with: normal status will do.
-        .quorum_confirmed = !r.is_leader() || !service_ ||
-                            now - quorum_confirmed_ms_ < kQuorumLostMs});
+        .quorum_confirmed = !r.is_leader() || uncommitted_since_ms_ == 0 ||
+                            now - uncommitted_since_ms_ < kQuorumLostMs});
     loop_.after(milliseconds(100), [this] { look(); });
 }
 
@@ -188,8 +184,10 @@ void Admin::install(Router& router)
                    }
                    call->answer_json(200, node_.status(digest));
                });
-    router.add("GET", "/v1/cluster", "/v1/cluster", {}, Where::loop,
-               [this](const CallPtr& call) { call->answer_json(200, cluster_json()); });
+    router.add("GET", "/v1/cluster", "/v1/cluster", {}, Where::loop, [this](const CallPtr& call) {
+        probe_wanted_ = true;
+        call->answer_json(200, cluster_json());
+    });
     router.add("GET", "/metrics", "/metrics", {}, Where::loop, [this](const CallPtr& call) {
         HttpResponse response;
         response.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -238,6 +236,7 @@ void Admin::install(Router& router)
     router.add("GET", "/healthz", "/healthz", {}, Where::io_thread,
                [](const CallPtr& call) { call->answer_json(200, Json{{"ok", true}}); });
     router.add("GET", "/readyz", "/readyz", {}, Where::io_thread, [this](const CallPtr& call) {
+        probe_wanted_ = true;
         const RoleBoard::Role role = board_.role();
         Json body{{"status", status_name(role.status)},
                   {"view", role.view},
@@ -251,9 +250,9 @@ void Admin::install(Router& router)
                                        body});
         if (!role.quorum_confirmed)
             return call->fail(ApiError{503, "not_ready",
-                                       "this leader has not heard from a quorum for " +
+                                       "this leader has waited " +
                                            std::to_string(kQuorumLostMs / 1000) +
-                                           " s: it cannot commit",
+                                           " s for a quorum to commit an op: it cannot commit",
                                        body});
         body["ready"] = true;
         call->answer_json(200, body);

@@ -3,11 +3,14 @@
 //
 // /healthz and /readyz are answered on the I/O thread, never waiting for the replica's loop: the
 // loop publishes its role every 100 ms (RoleBoard). Ready means: in normal status, and, on the
-// leader, a quorum confirmed a commit within kQuorumLostMs (an idle leader proposes a no-op
-// every kProbeMs to find out). On the leader, /v1/cluster marks a follower whose acknowledgements
-// stopped for kQuorumLostMs as "down" (role "down", "reachable": false).
+// leader, no op has waited for its commit for kQuorumLostMs. An idle leader knows nothing of its
+// followers (VR's heartbeats are not answered), so a /readyz or /v1/cluster that finds nothing
+// in flight asks for a no-op (at most one per kProbeMs): an idle cell's log grows only while it
+// is being asked. On the leader, /v1/cluster marks a follower that left an op unacknowledged for
+// kQuorumLostMs as "down" (role "down", "reachable": false).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -68,9 +71,10 @@ private:
     std::function<Json()> api_stats_;
     RoleBoard board_;
     // Loop thread: the leader's view of its quorum and followers.
+    std::atomic<bool> probe_wanted_{false};  // set by /readyz (I/O thread) and /v1/cluster
     bool was_leader_ = false;
     Op last_commit_ = 0;
-    uint64_t quorum_confirmed_ms_ = 0;
+    uint64_t uncommitted_since_ms_ = 0;  // 0: nothing waits for a commit
     uint64_t last_probe_ms_ = 0;
     bool probe_in_flight_ = false;
     std::vector<Op> last_acked_;
