@@ -199,6 +199,7 @@ class Router:
         self._current = 0
         self._members: Optional[Dict[int, str]] = None
         self._wants_members = False
+        self._leader: Optional[int] = None
         self._mutex = threading.Lock()
 
     def current(self) -> Endpoint:
@@ -217,13 +218,18 @@ class Router:
         except ValueError:
             return
         with self._mutex:
+            self._leader = index
             if self._members is None:
                 self._wants_members = len(self.endpoints) > 1
                 return
-            url = self._members.get(index)
-            for i, endpoint in enumerate(self.endpoints):
-                if endpoint.url == url:
-                    self._current = i
+            self._go_to_leader()
+
+    def _go_to_leader(self) -> None:
+        assert self._members is not None
+        url = self._members.get(self._leader) if self._leader is not None else None
+        for i, endpoint in enumerate(self.endpoints):
+            if endpoint.url == url:
+                self._current = i
 
     def take_member_question(self) -> bool:
         """True once, when a leader hint came before the member list was known."""
@@ -242,6 +248,7 @@ class Router:
                 continue
         with self._mutex:
             self._members = members
+            self._go_to_leader()
 
 
 class IdentityPool:
