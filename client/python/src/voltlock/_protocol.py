@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 import urllib.parse
@@ -42,6 +43,9 @@ SERVER_RETRY_WINDOW = 8.0
 WATCH_READ_TIMEOUT = 25.0
 
 
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
+
+
 def check_name(name: object, what: str = "name", *, allow_empty: bool = False) -> str:
     if not isinstance(name, str):
         raise TypeError(f"{what} must be a str, not {type(name).__name__}")
@@ -50,7 +54,7 @@ def check_name(name: object, what: str = "name", *, allow_empty: bool = False) -
         raise ValueError(f"{what} must not be empty")
     if size > MAX_NAME_BYTES:
         raise ValueError(f"{what} is {size} bytes; at most {MAX_NAME_BYTES}")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if _CONTROL_CHARACTER.search(name):
         raise ValueError(f"{what} {name!r} contains a control character")
     return name
 

@@ -134,6 +134,9 @@ class AsyncTransport:
                 # A kept connection the server closed while idle: try a fresh one, same replica.
                 if not (reused and not isinstance(e, asyncio.TimeoutError)):
                     return p.Failure(describe(e))
+            except BaseException:  # cancelled mid-request: the connection is in no known state
+                connection.close()
+                raise
         raise AssertionError("unreachable")
 
     async def perform(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure]:
@@ -146,6 +149,9 @@ class AsyncTransport:
         except _CONNECTION_ERRORS as e:
             connection.close()
             return p.Failure(describe(e))
+        except BaseException:
+            connection.close()
+            raise
         if connection.reusable() and len(self._idle.setdefault(attempt.endpoint, [])) < \
                 self._max_idle:
             self._idle[attempt.endpoint].append(connection)

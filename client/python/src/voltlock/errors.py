@@ -185,6 +185,13 @@ class WaitOutcomeUnknown(Unavailable):
     code = "wait_outcome_unknown"
 
 
+__all__ = ["Error", "BadRequest", "BadJson", "UnknownField", "InvalidArgument", "NotFound",
+           "UnknownSession", "SessionExpired", "KeyNotFound", "BarrierNotFound", "WaitTimedOut",
+           "Conflict", "CasMismatch", "SequencerInvalid", "LockBusy", "BarrierNotReady",
+           "ModeConflict", "NotHeld", "NotMember", "CountMismatch", "BarrierInUse",
+           "WaitWithdrawn", "RequestNumberReused", "RequestNumberStale", "Compacted", "TooLarge",
+           "NotLockService", "Unavailable", "NotLeader", "WaitOutcomeUnknown"]
+
 ERROR_CLASSES: Dict[str, Type[Error]] = {
     cls.code: cls
     for cls in (BadJson, UnknownField, InvalidArgument, NotFound, UnknownSession, KeyNotFound,
