@@ -293,7 +293,9 @@ def test_the_lease_runs_from_the_keepalive_sent_then_suspends_then_is_lost():
     lease = p.Lease(ttl=9, grace=9, now=100)
     assert lease.holds(108.9) and lease.next_keepalive(100) == 3
     lease.renewed(sent_at=103)
-    assert lease.holds(111.9) and not lease.holds(112)
+    lease.failed()  # the next one failed: try again soon, not a third of a TTL later
+    assert lease.holds(111.9) and lease.next_keepalive(107) == 0.2
+    assert not lease.holds(112)
     assert lease.state == p.SUSPENDED and lease.next_keepalive(112) <= 0.2
     lease.renewed(sent_at=112.5)  # a new leader's grace period saved it
     assert lease.holds(121)

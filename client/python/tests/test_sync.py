@@ -275,6 +275,10 @@ def test_bad_input_is_refused_and_changes_nothing(cell, client):
     with pytest.raises(ValueError):
         client.session(ttl=0.2)
     with pytest.raises(ValueError):
+        client.get_prefix("bad\x00prefix")  # at the call, not at the first page
+    with pytest.raises(TypeError):
+        client.get_prefix("p", page_size="10")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
         client.watch("k", spaces=["everything"])
     with pytest.raises(voltlock.TooLarge) as large:
         client.put(fresh("big"), "x" * 2000)

@@ -95,9 +95,14 @@ def value_fields(value: object) -> Dict[str, Any]:
     raise TypeError(f"value must be str or bytes, not {type(value).__name__}")
 
 
+_PLAIN_NAME = re.compile("[A-Za-z0-9_.~/:-]*")
+
+
 def quote_name(name: str) -> str:
     """A name in a URL path: '/' and ':' stay as they are (docs/api.md), the rest is
     percent-encoded UTF-8."""
+    if _PLAIN_NAME.fullmatch(name):
+        return name  # the common case, without urllib's cost per call
     return urllib.parse.quote(name, safe="/:")
 
 
@@ -588,6 +593,7 @@ class Lease:
         self.state = CONNECTED
         self.expires = now + ttl
         self.last_renewal_sent = now
+        self.last_failed = False
         self.reason = ""
 
     def renewed(self, sent_at: float) -> None:
@@ -596,6 +602,11 @@ class Lease:
         self.last_renewal_sent = max(self.last_renewal_sent, sent_at)
         self.expires = max(self.expires, sent_at + self.ttl)
         self.state = CONNECTED
+        self.last_failed = False
+
+    def failed(self) -> None:
+        """A keepalive got no renewal (the cell unreachable or in a view change)."""
+        self.last_failed = True
 
     def poll(self, now: float) -> str:
         """Moves the state on with time; returns it."""
@@ -618,10 +629,10 @@ class Lease:
 
     def next_keepalive(self, now: float) -> float:
         """Seconds until the next keepalive: ttl/3 after the last one that got through, or soon
-        while the lease is in doubt."""
-        if self.state == CONNECTED:
-            return max(0.0, self.last_renewal_sent + self.ttl / 3 - now)
-        return min(0.2, self.ttl / 10)
+        after one that failed."""
+        if self.last_failed or self.state != CONNECTED:
+            return min(0.2, self.ttl / 10)
+        return max(0.0, self.last_renewal_sent + self.ttl / 3 - now)
 
     def keepalive_budget(self) -> float:
         """How long one keepalive may try (replicas in turn) before the loop looks again."""

@@ -241,10 +241,12 @@ class Client:
                            ) -> Tuple[Optional[KeyValue], int]:
         return await self._run(self._protocol.get(key, timeout))
 
-    async def get_prefix(self, prefix: str, *, page_size: Optional[int] = None,
-                         timeout: Optional[float] = None) -> AsyncIterator[KeyValue]:
+    def get_prefix(self, prefix: str, *, page_size: Optional[int] = None,
+                   timeout: Optional[float] = None) -> AsyncIterator[KeyValue]:
         """``async for kv in client.get_prefix("config/")``: pages as the sync one."""
-        pager = p.PrefixPager(self._protocol, prefix, page_size, timeout)
+        return self._pages(p.PrefixPager(self._protocol, prefix, page_size, timeout))
+
+    async def _pages(self, pager: p.PrefixPager) -> AsyncIterator[KeyValue]:
         while not pager.done:
             for kv in await self._run(pager.next_page()):
                 yield kv
@@ -359,6 +361,7 @@ class Session:
                 return
             except errors.Error as e:
                 log.debug("keepalive of session %d: %s", self.id, e)
+                self._lease.failed()
             else:
                 self._lease.renewed(sent)
             if self.state == p.LOST:
