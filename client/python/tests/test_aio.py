@@ -236,3 +236,34 @@ def test_the_cell_saying_the_session_is_gone_makes_it_lost(cell):
 
 async def _gone(client: aio.Client, seq: voltlock.Sequencer) -> bool:
     return not await client.check(seq)
+
+
+def test_a_watch_closed_by_another_task_and_one_from_before_the_history(cell):
+    async def body(client: aio.Client) -> None:
+        prefix = fresh("compact") + "/"
+        start = await client.put(prefix + "first", "x")
+        watch = client.watch(prefix, prefix=True, start_revision=start)
+        seen: List[voltlock.WatchEvent] = []
+
+        async def read() -> None:
+            async for ev in watch:
+                seen.append(ev)
+        reader = asyncio.ensure_future(read())
+        await until(lambda: seen, 5, "the first event")
+        watch.close()
+        await asyncio.wait_for(reader, 5)  # close() from another task ends the iteration
+        assert [e.key for e in seen] == [prefix + "first"]
+
+        # The cell keeps the newest 10,000 events: 5,000 puts and a prefix delete of them.
+        slots = asyncio.Semaphore(16)
+
+        async def put(i: int) -> None:
+            async with slots:
+                await client.put(f"{prefix}{i}", "v")
+        await asyncio.gather(*(put(i) for i in range(5000)))
+        assert await client.delete(prefix, prefix=True) == 5001
+        with pytest.raises(aio.Compacted) as compacted:
+            async for _ in client.watch(prefix, prefix=True, start_revision=start):
+                pass
+        assert compacted.value.oldest_revision > start
+    run(cell, body)
