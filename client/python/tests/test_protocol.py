@@ -372,3 +372,46 @@ def test_compaction_raises_compacted_with_the_oldest_revision(proto):
 def test_error_bodies_that_are_not_voltlock_errors_still_raise_error():
     e = errors.error_from_body(502, "<html>bad gateway</html>")
     assert type(e) is voltlock.Error and e.code == "http_502" and e.status == 502
+
+
+def test_a_lost_session_is_announced_once_then_its_locks_then_its_callbacks(clock):
+    told: List[str] = []
+    core = p.SessionCore(3, 1, clock, lambda: told.append("announce"))
+    with pytest.raises(RuntimeError):
+        core.check_usable()  # not open yet
+    core.opened(7, clock.now)
+    core.on_lost(lambda: told.append("session callback"))
+    lock = p.LockCore(core, "l", shared=False, timeout=None,
+                      on_lost=lambda seq: told.append(f"lock {seq.generation}"))
+    seq = lock.granted({"lock": "l", "mode": "exclusive", "generation": 5, "session": 7})
+    assert seq.valid and lock.lost_while_held() is None
+    clock.now += 3  # the lease ran out unrenewed: suspended, not lost
+    assert not seq.valid and core.state() == p.SUSPENDED
+    assert "renew" in str(lock.lost_while_held())
+    core.check_usable()  # still usable: a keepalive may yet get through
+    clock.now += 1  # the grace period too
+    core.check_lost()
+    core.lose("again")
+    assert told == ["announce", "lock 5", "session callback"]
+    assert lock.sequencer is None and not seq.valid and not lock.releasing()
+    with pytest.raises(voltlock.SessionExpired):
+        core.check_usable()
+    late: List[str] = []
+    core.on_lost(lambda: late.append("at once"))
+    assert late == ["at once"]
+
+
+def test_a_closed_session_tells_the_locks_it_held_but_not_its_callbacks(clock):
+    told: List[str] = []
+    core = p.SessionCore(10, None, clock, lambda: told.append("announce"))
+    core.opened(3, clock.now)
+    core.on_lost(lambda: told.append("session callback"))
+    held = p.LockCore(core, "a", shared=True, timeout=None, on_lost=lambda s: told.append("a"))
+    released = p.LockCore(core, "b", shared=True, timeout=None,
+                          on_lost=lambda s: told.append("b"))
+    held.granted({"lock": "a", "mode": "shared", "generation": 1, "session": 3})
+    released.granted({"lock": "b", "mode": "shared", "generation": 2, "session": 3})
+    assert released.releasing()  # the cell is asked to release it
+    core.lose("closed", closed=True)
+    assert told == ["announce", "a"]
+    assert core.expired(voltlock.UnknownSession("gone")).code == "unknown_session"

@@ -13,6 +13,7 @@ blocking sockets, `voltlock.aio` with asyncio; neither makes a decision of its o
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 import threading
@@ -767,3 +768,175 @@ class WatchStream:
             if comment.startswith("watching from revision") and self.next_revision is None:
                 self.next_revision = int(comment.rsplit(" ", 1)[1])
         return done
+
+
+# --- what session and lock objects know, shared by both clients ---------------------------------
+
+class SessionCore:
+    """A session object's bookkeeping: its id, its :class:`Lease`, the locks it holds and the
+    callbacks to run when it is lost. Thread-safe; no I/O. `announce` runs first when the
+    session is lost (the client sets its `lost` event there), then each held lock and each
+    callback is told, once."""
+
+    def __init__(self, ttl: float, grace: Optional[float], clock: Callable[[], float],
+                 announce: Callable[[], None]) -> None:
+        seconds_to_ms(ttl, "ttl", MIN_TTL_MS, MAX_TTL_MS)
+        self.ttl = float(ttl)
+        self.grace = self.ttl if grace is None else check_seconds(grace, "grace") or 0.0
+        self.id = 0
+        self._clock, self._announce = clock, announce
+        self._lease: Optional[Lease] = None
+        self._callbacks: List[Callable[[], None]] = []
+        self._held: Dict[int, "LockCore"] = {}
+        self._announced = False
+        self._mutex = threading.Lock()
+
+    def opened(self, session_id: int, sent_at: float) -> None:
+        with self._mutex:
+            if self._lease is not None:
+                raise RuntimeError("this session is already open")
+            self.id = session_id
+            self._lease = Lease(self.ttl, self.grace, sent_at)
+
+    @property
+    def is_open(self) -> bool:
+        return self._lease is not None
+
+    def state(self) -> str:
+        with self._mutex:
+            return "closed" if self._lease is None else self._lease.poll(self._clock())
+
+    def holds(self) -> bool:
+        with self._mutex:
+            return self._lease is not None and self._lease.holds(self._clock())
+
+    def lost(self) -> bool:
+        return self.state() == LOST
+
+    def next_keepalive(self) -> Tuple[float, float]:
+        """(seconds until the next keepalive, how long it may try)."""
+        with self._mutex:
+            assert self._lease is not None
+            return self._lease.next_keepalive(self._clock()), self._lease.keepalive_budget()
+
+    def renewed(self, sent_at: float) -> None:
+        with self._mutex:
+            assert self._lease is not None
+            self._lease.renewed(sent_at)
+
+    def failed(self) -> None:
+        with self._mutex:
+            assert self._lease is not None
+            self._lease.failed()
+
+    def check_lost(self) -> None:
+        """Announces the loss if the lease's grace period ran out since the last look."""
+        if self.lost():
+            self.lose("")
+
+    def lose(self, reason: str, *, closed: bool = False) -> None:
+        """The session is lost, for good: announced, then the locks and callbacks told, once.
+        A session `closed` on purpose tells the locks it still held, not its callbacks."""
+        with self._mutex:
+            if self._lease is None or self._announced:
+                return
+            self._lease.lose(reason)
+            self._announced = True
+            callbacks, self._callbacks = [] if closed else self._callbacks, []
+            held, self._held = list(self._held.values()), {}
+        self._announce()
+        for lock in held:
+            lock.session_lost()
+        for callback in callbacks:
+            _run_callback(callback, f"on_lost callback of session {self.id}")
+
+    @property
+    def reason(self) -> str:
+        return self._lease.reason if self._lease is not None else ""
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        with self._mutex:
+            if not self._announced:
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def hold(self, lock: "LockCore") -> None:
+        with self._mutex:
+            self._held[id(lock)] = lock
+
+    def drop(self, lock: "LockCore") -> None:
+        with self._mutex:
+            self._held.pop(id(lock), None)
+
+    def check_usable(self) -> None:
+        """Before any call on behalf of the session."""
+        if not self.is_open:
+            raise RuntimeError("open the session first (with client.session(...) as s, "
+                               "or .open())")
+        self.check_lost()
+        if self.lost():
+            raise errors.SessionExpired(f"session {self.id} is lost: {self.reason}")
+
+    def expired(self, unknown: errors.UnknownSession) -> errors.SessionExpired:
+        """The cell said it does not know the session: it is lost."""
+        self.lose(f"the cell no longer knows session {self.id}")
+        return errors.SessionExpired(f"session {self.id} is lost: {unknown.message}",
+                                     details=unknown.details, status=unknown.status)
+
+
+def _run_callback(callback: Callable[[], None], what: str) -> None:
+    try:
+        callback()
+    except Exception:
+        logging.getLogger("voltlock").exception(what)
+
+
+class LockCore:
+    """A lock object's bookkeeping: the grant it holds, whether that grant still stands as far
+    as this client knows, and what to tell the user when it was lost while held."""
+
+    def __init__(self, session: SessionCore, name: str, *, shared: bool,
+                 timeout: Optional[float], on_lost: Optional[Callable[[Sequencer], None]]
+                 ) -> None:
+        self.name = check_name(name, "lock name")
+        self.shared = bool(shared)
+        self.timeout = check_seconds(timeout, "timeout", allow_none=True)
+        self.session = session
+        self._on_lost = on_lost
+        self.sequencer: Optional[Sequencer] = None
+
+    def granted(self, sequencer_json: Mapping[str, Any]) -> Sequencer:
+        generation = int(sequencer_json["generation"])
+        seq = Sequencer.from_json(sequencer_json, valid_check=lambda: self._stands(generation))
+        self.sequencer = seq
+        self.session.hold(self)
+        return seq
+
+    def _stands(self, generation: int) -> bool:
+        seq = self.sequencer
+        return seq is not None and seq.generation == generation and self.session.holds()
+
+    def releasing(self) -> bool:
+        """Forgets the grant; True if the cell must be asked to release it."""
+        self.session.drop(self)
+        held, self.sequencer = self.sequencer, None
+        return held is not None and not self.session.lost()
+
+    def session_lost(self) -> None:
+        seq, self.sequencer = self.sequencer, None
+        if seq is not None and self._on_lost is not None:
+            on_lost = self._on_lost
+            _run_callback(lambda: on_lost(seq), f"on_lost callback of lock {self.name!r}")
+
+    def lost_while_held(self) -> Optional[errors.SessionExpired]:
+        """At the end of a `with` block: the error to raise if the grant did not stand
+        throughout (the session lost, or its lease lapsed), else None."""
+        if self.session.lost():
+            why = "is lost"
+        elif self.sequencer is not None and not self.sequencer.valid:
+            why = "could not renew its lease in time"
+        else:
+            return None
+        return errors.SessionExpired(
+            f"lock {self.name!r} may have been lost while held: session {self.session.id} {why}")

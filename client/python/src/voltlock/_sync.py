@@ -9,7 +9,7 @@ import os
 import socket
 import threading
 import time
-from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Set, Tuple,
+from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple,
                     TypeVar, Union)
 
 from . import _protocol as p
@@ -289,39 +289,40 @@ class Client:
 class Session:
     """A session: its locks, barriers and ephemeral keys live while it does. Kept alive by a
     background thread (every ttl/3). When it is lost, the client learns it: :attr:`lost` is
-    set, the ``on_lost`` callbacks run, every sequencer of it is no longer ``valid``, and the
-    next call on it raises :class:`~voltlock.SessionExpired`."""
+    set, the ``on_lost`` callbacks run (on the keepalive thread), every sequencer of it is no
+    longer ``valid``, and the next call on it raises :class:`~voltlock.SessionExpired`."""
 
     def __init__(self, client: Client, *, ttl: float, lock_delay: float, name: str,
                  grace: Optional[float], on_lost: Optional[Callable[["Session"], None]],
                  timeout: Optional[float]) -> None:
-        p.seconds_to_ms(ttl, "ttl", p.MIN_TTL_MS, p.MAX_TTL_MS)
         self._client = client
-        self._settings = (ttl, lock_delay, name, timeout)
-        self.ttl = float(ttl)
-        self._grace = self.ttl if grace is None else p.check_seconds(grace, "grace") or 0.0
-        self.id = 0
         self.lost = threading.Event()
-        self._callbacks: List[Callable[["Session"], None]] = [on_lost] if on_lost else []
-        self._held: Set["Lock"] = set()
-        self._lease: Optional[p.Lease] = None
-        self._mutex = threading.Lock()
         self._stop = threading.Event()
+        self._core = p.SessionCore(ttl, grace, client._protocol.clock, self._announce_loss)
+        self._settings = (ttl, lock_delay, name, timeout)
         self._thread: Optional[threading.Thread] = None
+        if on_lost is not None:
+            self.on_lost(on_lost)
+
+    @property
+    def id(self) -> int:
+        return self._core.id
+
+    @property
+    def ttl(self) -> float:
+        return self._core.ttl
 
     # --- life -----------------------------------------------------------------------------------
 
     def open(self) -> "Session":
         """Creates the session in the cell and starts its keepalives."""
-        if self._lease is not None:
+        if self._core.is_open:
             raise RuntimeError("this session is already open")
         ttl, lock_delay, name, timeout = self._settings
-        clock = self._client._protocol.clock
-        sent = clock()
+        sent = self._client._protocol.clock()
         created = self._client._run(self._client._protocol.create_session(
             ttl, lock_delay, name, timeout))
-        self.id = int(created["session"])
-        self._lease = p.Lease(self.ttl, self._grace, sent)
+        self._core.opened(int(created["session"]), sent)
         self._thread = threading.Thread(target=self._keep_alive, daemon=True,
                                         name=f"voltlock-keepalive-{self.id}")
         self._thread.start()
@@ -333,10 +334,10 @@ class Session:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        if self._lease is None or self.lost.is_set():
+        if not self._core.is_open or self._core.lost():
             return
         self._client._run(self._client._protocol.close_session(self.id, timeout))
-        self._lose("closed")
+        self._core.lose("closed", closed=True)
 
     def __enter__(self) -> "Session":
         return self.open()
@@ -347,84 +348,49 @@ class Session:
     @property
     def state(self) -> str:
         """``"connected"`` (the lease is known to run), ``"suspended"`` (it ran out unrenewed:
-        the cell may have ended the session; keepalives go on), ``"lost"`` (for good)."""
-        with self._mutex:
-            if self._lease is None:
-                return "closed"
-            return self._lease.poll(self._client._protocol.clock())
+        the cell may have ended the session; keepalives go on), ``"lost"`` (for good), or
+        ``"closed"`` before it is opened."""
+        return self._core.state()
 
     def on_lost(self, callback: Callable[["Session"], None]) -> None:
         """Runs `callback(session)` once when the session is lost (at once if it is already)."""
-        with self._mutex:
-            if not self.lost.is_set():
-                self._callbacks.append(callback)
-                return
-        callback(self)
+        self._core.on_lost(lambda: callback(self))
 
-    def _holds(self) -> bool:
-        with self._mutex:
-            return self._lease is not None and self._lease.holds(self._client._protocol.clock())
+    def _announce_loss(self) -> None:
+        self.lost.set()
+        self._stop.set()
 
     def _keep_alive(self) -> None:
         protocol = self._client._protocol
-        assert self._lease is not None
         while True:
-            with self._mutex:
-                delay = self._lease.next_keepalive(protocol.clock())
-                budget = self._lease.keepalive_budget()
+            delay, budget = self._core.next_keepalive()
             if self._stop.wait(delay):
                 return
             sent = protocol.clock()
             try:
                 self._client._run(protocol.keepalive(self.id, budget))
             except errors.UnknownSession:
-                self._lose(f"the cell no longer knows session {self.id} (it expired)")
+                self._core.lose(f"the cell no longer knows session {self.id} (it expired)")
                 return
             except errors.Error as e:
                 log.debug("keepalive of session %d: %s", self.id, e)
-                with self._mutex:
-                    self._lease.failed()
+                self._core.failed()
             else:
-                with self._mutex:
-                    self._lease.renewed(sent)
-            if self.state == p.LOST:
-                self._lose(self._lease.reason)
-                return
-
-    def _lose(self, reason: str) -> None:
-        with self._mutex:
-            assert self._lease is not None
-            self._lease.lose(reason)
-            if self.lost.is_set():
-                return
-            self.lost.set()
-            callbacks, self._callbacks = self._callbacks, []
-            held, self._held = list(self._held), set()
-        self._stop.set()
-        for lock in held:
-            lock._session_lost()
-        for callback in callbacks:
-            try:
-                callback(self)
-            except Exception:
-                log.exception("on_lost callback of session %d", self.id)
+                self._core.renewed(sent)
+            self._core.check_lost()
 
     def _call(self, plan: p.Plan[T]) -> T:
         """Runs a plan on behalf of this session: SessionExpired if it is lost (or turns out to
         be)."""
-        if self._lease is None:
+        try:
+            self._core.check_usable()
+        except BaseException:
             plan.close()
-            raise RuntimeError("open the session first (with client.session(...) as s, "
-                               "or .open())")
-        if self.lost.is_set():
-            plan.close()
-            raise errors.SessionExpired(f"session {self.id} is lost: {self._lease.reason}")
+            raise
         try:
             return self._client._run(plan)
         except errors.UnknownSession as e:
-            self._lose(f"the cell no longer knows session {self.id}")
-            raise errors.SessionExpired(f"session {self.id} is lost: {e.message}",
-                                        details=e.details, status=e.status) from e
+            raise self._core.expired(e) from e
 
     # --- what a session holds -------------------------------------------------------------------
 
@@ -456,63 +422,40 @@ class Lock:
 
     def __init__(self, session: Session, name: str, *, shared: bool, timeout: Optional[float],
                  on_lost: Optional[Callable[[Sequencer], None]]) -> None:
-        self.name = p.check_name(name, "lock name")
-        self.shared = bool(shared)
         self._session = session
-        self._timeout = p.check_seconds(timeout, "timeout", allow_none=True)
-        self._on_lost = on_lost
-        self.sequencer: Optional[Sequencer] = None
+        self._core = p.LockCore(session._core, name, shared=shared, timeout=timeout,
+                                on_lost=on_lost)
+        self.name, self.shared = self._core.name, self._core.shared
+
+    @property
+    def sequencer(self) -> Optional[Sequencer]:
+        """The grant held, or None."""
+        return self._core.sequencer
 
     def acquire(self, timeout: Optional[float] = _UNSET, *,
                 call_timeout: Optional[float] = None) -> Sequencer:
         """Waits for the lock (``timeout`` as in ``Session.lock``) and returns its sequencer."""
-        wait = self._timeout if timeout is _UNSET else timeout
-        granted = self._session._call(self._session._client._protocol.acquire(
-            self.name, self._session.id, self.shared, wait, call_timeout))
-        generation = int(granted["generation"])
-        seq = Sequencer.from_json(granted, valid_check=lambda: self._stands(generation))
-        self.sequencer = seq
-        with self._session._mutex:
-            self._session._held.add(self)
-        return seq
-
-    def _stands(self, generation: int) -> bool:
-        seq = self.sequencer
-        return seq is not None and seq.generation == generation and self._session._holds()
+        wait = self._core.timeout if timeout is _UNSET else timeout
+        return self._core.granted(self._session._call(self._session._client._protocol.acquire(
+            self.name, self._session.id, self.shared, wait, call_timeout)))
 
     def release(self, *, timeout: Optional[float] = None) -> None:
         """Releases the lock (nothing to do if its session is lost: the cell released it)."""
-        with self._session._mutex:
-            self._session._held.discard(self)
-        if self.sequencer is None:
-            return
-        self.sequencer = None
-        if not self._session.lost.is_set():
+        if self._core.releasing():
             self._session._call(self._session._client._protocol.release(
                 self.name, self._session.id, timeout))
-
-    def _session_lost(self) -> None:
-        seq, self.sequencer = self.sequencer, None
-        if seq is not None and self._on_lost is not None:
-            try:
-                self._on_lost(seq)
-            except Exception:
-                log.exception("on_lost callback of lock %r", self.name)
 
     def __enter__(self) -> Sequencer:
         return self.acquire()
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        lost = self._session.lost.is_set() or (self.sequencer is not None
-                                               and not self.sequencer.valid)
+        lost = self._core.lost_while_held()
         try:
             self.release()
-        except errors.SessionExpired:
-            lost = True
-        if lost and exc_type is None:
-            raise errors.SessionExpired(
-                f"lock {self.name!r} was lost while held: session {self._session.id} "
-                f"{'is lost' if self._session.lost.is_set() else 'could not renew its lease'}")
+        except errors.SessionExpired as e:
+            lost = lost or e
+        if lost is not None and exc_type is None:
+            raise lost
 
 
 class Barrier:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import (Any, AsyncIterator, Callable, Deque, Dict, List, Optional, Sequence, Set,
+from typing import (Any, AsyncIterator, Callable, Deque, Dict, List, Optional, Sequence,
                     Tuple, TypeVar, Union)
 
 import h11
@@ -278,33 +278,36 @@ class Client:
 
 class Session:
     """As :class:`voltlock.Session`; kept alive by an asyncio task, :attr:`lost` is an
-    ``asyncio.Event``."""
+    ``asyncio.Event``, ``on_lost`` callbacks run on the event loop."""
 
     def __init__(self, client: Client, *, ttl: float, lock_delay: float, name: str,
                  grace: Optional[float], on_lost: Optional[Callable[["Session"], None]],
                  timeout: Optional[float]) -> None:
-        p.seconds_to_ms(ttl, "ttl", p.MIN_TTL_MS, p.MAX_TTL_MS)
         self._client = client
-        self._settings = (ttl, lock_delay, name, timeout)
-        self.ttl = float(ttl)
-        self._grace = self.ttl if grace is None else p.check_seconds(grace, "grace") or 0.0
-        self.id = 0
         self.lost = asyncio.Event()
-        self._callbacks: List[Callable[["Session"], None]] = [on_lost] if on_lost else []
-        self._held: Set["Lock"] = set()
-        self._lease: Optional[p.Lease] = None
         self._stop = asyncio.Event()
+        self._core = p.SessionCore(ttl, grace, client._protocol.clock, self._announce_loss)
+        self._settings = (ttl, lock_delay, name, timeout)
         self._task: Optional["asyncio.Task[None]"] = None
+        if on_lost is not None:
+            self.on_lost(on_lost)
+
+    @property
+    def id(self) -> int:
+        return self._core.id
+
+    @property
+    def ttl(self) -> float:
+        return self._core.ttl
 
     async def open(self) -> "Session":
-        if self._lease is not None:
+        if self._core.is_open:
             raise RuntimeError("this session is already open")
         ttl, lock_delay, name, timeout = self._settings
         sent = self._client._protocol.clock()
         created = await self._client._run(self._client._protocol.create_session(
             ttl, lock_delay, name, timeout))
-        self.id = int(created["session"])
-        self._lease = p.Lease(self.ttl, self._grace, sent)
+        self._core.opened(int(created["session"]), sent)
         self._task = asyncio.ensure_future(self._keep_alive())
         return self
 
@@ -316,10 +319,10 @@ class Session:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        if self._lease is None or self.lost.is_set():
+        if not self._core.is_open or self._core.lost():
             return
         await self._client._run(self._client._protocol.close_session(self.id, timeout))
-        self._lose("closed")
+        self._core.lose("closed", closed=True)
 
     async def __aenter__(self) -> "Session":
         return await self.open()
@@ -329,76 +332,47 @@ class Session:
 
     @property
     def state(self) -> str:
-        if self._lease is None:
-            return "closed"
-        return self._lease.poll(self._client._protocol.clock())
+        return self._core.state()
 
     def on_lost(self, callback: Callable[["Session"], None]) -> None:
-        if self.lost.is_set():
-            callback(self)
-        else:
-            self._callbacks.append(callback)
+        self._core.on_lost(lambda: callback(self))
 
-    def _holds(self) -> bool:
-        return self._lease is not None and self._lease.holds(self._client._protocol.clock())
+    def _announce_loss(self) -> None:
+        self.lost.set()
+        self._stop.set()
 
     async def _keep_alive(self) -> None:
         protocol = self._client._protocol
-        assert self._lease is not None
         while True:
+            delay, budget = self._core.next_keepalive()
             try:
-                await asyncio.wait_for(self._stop.wait(),
-                                       self._lease.next_keepalive(protocol.clock()))
+                await asyncio.wait_for(self._stop.wait(), delay)
                 return
             except asyncio.TimeoutError:
                 pass
             sent = protocol.clock()
             try:
-                await self._client._run(protocol.keepalive(self.id,
-                                                           self._lease.keepalive_budget()))
+                await self._client._run(protocol.keepalive(self.id, budget))
             except errors.UnknownSession:
-                self._lose(f"the cell no longer knows session {self.id} (it expired)")
+                self._core.lose(f"the cell no longer knows session {self.id} (it expired)")
                 return
             except errors.Error as e:
                 log.debug("keepalive of session %d: %s", self.id, e)
-                self._lease.failed()
+                self._core.failed()
             else:
-                self._lease.renewed(sent)
-            if self.state == p.LOST:
-                self._lose(self._lease.reason)
-                return
-
-    def _lose(self, reason: str) -> None:
-        assert self._lease is not None
-        self._lease.lose(reason)
-        if self.lost.is_set():
-            return
-        self.lost.set()
-        self._stop.set()
-        callbacks, self._callbacks = self._callbacks, []
-        held, self._held = list(self._held), set()
-        for lock in held:
-            lock._session_lost()
-        for callback in callbacks:
-            try:
-                callback(self)
-            except Exception:
-                log.exception("on_lost callback of session %d", self.id)
+                self._core.renewed(sent)
+            self._core.check_lost()
 
     async def _call(self, plan: p.Plan[T]) -> T:
-        if self._lease is None:
+        try:
+            self._core.check_usable()
+        except BaseException:
             plan.close()
-            raise RuntimeError("open the session first (async with client.session(...) as s, "
-                               "or await .open())")
-        if self.lost.is_set():
-            plan.close()
-            raise errors.SessionExpired(f"session {self.id} is lost: {self._lease.reason}")
+            raise
         try:
             return await self._client._run(plan)
         except errors.UnknownSession as e:
-            self._lose(f"the cell no longer knows session {self.id}")
-            raise errors.SessionExpired(f"session {self.id} is lost: {e.message}",
-                                        details=e.details, status=e.status) from e
+            raise self._core.expired(e) from e
 
     def lock(self, name: str, *, shared: bool = False, timeout: Optional[float] = None,
              on_lost: Optional[Callable[[Sequencer], None]] = None) -> "Lock":
@@ -422,59 +396,38 @@ class Lock:
 
     def __init__(self, session: Session, name: str, *, shared: bool, timeout: Optional[float],
                  on_lost: Optional[Callable[[Sequencer], None]]) -> None:
-        self.name = p.check_name(name, "lock name")
-        self.shared = bool(shared)
         self._session = session
-        self._timeout = p.check_seconds(timeout, "timeout", allow_none=True)
-        self._on_lost = on_lost
-        self.sequencer: Optional[Sequencer] = None
+        self._core = p.LockCore(session._core, name, shared=shared, timeout=timeout,
+                                on_lost=on_lost)
+        self.name, self.shared = self._core.name, self._core.shared
+
+    @property
+    def sequencer(self) -> Optional[Sequencer]:
+        return self._core.sequencer
 
     async def acquire(self, timeout: Optional[float] = _UNSET, *,
                       call_timeout: Optional[float] = None) -> Sequencer:
-        wait = self._timeout if timeout is _UNSET else timeout
-        granted = await self._session._call(self._session._client._protocol.acquire(
-            self.name, self._session.id, self.shared, wait, call_timeout))
-        generation = int(granted["generation"])
-        seq = Sequencer.from_json(granted, valid_check=lambda: self._stands(generation))
-        self.sequencer = seq
-        self._session._held.add(self)
-        return seq
-
-    def _stands(self, generation: int) -> bool:
-        seq = self.sequencer
-        return seq is not None and seq.generation == generation and self._session._holds()
+        wait = self._core.timeout if timeout is _UNSET else timeout
+        return self._core.granted(await self._session._call(
+            self._session._client._protocol.acquire(self.name, self._session.id, self.shared,
+                                                    wait, call_timeout)))
 
     async def release(self, *, timeout: Optional[float] = None) -> None:
-        self._session._held.discard(self)
-        if self.sequencer is None:
-            return
-        self.sequencer = None
-        if not self._session.lost.is_set():
+        if self._core.releasing():
             await self._session._call(self._session._client._protocol.release(
                 self.name, self._session.id, timeout))
-
-    def _session_lost(self) -> None:
-        seq, self.sequencer = self.sequencer, None
-        if seq is not None and self._on_lost is not None:
-            try:
-                self._on_lost(seq)
-            except Exception:
-                log.exception("on_lost callback of lock %r", self.name)
 
     async def __aenter__(self) -> Sequencer:
         return await self.acquire()
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        lost = self._session.lost.is_set() or (self.sequencer is not None
-                                               and not self.sequencer.valid)
+        lost = self._core.lost_while_held()
         try:
             await self.release()
-        except errors.SessionExpired:
-            lost = True
-        if lost and exc_type is None:
-            raise errors.SessionExpired(
-                f"lock {self.name!r} was lost while held: session {self._session.id} "
-                f"{'is lost' if self._session.lost.is_set() else 'could not renew its lease'}")
+        except errors.SessionExpired as e:
+            lost = lost or e
+        if lost is not None and exc_type is None:
+            raise lost
 
 
 class Barrier:
