@@ -43,17 +43,19 @@ def test_the_readme_example_with_asyncio(cell):
             assert not seq.valid
         kv = await client.get(prefix + "db")
         assert kv is not None and kv.value == "10.0.0.5"
-        rev = await client.put(prefix + "pool", "16", prev_revision=0)
+        rev = await client.put(prefix + "db", "10.0.0.6", prev_revision=kv.mod_revision)
+        await client.put(prefix + "pool", "16")
         assert [k.key async for k in client.get_prefix(prefix)] == [prefix + "db",
                                                                      prefix + "pool"]
         seen = []
         async with client.watch(prefix, prefix=True, start_revision=kv.mod_revision) as w:
             async for ev in w:
                 seen.append((ev.type, ev.key, ev.value, ev.revision))
-                if len(seen) == 2:
+                if len(seen) == 3:
                     w.close()
-        assert seen == [("put", prefix + "db", "10.0.0.5", kv.mod_revision),
-                        ("put", prefix + "pool", "16", rev)]
+        assert seen[:2] == [("put", prefix + "db", "10.0.0.5", kv.mod_revision),
+                            ("put", prefix + "db", "10.0.0.6", rev)]
+        assert seen[2][:3] == ("put", prefix + "pool", "16")
     run(cell, body)
 
 

@@ -19,21 +19,26 @@ def client(cell):
 
 
 def test_the_readme_example_runs_as_written(cell, client):
+    """docs/python-sdk.md's example, line by line (names under a fresh prefix)."""
     prefix = fresh("cfg") + "/"
     with client.session(ttl=10) as s:
         with s.lock(prefix + "db/primary", timeout=5) as seq:
             assert seq.valid and seq.mode == "exclusive" and seq.session == s.id
-            client.put(prefix + "db", "10.0.0.5", sequencer=seq)
-    kv = client.get(prefix + "db")
+            client.put(prefix + "config/db", "10.0.0.5", sequencer=seq)
+    kv = client.get(prefix + "config/db")
     assert kv is not None and kv.value == "10.0.0.5" and kv.version == 1
     assert kv.create_revision == kv.mod_revision
-    rev = client.put(prefix + "pool", "16", prev_revision=0)
-    assert [k.key for k in client.get_prefix(prefix)] == [prefix + "db", prefix + "pool"]
-    watch = client.watch(prefix, prefix=True, start_revision=kv.mod_revision)
-    events = [next(watch), next(watch)]
-    watch.close()
-    assert [(e.type, e.key, e.value, e.revision) for e in events] == [
-        ("put", prefix + "db", "10.0.0.5", kv.mod_revision), ("put", prefix + "pool", "16", rev)]
+    rev = client.put(prefix + "config/db", "10.0.0.6", prev_revision=kv.mod_revision)
+    client.put(prefix + "config/pool", "16")
+    assert [(k.key, k.value) for k in client.get_prefix(prefix + "config/")] == [
+        (prefix + "config/db", "10.0.0.6"), (prefix + "config/pool", "16")]
+    events = []
+    for ev in client.watch(prefix + "config/", prefix=True, start_revision=rev):
+        events.append((ev.type, ev.key, ev.value, ev.revision))
+        if len(events) == 2:
+            break
+    assert events[0] == ("put", prefix + "config/db", "10.0.0.6", rev)
+    assert events[1][:3] == ("put", prefix + "config/pool", "16")
 
 
 def test_client_reads_its_endpoints_from_the_environment(cell, monkeypatch):
