@@ -88,7 +88,9 @@ def test_a_session_cut_off_is_lost_and_its_sequencer_is_fenced(cell):
             cell.partition(follower)
             cut_at = time.monotonic()
             wait_until(lambda: not seq.valid, 5, "the sequencer to stop being valid")
-            assert time.monotonic() - cut_at <= 2.5  # at most the TTL after the last renewal
+            # At most the TTL after the last renewal sent (which was before the cut), with
+            # room for a loaded machine's scheduling.
+            assert time.monotonic() - cut_at <= 3.5
             wait_until(lost.is_set, 10, "the session to be lost")
     assert lock_lost == [seq] and s.lost.is_set() and s.state == voltlock.LOST
     with pytest.raises(voltlock.SessionExpired):
