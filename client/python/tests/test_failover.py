@@ -2,6 +2,9 @@
 with its client, no quorum."""
 from __future__ import annotations
 
+import json
+import os
+import signal
 import threading
 import time
 from typing import List, Tuple
@@ -120,4 +123,29 @@ def test_without_a_quorum_a_call_ends_in_unavailable_in_its_time(cell):
     cell.start(*followers)
     cell.wait_for_leader(timeout=30)
     assert client.get(key).value in ("before", "during")  # the outcome was unknown, not lost
+    client.close()
+
+
+def test_a_stopped_leader_is_left_behind_and_the_session_survives(cell):
+    """SIGSTOP, not a kill: the leader's sockets stay open and say nothing, so only timeouts
+    move the client on."""
+    with open(os.path.join(cell.endpoints["state_dir"], "cell.json")) as f:
+        pid = json.load(f)["replicas"][cell.leader]["process"]["pid"]
+    client = voltlock.Client(cell.urls(), timeout=20)
+    key = fresh("stopped")
+    with client.session(ttl=3) as s:
+        seq = s.lock(fresh("lock")).acquire()
+        client.put(key, "before", sequencer=seq)
+        cell.harmed = True
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            client.put(key, "during", sequencer=seq)
+            # The stopped leader is left after attempt_timeout (3 s), then a view change.
+            assert time.monotonic() - started < 8
+            wait_until(lambda: s.state == voltlock.CONNECTED and seq.valid, 15,
+                       "the session to be renewed by the new leader")
+            assert client.check(seq) and client.get(key).value == "during"
+        finally:
+            os.kill(pid, signal.SIGCONT)
     client.close()

@@ -80,6 +80,8 @@ def test_a_write_carries_an_identity_and_retries_it_unchanged_at_the_next_replic
     assert len(pairs) == 1
     assert json.loads(attempts[0].body) == {"value": "v"}
     assert attempts[0].method == "PUT" and attempts[0].target == "/v1/kv/k"
+    # A replica silent for attempt_timeout (3 s) is left for the next; connecting gets 1 s.
+    assert attempts[0].read_timeout == 3.0 and attempts[0].connect_timeout == 1.0
 
 
 def test_the_next_write_takes_the_next_number_and_reads_carry_no_identity(proto, clock):
@@ -175,6 +177,7 @@ def test_a_lock_wait_asks_again_in_server_sized_steps(proto, clock):
 
     def cell(a: p.Attempt) -> p.Reply:
         bodies.append(json.loads(a.body))
+        assert a.read_timeout == 3.0 + 3600 + p.WAIT_OUTCOME_MARGIN  # the wait is not silence
         clock.now += 3600  # each step waits its hour
         return next(outcomes)
     seq = drive(proto.acquire("a/b", 2, True, None, None), cell, clock)

@@ -38,8 +38,6 @@ MAX_WAIT_MS = 3_600_000  # one server-side wait; longer waits ask again
 MAX_BARRIER_COUNT = 1_024
 #: How long past its wait the cell may take to say how a wait ended (docs/api.md "Waits").
 WAIT_OUTCOME_MARGIN = 5.0
-#: A replica retries for up to 8 s during a view change before answering 503.
-SERVER_RETRY_WINDOW = 8.0
 #: The cell sends a comment every 10 s of quiet on a watch: silence beyond this is a dead stream.
 WATCH_READ_TIMEOUT = 25.0
 
@@ -308,13 +306,15 @@ class Protocol:
     """The rules, for one client: its replicas, its identities, its default timeout."""
 
     def __init__(self, endpoints: Sequence[str], *, timeout: float = 10.0,
-                 connect_timeout: float = 1.0, clock: Callable[[], float] = time.monotonic,
+                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0,
+                 clock: Callable[[], float] = time.monotonic,
                  rng: Optional[random.Random] = None) -> None:
         self.router = Router(endpoints)
         self.identities = IdentityPool(rng)
         self.timeout = check_seconds(timeout, "timeout") or 0.0
-        if self.timeout <= 0:
-            raise ValueError("timeout must be > 0 seconds")
+        self.attempt_timeout = check_seconds(attempt_timeout, "attempt_timeout") or 0.0
+        if self.timeout <= 0 or self.attempt_timeout <= 0:
+            raise ValueError("timeout and attempt_timeout must be > 0 seconds")
         self.connect_timeout = check_seconds(connect_timeout, "connect_timeout") or 0.0
         self.clock = clock
 
@@ -352,7 +352,9 @@ class Protocol:
                 outcome = yield Attempt(
                     endpoint, call.method, target, tuple(headers), body,
                     connect_timeout=min(self.connect_timeout, remaining),
-                    read_timeout=min(remaining, SERVER_RETRY_WINDOW + 1.0 + call.hold))
+                    # A replica that says nothing for this long (stopped, cut off, or
+                    # retrying a view change) is left for the next one, with the same pair.
+                    read_timeout=min(remaining, self.attempt_timeout + call.hold))
                 if isinstance(outcome, Reply) and outcome.status != 503:
                     leader = outcome.headers.get("x-voltlock-leader")
                     if leader is not None:

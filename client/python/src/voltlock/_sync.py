@@ -177,12 +177,15 @@ class Client:
     ``endpoints``: the replicas, ``["http://10.77.0.10:7480", ...]`` (or a comma-separated
     string); None reads ``VOLTLOCK_ENDPOINTS``. ``timeout``: seconds any call may take, retries
     and failover included, unless the call says otherwise (every method takes ``timeout=``).
+    ``connect_timeout``, ``attempt_timeout``: how long one replica may take to accept a
+    connection, and to answer (plus any wait asked for), before the call tries the next.
     """
 
     def __init__(self, endpoints: Optional[Sequence[str]] = None, *, timeout: float = 10.0,
-                 connect_timeout: float = 1.0) -> None:
+                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0) -> None:
         self._protocol = p.Protocol(endpoints_from_env(endpoints), timeout=timeout,
-                                    connect_timeout=connect_timeout)
+                                    connect_timeout=connect_timeout,
+                                    attempt_timeout=attempt_timeout)
         self._transport = HttpTransport()
 
     def __enter__(self) -> "Client":

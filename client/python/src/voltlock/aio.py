@@ -186,9 +186,10 @@ class Client:
     One per event loop."""
 
     def __init__(self, endpoints: Optional[Sequence[str]] = None, *, timeout: float = 10.0,
-                 connect_timeout: float = 1.0) -> None:
+                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0) -> None:
         self._protocol = p.Protocol(endpoints_from_env(endpoints), timeout=timeout,
-                                    connect_timeout=connect_timeout)
+                                    connect_timeout=connect_timeout,
+                                    attempt_timeout=attempt_timeout)
         self._transport = AsyncTransport()
 
     async def __aenter__(self) -> "Client":
