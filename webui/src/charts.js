@@ -1,0 +1,116 @@
+// Time-series charts on uPlot (webui/node_modules/uplot, embedded as vendor/uPlot.esm.js): a
+// rolling window of samples, and cell events (view changes) drawn as labelled vertical lines on
+// every chart.
+import uPlot from './vendor/uPlot.esm.js';
+import { h } from './dom.js';
+
+const palette = ['#5b4bdb', '#e0652b', '#15925c', '#c2327a', '#2a86c7', '#8c6d1f'];
+
+function cssVar(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
+// Draws each event {t (seconds), label} as a dashed line across the plot.
+function eventsPlugin(events) {
+  return {
+    hooks: {
+      draw: [(u) => {
+        const { ctx } = u;
+        const { top, height, left, width } = u.bbox;
+        ctx.save();
+        ctx.strokeStyle = cssVar('--warn');
+        ctx.fillStyle = cssVar('--warn');
+        ctx.setLineDash([5, 4]);
+        ctx.lineWidth = 1.5 * devicePixelRatio;
+        ctx.font = `${11 * devicePixelRatio}px system-ui, sans-serif`;
+        for (const event of events) {
+          const x = Math.round(u.valToPos(event.t, 'x', true));
+          if (x < left || x > left + width) continue;
+          ctx.beginPath();
+          ctx.moveTo(x, top);
+          ctx.lineTo(x, top + height);
+          ctx.stroke();
+          ctx.fillText(event.label, x + 4 * devicePixelRatio, top + 12 * devicePixelRatio);
+        }
+        ctx.restore();
+      }],
+    },
+  };
+}
+
+// A chart of `series` ([{label, unit}]) with one shared x (unix seconds) over `windowSeconds`.
+export class TimeChart {
+  constructor(container, { title, note, series, events, windowSeconds = 300, unit = '' }) {
+    this.windowSeconds = windowSeconds;
+    this.times = [];
+    this.values = series.map(() => []);
+    this.element = h('figure', { class: 'chart', 'aria-label': title });
+    this.element.append(h('h3', {}, title));
+    this.plotArea = h('div', { class: 'plot' });
+    this.element.append(this.plotArea);
+    if (note) this.element.append(h('figcaption', { class: 'note' }, note));
+    container.append(this.element);
+    const axis = { stroke: cssVar('--muted'), grid: { stroke: cssVar('--border'), width: 1 }, ticks: { stroke: cssVar('--border') } };
+    this.plot = new uPlot({
+      width: this.width(),
+      height: 190,
+      plugins: [eventsPlugin(events)],
+      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max ?? 0, 1) * 1.1] } },
+      axes: [axis, { ...axis, size: 60, values: (u, ticks) => ticks.map((v) => formatTick(v) + unit) }],
+      series: [{}, ...series.map((s, i) => ({
+        label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: false,
+        value: (u, v) => (v === null || v === undefined ? '–' : formatTick(v) + unit),
+      }))],
+      cursor: { drag: { x: false, y: false } },
+      legend: { live: false },
+    }, [this.times, ...this.values], this.plotArea);
+    this.resizeObserver = new ResizeObserver(() => this.plot.setSize({ width: this.width(), height: 190 }));
+    this.resizeObserver.observe(this.element);
+  }
+
+  width() {
+    return Math.max(this.element.clientWidth - 26, 200);
+  }
+
+  // One sample: `t` in seconds, `values` one per series (null: no value, a gap).
+  push(t, values) {
+    this.times.push(t);
+    values.forEach((v, i) => this.values[i].push(v));
+    while (this.times.length && this.times[0] < t - this.windowSeconds) {
+      this.times.shift();
+      for (const column of this.values) column.shift();
+    }
+    this.plot.setData([this.times, ...this.values]);
+  }
+
+  destroy() {
+    this.resizeObserver.disconnect();
+    this.plot.destroy();
+  }
+}
+
+function formatTick(v) {
+  if (v === null || v === undefined) return '–';
+  if (Math.abs(v) >= 1e6) return (v / 1e6).toFixed(1) + 'M';
+  if (Math.abs(v) >= 1e4) return (v / 1e3).toFixed(0) + 'k';
+  if (Math.abs(v) >= 100 || Number.isInteger(v)) return String(Math.round(v));
+  return v.toFixed(v < 1 ? 2 : 1);
+}
+
+// The latency below which a fraction `q` of the samples in `counts` (per bucket, bounds in us)
+// fell, interpolated inside its bucket, as Prometheus's histogram_quantile does.
+export function histogramQuantile(q, boundsUs, counts) {
+  const total = counts.reduce((a, b) => a + b, 0);
+  if (!total) return null;
+  const rank = q * total;
+  let seen = 0;
+  for (let i = 0; i < counts.length; i++) {
+    if (seen + counts[i] >= rank && counts[i] > 0) {
+      const lower = i === 0 ? 0 : boundsUs[i - 1];
+      const upper = i < boundsUs.length ? boundsUs[i] : boundsUs[boundsUs.length - 1] * 2;
+      return lower + (upper - lower) * ((rank - seen) / counts[i]);
+    }
+    seen += counts[i];
+  }
+  return boundsUs[boundsUs.length - 1];
+}
