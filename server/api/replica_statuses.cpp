@@ -19,6 +19,20 @@ Json unreachable(Json entry, std::string why)
     return entry;
 }
 
+std::string why_unreachable(httplib::Error error)
+{
+    switch (error) {
+    case httplib::Error::Connection:
+        return "connection refused or unreachable (is voltlockd running there?)";
+    case httplib::Error::ConnectionTimeout:
+        return "no connection within the deadline (down, or cut off from this replica)";
+    case httplib::Error::Read:
+        return "connected, but no answer within the deadline";
+    default:
+        return httplib::to_string(error);
+    }
+}
+
 Json fetch_peer_status(Json entry, const PeerAddress& peer)
 {
     const auto started = Clock::now();
@@ -31,7 +45,7 @@ Json fetch_peer_status(Json entry, const PeerAddress& peer)
     client.set_read_timeout(0, deadline_us);
     client.set_write_timeout(0, deadline_us);
     httplib::Result answer = client.Get("/v1/status");
-    if (!answer) return unreachable(std::move(entry), httplib::to_string(answer.error()));
+    if (!answer) return unreachable(std::move(entry), why_unreachable(answer.error()));
     if (answer->status != 200)
         return unreachable(std::move(entry), "answered HTTP " + std::to_string(answer->status));
     Json status = Json::parse(answer->body, nullptr, /*allow_exceptions=*/false);

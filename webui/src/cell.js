@@ -15,6 +15,11 @@ const isPassReason = (name) =>
    (name.startsWith('fa_') && !FAST_ACKS.includes(name)) ||
    ['q_untracked', 'q_invalid', 'q_disabled'].includes(name));
 
+// What the page has seen, kept while the UI is open so that the charts survive a visit to another
+// page (which leaves a gap in them).
+const seen = { charts: {}, events: [], previous: null, lastAnswered: {}, highestView: null };
+const GAP_MS = 3000;
+
 export function cellPage(main) {
   const banner = h('div', { 'aria-live': 'polite' });
   const summary = h('section', { class: 'summary', 'aria-label': 'Cell summary' });
@@ -26,12 +31,9 @@ export function cellPage(main) {
       h('p', { class: 'subtitle' }, 'Every replica as the replica serving this page sees it, refreshed every second.'))),
     banner, summary, cards, h('h2', {}, 'Last 5 minutes'), charts, fastPathDetails);
 
-  const events = [];
-  const chart = (options) => new TimeChart(charts, { events, ...options });
+  const { events, lastAnswered } = seen;  // lastAnswered: replica -> when it last answered (ms)
+  const chart = (options) => new TimeChart(charts, { events, store: (seen.charts[options.title] ??= {}), ...options });
   let opsChart, latencyChart, lagChart, fastChart;
-  let previous = null;        // the last answer, with its time
-  const lastAnswered = {};    // replica -> ms since epoch of its last answer
-  let highestView = null;
   let timer = null;
   let stopped = false;
 
@@ -103,13 +105,13 @@ export function cellPage(main) {
     cards.replaceChildren(...replicas.map((r) => card(r, leader, now)));
 
     ensureCharts(replicas.length);
-    if (highestView !== null && view !== null && view > highestView) {
+    if (seen.highestView !== null && view !== null && view > seen.highestView) {
       events.push({ t: now / 1000, label: `view ${view}` + (leader ? ` (r${leader.replica})` : '') });
-      charts.dataset.viewChanges = String(events.length);
-    }
-    if (view !== null) highestView = Math.max(highestView ?? view, view);
+      }
+    charts.dataset.viewChanges = String(events.length);
+    if (view !== null) seen.highestView = Math.max(seen.highestView ?? view, view);
     sample(answer, leader, now);
-    previous = { answer, now };
+    seen.previous = { answer, now };
   }
 
   function stat(label, value) {
@@ -153,6 +155,12 @@ export function cellPage(main) {
 
   function sample(answer, leader, now) {
     const t = now / 1000;
+    let previous = seen.previous;
+    if (previous && now - previous.now > GAP_MS) {
+      // Away from the page (or the replica did not answer): a gap, not a rate over the absence.
+      for (const c of [opsChart, latencyChart, lagChart, fastChart]) c.push(previous.now / 1000 + 1, c.values.map(() => null));
+      previous = null;
+    }
     const before = previous && previous.answer.replicas;
     const seconds = previous ? (now - previous.now) / 1000 : 0;
     const replicas = answer.replicas;

@@ -30,7 +30,11 @@ function eventsPlugin(events) {
           ctx.moveTo(x, top);
           ctx.lineTo(x, top + height);
           ctx.stroke();
-          ctx.fillText(event.label, x + 4 * devicePixelRatio, top + 12 * devicePixelRatio);
+          // The label beside the line, on its left where it would run off the plot.
+          const labelWidth = ctx.measureText(event.label).width;
+          const gap = 4 * devicePixelRatio;
+          const labelX = x + gap + labelWidth > left + width ? x - gap - labelWidth : x + gap;
+          ctx.fillText(event.label, labelX, top + 12 * devicePixelRatio);
         }
         ctx.restore();
       }],
@@ -40,10 +44,14 @@ function eventsPlugin(events) {
 
 // A chart of `series` ([{label, unit}]) with one shared x (unix seconds) over `windowSeconds`.
 export class TimeChart {
-  constructor(container, { title, note, series, events, windowSeconds = 300, unit = '' }) {
+  // `store` keeps the samples ({times, values}) across mounts of the page, so that leaving the
+  // page and coming back keeps the last minutes.
+  constructor(container, { title, note, series, events, store = {}, windowSeconds = 300, unit = '' }) {
     this.windowSeconds = windowSeconds;
-    this.times = [];
-    this.values = series.map(() => []);
+    store.times ??= [];
+    store.values ??= series.map(() => []);
+    this.times = store.times;
+    this.values = store.values;
     this.element = h('figure', { class: 'chart', 'aria-label': title });
     this.element.append(h('h3', {}, title));
     this.plotArea = h('div', { class: 'plot' });
@@ -55,7 +63,9 @@ export class TimeChart {
       width: this.width(),
       height: 190,
       plugins: [eventsPlugin(events)],
-      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max ?? 0, 1) * 1.1] } },
+      // The x axis always spans the whole window, the newest sample at the right edge.
+      scales: { x: { time: true, range: (u, min, max) => (max === null ? [Date.now() / 1000 - windowSeconds, Date.now() / 1000]
+        : [max - windowSeconds, max]) }, y: { range: (u, min, max) => [0, Math.max(max ?? 0, 1) * 1.1] } },
       axes: [axis, { ...axis, size: 60, values: (u, ticks) => ticks.map((v) => formatTick(v) + unit) }],
       series: [{}, ...series.map((s, i) => ({
         label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: false,
