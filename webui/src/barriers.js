@@ -1,5 +1,5 @@
 // Barriers: each barrier's count, phase and members, live from the watch stream.
-import { h, formatTime, notice } from './dom.js';
+import { h, stackable, formatTime, notice } from './dom.js';
 import { liveListing } from './live.js';
 
 export function barriersPage(main) {
@@ -9,7 +9,7 @@ export function barriersPage(main) {
 
   function render(answer) {
     if (!answer.barriers.length) return area.replaceChildren(notice('empty', 'No barriers. One exists while sessions are in it.'));
-    area.replaceChildren(h('div', { class: 'table-wrap' }, h('table', { id: 'barriers-table' },
+    area.replaceChildren(h('div', { class: 'table-wrap' }, stackable(h('table', { id: 'barriers-table' },
       h('thead', {}, h('tr', {}, ['Name', 'Count', 'Phase', 'Members'].map((t) => h('th', { scope: 'col' }, t)))),
       h('tbody', {}, answer.barriers.map((b) => h('tr', { 'data-barrier': b.name },
         h('td', { class: 'mono' }, b.name),
@@ -17,7 +17,7 @@ export function barriersPage(main) {
         h('td', {}, h('span', { class: 'badge' }, b.phase)),
         h('td', {}, h('ul', { class: 'plain' }, b.members.map((m) => h('li', {},
           h('a', { href: '#/sessions/' + m.session }, `session ${m.session}`),
-          m.leaving ? ' (leaving)' : '', m.deadline_ms ? ` · waits until ${formatTime(m.deadline_ms)}` : ''))))))))));
+          m.leaving ? ' (leaving)' : '', m.deadline_ms ? ` · waits until ${formatTime(m.deadline_ms)}` : '')))))))))));
   }
   return liveListing(area, { path: '/v1/barriers', spaces: 'barrier,session', render });
 }

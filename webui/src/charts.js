@@ -58,15 +58,33 @@ export class TimeChart {
     this.element.append(this.plotArea);
     if (note) this.element.append(h('figcaption', { class: 'note' }, note));
     container.append(this.element);
+    this.options = { events, series, unit, windowSeconds };
+    this.plot = this.build();
+    // Colours come from the theme: a switch between light and dark draws the chart again.
+    this.schemeQuery = matchMedia('(prefers-color-scheme: dark)');
+    this.onSchemeChange = () => {
+      this.plot.destroy();
+      this.plot = this.build();
+    };
+    this.schemeQuery.addEventListener('change', this.onSchemeChange);
+    this.resizeObserver = new ResizeObserver(() => this.plot.setSize({ width: this.width(), height: 190 }));
+    this.resizeObserver.observe(this.element);
+  }
+
+  build() {
+    const { events, series, unit, windowSeconds } = this.options;
     const axis = { stroke: cssVar('--muted'), grid: { stroke: cssVar('--border'), width: 1 }, ticks: { stroke: cssVar('--border') } };
-    this.plot = new uPlot({
+    return new uPlot({
       width: this.width(),
       height: 190,
       plugins: [eventsPlugin(events)],
       // The x axis always spans the whole window, the newest sample at the right edge.
-      scales: { x: { time: true, range: (u, min, max) => (max === null ? [Date.now() / 1000 - windowSeconds, Date.now() / 1000]
-        : [max - windowSeconds, max]) }, y: { range: (u, min, max) => [0, Math.max(max ?? 0, 1) * 1.1] } },
-      axes: [axis, { ...axis, size: 60, values: (u, ticks) => ticks.map((v) => formatTick(v) + unit) }],
+      scales: {
+        x: { time: true, range: (u, min, max) => (max === null ? [Date.now() / 1000 - windowSeconds, Date.now() / 1000] : [max - windowSeconds, max]) },
+        y: { range: (u, min, max) => [0, Math.max(max ?? 0, 1) * 1.1] },
+      },
+      axes: [{ ...axis, space: 70, values: (u, ticks) => ticks.map(clockTime) },
+        { ...axis, size: 60, values: (u, ticks) => ticks.map((v) => formatTick(v) + unit) }],
       series: [{}, ...series.map((s, i) => ({
         label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: false,
         value: (u, v) => (v === null || v === undefined ? '–' : formatTick(v) + unit),
@@ -74,8 +92,6 @@ export class TimeChart {
       cursor: { drag: { x: false, y: false } },
       legend: { live: false },
     }, [this.times, ...this.values], this.plotArea);
-    this.resizeObserver = new ResizeObserver(() => this.plot.setSize({ width: this.width(), height: 190 }));
-    this.resizeObserver.observe(this.element);
   }
 
   width() {
@@ -95,8 +111,13 @@ export class TimeChart {
 
   destroy() {
     this.resizeObserver.disconnect();
+    this.schemeQuery.removeEventListener('change', this.onSchemeChange);
     this.plot.destroy();
   }
+}
+
+function clockTime(seconds) {
+  return new Date(seconds * 1000).toLocaleTimeString('en-GB', { hour12: false });
 }
 
 function formatTick(v) {

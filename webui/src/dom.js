@@ -59,3 +59,13 @@ export function confirmDialog(title, body, confirmLabel) {
     dialog.showModal();
   });
 }
+
+// Marks a table so that on a narrow screen each row becomes a block of "label: value" lines
+// (style.css), each cell labelled with its column's heading.
+export function stackable(table) {
+  const headings = [...table.querySelectorAll('thead th')].map((th) => th.textContent);
+  for (const row of table.querySelectorAll('tbody tr'))
+    [...row.children].forEach((cell, i) => cell.setAttribute('data-label', headings[i] || ''));
+  table.classList.add('stack');
+  return table;
+}

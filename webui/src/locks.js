@@ -1,7 +1,7 @@
 // Locks: every lock with its mode, holders, generation, lock-delay and FIFO queue of waiters,
 // filtered by prefix; #/locks/<name> shows one lock and its history from the watch stream.
 import { api, explain, namePath, watch } from './api.js';
-import { h, formatDuration, formatNumber, formatTime, notice } from './dom.js';
+import { h, stackable, formatDuration, formatNumber, formatTime, notice } from './dom.js';
 import { liveListing } from './live.js';
 
 export function locksPage(main, name) {
@@ -28,7 +28,7 @@ function lockList(main) {
     const locks = answer.locks.filter((l) => l.name.startsWith(filter.value));
     if (!answer.locks.length) return area.replaceChildren(notice('empty', 'No locks yet. A lock appears when a session first acquires it.'));
     if (!locks.length) return area.replaceChildren(notice('empty', `No lock name starts with “${filter.value}”.`));
-    area.replaceChildren(h('div', { class: 'table-wrap' }, h('table', { id: 'locks-table' },
+    area.replaceChildren(h('div', { class: 'table-wrap' }, stackable(h('table', { id: 'locks-table' },
       h('thead', {}, h('tr', {}, ['Name', 'Mode', 'Holders', 'Waiters (FIFO)', 'Generation', 'Lock-delay'].map((t) => h('th', { scope: 'col' }, t)))),
       h('tbody', {}, locks.map((l) => h('tr', { 'data-lock': l.name },
         h('td', { class: 'mono' }, h('a', { href: '#/locks/' + encodeURIComponent(l.name) }, l.name)),
@@ -36,7 +36,7 @@ function lockList(main) {
         h('td', { class: 'holders' }, l.holders.length ? sessionLinks(l.holders) : '–'),
         h('td', { class: 'waiters' }, l.waiters.length ? sessionLinks(l.waiters) : '–'),
         h('td', { class: 'mono' }, formatNumber(l.generation)),
-        h('td', {}, lockDelay(l))))))));
+        h('td', {}, lockDelay(l)))))))));
   }
   return liveListing(area, { path: '/v1/locks', spaces: 'lock,session', render });
 }
@@ -74,14 +74,14 @@ function lockDetail(main, name) {
           h('span', {}, 'Lock-delay ', h('b', {}, lockDelay(lock))),
           h('span', {}, 'Revision ', h('b', {}, formatNumber(lock.revision)))),
         h('h2', {}, 'Holders'),
-        lock.holders.length ? h('table', { id: 'lock-holders' }, h('thead', {}, h('tr', {}, ['Session', 'Mode', 'Generation', 'Granted'].map((t) => h('th', {}, t)))),
+        lock.holders.length ? stackable(h('table', { id: 'lock-holders' }, h('thead', {}, h('tr', {}, ['Session', 'Mode', 'Generation', 'Granted'].map((t) => h('th', {}, t)))),
           h('tbody', {}, lock.holders.map((x) => h('tr', {}, h('td', {}, h('a', { href: '#/sessions/' + x.session }, `session ${x.session}`)),
-            h('td', {}, x.mode), h('td', { class: 'mono' }, x.generation), h('td', {}, formatTime(x.granted_ms))))))
+            h('td', {}, x.mode), h('td', { class: 'mono' }, x.generation), h('td', {}, formatTime(x.granted_ms)))))))
           : notice('empty', 'Free: nobody holds it.'),
         h('h2', {}, 'Waiting, first in line first'),
-        lock.waiters.length ? h('table', { id: 'lock-waiters' }, h('thead', {}, h('tr', {}, ['Session', 'Mode', 'Waiting since', 'Gives up at'].map((t) => h('th', {}, t)))),
+        lock.waiters.length ? stackable(h('table', { id: 'lock-waiters' }, h('thead', {}, h('tr', {}, ['Session', 'Mode', 'Waiting since', 'Gives up at'].map((t) => h('th', {}, t)))),
           h('tbody', {}, lock.waiters.map((x) => h('tr', {}, h('td', {}, h('a', { href: '#/sessions/' + x.session }, `session ${x.session}`)),
-            h('td', {}, x.mode), h('td', {}, formatTime(x.since_ms)), h('td', {}, formatTime(x.deadline_ms))))))
+            h('td', {}, x.mode), h('td', {}, formatTime(x.since_ms)), h('td', {}, formatTime(x.deadline_ms)))))))
           : notice('empty', 'Nobody waits.')));
     } catch (error) {
       if (!stopped) stateArea.replaceChildren(notice('error', explain(error)));

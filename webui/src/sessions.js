@@ -1,7 +1,7 @@
 // Sessions: every session with its TTL, time left, what it holds and waits for, its barriers and
 // ephemeral keys; an operator can close one (after confirming), which releases what it holds.
 import { api, explain } from './api.js';
-import { h, formatDuration, formatTime, notice, confirmDialog } from './dom.js';
+import { h, stackable, formatDuration, formatTime, notice, confirmDialog } from './dom.js';
 import { liveListing } from './live.js';
 
 export function sessionsPage(main, selected) {
@@ -40,7 +40,7 @@ export function sessionsPage(main, selected) {
   function render(answer) {
     last = answer;
     if (!answer.sessions.length) return area.replaceChildren(notice('empty', 'No sessions. Clients open one with POST /v1/sessions.'));
-    area.replaceChildren(h('div', { class: 'table-wrap' }, h('table', { id: 'sessions-table' },
+    area.replaceChildren(h('div', { class: 'table-wrap' }, stackable(h('table', { id: 'sessions-table' },
       h('thead', {}, h('tr', {}, ['Session', 'Name', 'TTL', 'Time left', 'Holds', 'Waits for', 'Barriers', 'Ephemeral keys', ''].map((t) => h('th', { scope: 'col' }, t)))),
       h('tbody', {}, answer.sessions.map((s) => h('tr', { 'data-session': s.session, class: String(s.session) === selected ? 'flash' : null },
         h('td', { class: 'mono' }, s.session),
@@ -51,7 +51,7 @@ export function sessionsPage(main, selected) {
         h('td', {}, list(s.waiting_locks, '#/locks/')),
         h('td', {}, list(s.barriers, null)),
         h('td', {}, list(s.ephemeral_keys, '#/keys/')),
-        h('td', {}, h('button', { class: 'danger', 'aria-label': `Close session ${s.session}`, onclick: () => close(s) }, 'Close'))))))));
+        h('td', {}, h('button', { class: 'danger', 'aria-label': `Close session ${s.session}`, onclick: () => close(s) }, 'Close')))))))));
   }
 
   const tick = setInterval(() => {
