@@ -229,6 +229,16 @@ test('a killed leader turns red within 2.5 s and the new leader is marked within
   console.log(`# the killed leader turned red after ${red} ms; r${newLeader} was marked leader after ${marked} ms`);
 });
 
+test('with a second replica killed the cell page says the quorum is lost', async () => {
+  const other = [0, 1, 2].find((r) => r !== leader && r !== ui);
+  execFileSync(`${repo}/scripts/cell`, ['kill', '--name', cell.name, String(other)], { stdio: 'ignore' });
+  await page.locator('.notice-error', { hasText: 'No leader: the cell has lost its quorum (1 of 3 replicas answer; 2 are needed)' })
+    .waitFor({ timeout: 5000 });
+  assert.equal(await page.locator('article[data-state="down"]').count(), 2);
+  assert.equal(await page.locator('article[data-state="leader"]').count(), 0);
+  await screenshots('cell-no-quorum');
+});
+
 test('no console errors, no failed requests, no request to another origin', () => {
   assert.deepEqual(problems, []);
 });

@@ -82,13 +82,15 @@ export function cellPage(main) {
     const replicas = answer.replicas;
     const up = replicas.filter((r) => r.reachable);
     for (const r of up) lastAnswered[r.replica] = now;
-    const leader = leaderOf(replicas);
     const majority = Math.floor(replicas.length / 2) + 1;
+    // A leader without a majority behind it cannot commit anything: it is no leader to show.
+    const claimed = leaderOf(replicas);
+    const leader = up.length >= majority ? claimed : null;
     const views = up.map((r) => r.status.view);
     const view = views.length ? Math.max(...views) : null;
 
     if (up.length < majority)
-      banner.replaceChildren(notice('error', `No leader: the cell has lost its quorum (${up.length} of ${replicas.length} replicas answer; ${majority} are needed).`));
+      banner.replaceChildren(notice('error', `No leader: the cell has lost its quorum (${up.length} of ${replicas.length} replicas answer; ${majority} are needed), or the replica serving this page is cut off from the others.`));
     else if (!leader)
       banner.replaceChildren(notice('warn', 'No leader right now: a view change is under way.'));
     else if (up.length < replicas.length)
@@ -102,7 +104,7 @@ export function cellPage(main) {
       stat('Commit', formatNumber(leader ? leader.status.commit : null)),
       stat('Cluster id', up.length ? up[0].status.cluster_id : '–'));
 
-    cards.replaceChildren(...replicas.map((r) => card(r, leader, now)));
+    cards.replaceChildren(...replicas.map((r) => card(r, leader, claimed, now)));
 
     ensureCharts(replicas.length);
     if (seen.highestView !== null && view !== null && view > seen.highestView) {
@@ -118,13 +120,15 @@ export function cellPage(main) {
     return h('div', {}, h('span', {}, label), h('strong', {}, value));
   }
 
-  function card(r, leader, now) {
+  function card(r, leader, claimed, now) {
     const isLeader = leader && leader.replica === r.replica;
+    const leadsAlone = !leader && claimed && claimed.replica === r.replica;
     const s = r.status;
     const classes = ['card', isLeader && 'is-leader', !r.reachable && 'is-down',
-      r.reachable && s.status !== 'normal' && 'is-changing'].filter(Boolean).join(' ');
+      r.reachable && (s.status !== 'normal' || leadsAlone) && 'is-changing'].filter(Boolean).join(' ');
     const role = !r.reachable ? h('span', { class: 'badge badge-down' }, 'down')
       : isLeader ? h('span', { class: 'badge badge-leader' }, 'leader')
+      : leadsAlone ? h('span', { class: 'badge badge-warn', title: 'It was leader, and has no majority to commit with' }, 'leader without quorum')
       : s.status === 'normal' ? h('span', { class: 'badge' }, 'follower')
       : h('span', { class: 'badge badge-warn' }, s.status.replace('_', ' '));
     const rows = [['Address', `${r.ip}:${r.http_port}`]];
