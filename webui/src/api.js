@@ -24,8 +24,8 @@ export async function api(method, path, body, { timeoutMs = 15000 } = {}) {
     throw new ApiError(0, {
       code: 'unreachable',
       message: failure.name === 'TimeoutError'
-        ? `this replica did not answer within ${timeoutMs / 1000} s`
-        : 'this replica does not answer (it may be down or cut off)',
+        ? `did not answer within ${timeoutMs / 1000} s`
+        : 'does not answer (it may be down, or cut off from this browser)',
     });
   }
   const text = await response.text();
@@ -50,18 +50,18 @@ export function explain(error) {
   if (!(error instanceof ApiError)) return String(error);
   if (error.code === 'unavailable' || error.code === 'not_leader')
     return 'No leader: the cell has lost its quorum, or a view change is under way. ' + error.message;
-  if (error.code === 'unreachable') return 'The replica serving this page ' + error.message.replace(/^this replica /, '') + '.';
+  if (error.code === 'unreachable') return `The replica serving this page ${error.message}.`;
   return `${error.message} (${error.code})`;
 }
 
-// Lists every page of a listing endpoint that answers {items, more, next_after}.
-export async function listAll(path, field, query = '') {
+// Reads every page of a listing that answers {<field>: [...], more, next_after, revision}.
+export async function listAll(path, field, params = {}) {
   const items = [];
-  let after = '';
+  let after = null;
   for (;;) {
-    const sep = query || after ? '?' : '';
-    const params = [query, after && 'after=' + encodeURIComponent(after)].filter(Boolean).join('&');
-    const page = await api('GET', path + sep + params);
+    const query = new URLSearchParams(params);
+    if (after !== null) query.set('after', after);
+    const page = await api('GET', `${path}?${query}`);
     items.push(...(page[field] || []));
     if (!page.more) return { items, revision: page.revision };
     after = page.next_after;

@@ -3,7 +3,8 @@
 // this page). A replica that does not answer within 0.8 s is shown down at the next poll.
 import { api, explain } from './api.js';
 import { h, formatNumber, formatDuration, notice } from './dom.js';
-import { TimeChart, histogramQuantile } from './charts.js';
+import { TimeChart } from './charts.js';
+import { histogramQuantile } from './histogram.js';
 
 const POLL_MS = 1000;
 const FAST_ACKS = ['fa_appended', 'fa_reacked'];
@@ -178,13 +179,14 @@ export function cellPage(main) {
     let p50 = null;
     let p99 = null;
     if (leader && before && before[leader.replica].reachable) {
-      const now_ = leader.status.commit_latency_us;
-      const then = before[leader.replica].status.commit_latency_us;
-      if (now_ && then && now_.count >= then.count) {
-        const delta = now_.counts.map((c, i) => c - then.counts[i]);
+      const current = leader.status.commit_latency_us;
+      const earlier = before[leader.replica].status.commit_latency_us;
+      if (current && earlier && current.count >= earlier.count) {
+        // Fewer than before: the leader restarted in between, and the difference means nothing.
+        const delta = current.counts.map((c, i) => c - earlier.counts[i]);
         if (delta.every((c) => c >= 0)) {
-          const q50 = histogramQuantile(0.5, now_.bounds_us, delta);
-          const q99 = histogramQuantile(0.99, now_.bounds_us, delta);
+          const q50 = histogramQuantile(0.5, current.bounds_us, delta);
+          const q99 = histogramQuantile(0.99, current.bounds_us, delta);
           p50 = q50 === null ? null : q50 / 1000;
           p99 = q99 === null ? null : q99 / 1000;
         }

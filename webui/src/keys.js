@@ -20,7 +20,7 @@ export function keysPage(main, selectedKey) {
 
   async function load() {
     try {
-      const { items, revision } = await listAll('/v1/kv/', 'kvs', 'prefix=true');
+      const { items, revision } = await listAll('/v1/kv/', 'kvs', { prefix: 'true' });
       if (stopped) return;
       keys.clear();
       for (const kv of items) keys.set(kv.key, kv);

@@ -9,7 +9,6 @@ export function liveListing(area, { path, spaces, render }) {
   let reading = false;
   let again = false;
   let handle = null;
-  const state = { revision: 0, streamState: 'connecting' };
 
   async function read() {
     if (reading) {
@@ -20,8 +19,7 @@ export function liveListing(area, { path, spaces, render }) {
     try {
       const answer = await api('GET', path);
       if (stopped) return;
-      state.revision = answer.revision;
-      render(answer, state);
+      render(answer);
       if (!handle) startWatch(answer.revision + 1);
     } catch (error) {
       if (!stopped) area.replaceChildren(notice('error', explain(error)));
@@ -38,10 +36,9 @@ export function liveListing(area, { path, spaces, render }) {
     handle = watch('', { prefix: true, startRevision: from, spaces }, () => {
       clearTimeout(pending);
       pending = setTimeout(read, 150);
-    }, ({ state: streamState }) => {
-      state.streamState = streamState;
+    }, ({ state }) => {
       // After a gap the listing is read again rather than trusted.
-      if (streamState === 'compacted') {
+      if (state === 'compacted') {
         handle = null;
         read();
       }
