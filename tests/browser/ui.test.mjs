@@ -12,7 +12,9 @@ const repo = new URL('../../', import.meta.url).pathname;
 const { chromium } = createRequire(repo + 'webui/package.json')('playwright-core');
 const cell = JSON.parse(readFileSync(process.env.VL_CELL_FILE, 'utf8'));
 const artifacts = process.env.VL_BROWSER_ARTIFACTS;
-const sizes = [{ name: 'laptop', width: 1280, height: 860 }, { name: 'phone', width: 390, height: 844 }];
+// The phone pictures are in the dark theme, so that both themes are looked at.
+const sizes = [{ name: 'laptop', width: 1280, height: 860, colorScheme: 'light' },
+  { name: 'phone', width: 390, height: 844, colorScheme: 'dark' }];
 
 let browser;
 let page;
@@ -48,10 +50,12 @@ async function openSession(name) {
 async function screenshots(name) {
   for (const size of sizes) {
     await page.setViewportSize({ width: size.width, height: size.height });
+    await page.emulateMedia({ colorScheme: size.colorScheme });
     await page.waitForTimeout(300);  // let the charts follow the resize before the picture
     await page.screenshot({ path: `${artifacts}/${name}-${size.name}.png`, fullPage: true });
   }
-  await page.setViewportSize(sizes[0]);
+  await page.setViewportSize({ width: sizes[0].width, height: sizes[0].height });
+  await page.emulateMedia({ colorScheme: sizes[0].colorScheme });
 }
 
 async function go(hash) {
@@ -63,7 +67,7 @@ before(async () => {
   leader = cluster.leader;
   ui = [0, 1, 2].find((r) => r !== leader);
   browser = await chromium.launch({ executablePath: process.env.VL_CHROMIUM, args: ['--no-sandbox'] });
-  page = await browser.newPage({ viewport: sizes[0] });
+  page = await browser.newPage({ viewport: { width: sizes[0].width, height: sizes[0].height } });
   const origin = new URL(cell.replicas[ui].http).origin;
   page.on('console', (message) => {
     if (message.type() !== 'error') return;
