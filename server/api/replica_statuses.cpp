@@ -49,7 +49,8 @@ Json fetch_peer_status(Json entry, const PeerAddress& peer)
     if (answer->status != 200)
         return unreachable(std::move(entry), "answered HTTP " + std::to_string(answer->status));
     Json status = Json::parse(answer->body, nullptr, /*allow_exceptions=*/false);
-    if (!status.is_object()) return unreachable(std::move(entry), "answered a body that is not JSON");
+    if (!status.is_object())
+        return unreachable(std::move(entry), "answered a body that is not JSON");
     entry["reachable"] = true;
     entry["answered_us"] =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();

@@ -20,8 +20,10 @@ public:
 
     LatencyHistogram()
     {
-        for (size_t i = 0; i < kBounds; i++)
-            bounds_us_[i] = static_cast<uint64_t>(std::llround(8.0 * std::pow(2.0, static_cast<double>(i) / 2.0)));
+        for (size_t i = 0; i < kBounds; i++) {
+            const double bound_us = 8.0 * std::pow(2.0, static_cast<double>(i) / 2.0);
+            bounds_us_[i] = static_cast<uint64_t>(std::llround(bound_us));
+        }
     }
 
     void record(uint64_t latency_us)
