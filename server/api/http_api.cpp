@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "api/replica_statuses.h"
+#include "api/ui_assets.h"
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -286,9 +289,30 @@ void HttpApi::install_routes()
         [this](auto& c) { get_barriers(c, true); });
 
     admin_.install(router_);
-    // Other servers' routes (the web UI's static files, GET /ui/*) are added here, on the I/O
-    // thread when they do not touch the replica: router_.add("GET", "/ui(/[\\s\\S]*)?", ...,
-    // Router::Where::io_thread, ...).
+    // Every replica's /v1/status as this one gets it (api/replica_statuses.h): the peers are
+    // asked over HTTP with a deadline, on a forwarding thread, never on the loop.
+    router_.add("GET", "/v1/cluster/replicas", "/v1/cluster/replicas", {}, Where::loop,
+                [this](const CallPtr& call) {
+                    forwarder_.run([call, own = node_.status(), config = &node_.config()] {
+                        call->answer_json(200, replica_statuses(config->replicas, config->replica,
+                                                                [&own] {
+                                                                    return std::optional<Json>(own);
+                                                                }));
+                    });
+                });
+    // The web UI's embedded files (api/ui_assets.h), on the I/O thread; "/" leads there.
+    router_.add("GET", R"(/|/ui(/[\s\S]*)?)", "/ui", {}, Where::io_thread,
+                [](const CallPtr& call) {
+                    const std::string& path = call->parsed.path;
+                    const UiResponse ui = ui_response(path == "/" ? "/ui" : path,
+                                                      call->header("If-None-Match").value_or(""));
+                    HttpResponse response;
+                    response.status = ui.status;
+                    response.content_type = ui.content_type;
+                    response.body = std::string(ui.body);
+                    response.headers = ui.headers;
+                    call->answer(std::move(response));
+                });
 }
 
 // ---- Proposing ---------------------------------------------------------------------------------

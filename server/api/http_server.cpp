@@ -480,7 +480,8 @@ bool HttpServer::send_answer(Exchange& exchange)
                                                    MHD_RESPMEM_MUST_COPY);
     }
     if (!response) return false;
-    MHD_add_response_header(response, "Content-Type", head->content_type.c_str());
+    if (!head->content_type.empty())
+        MHD_add_response_header(response, "Content-Type", head->content_type.c_str());
     for (const auto& [name, value] : head->headers)
         MHD_add_response_header(response, name.c_str(), value.c_str());
     const MHD_Result queued =

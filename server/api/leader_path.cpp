@@ -57,7 +57,16 @@ void Forwarder::send(Request request, std::function<void(Outcome)> done)
 {
     {
         std::lock_guard lock(mutex_);
-        jobs_.push_back(Job{std::move(request), std::move(done)});
+        jobs_.push_back(Job{.request = std::move(request), .done = std::move(done), .work = {}});
+    }
+    jobs_ready_.notify_one();
+}
+
+void Forwarder::run(std::function<void()> work)
+{
+    {
+        std::lock_guard lock(mutex_);
+        jobs_.push_back(Job{.request = {}, .done = {}, .work = std::move(work)});
     }
     jobs_ready_.notify_one();
 }
@@ -74,6 +83,10 @@ void Forwarder::work()
             if (stopping_) return;
             job = std::move(jobs_.front());
             jobs_.pop_front();
+        }
+        if (job.work) {
+            job.work();
+            continue;
         }
         const Request& r = job.request;
         std::unique_ptr<httplib::Client>& client = clients[r.leader];

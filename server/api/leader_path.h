@@ -71,12 +71,15 @@ public:
 
     // Loop thread; `done` runs on the loop.
     void send(Request request, std::function<void(Outcome)> done);
+    // Runs `work`, which blocks (other replicas' HTTP), on one of the threads. Loop thread.
+    void run(std::function<void()> work);
     void stop();
 
 private:
     struct Job {
         Request request;
         std::function<void(Outcome)> done;
+        std::function<void()> work;  // instead of a request, when set
     };
     void work();
 
