@@ -82,7 +82,9 @@ void WaitService::await_outcome(const CallPtr& call, WaitKind kind, const std::s
 
 bool WaitService::check(Wait& wait)
 {
-    if (wait.call->gone()) return true;
+    if (wait.call->finished) return true;
+    // Its client left: hung_up() is on its way to withdraw the wait; keep it until then.
+    if (wait.call->gone()) return false;
     const WatchBatch batch = machine_.watch(wait.next, wait.filter, 0);
     // Fell out of the history (a very busy cell): the same request again finds out.
     if (batch.compacted) {
