@@ -144,6 +144,7 @@ std::string render_metrics(const Json& cluster,
         {"waiters", "HTTP requests waiting here for a lock or barrier."},
         {"leases_tracked", "Session leases this replica tracks as the leader."},
         {"client_ids", "Internal VR client ids this replica has made."},
+        {"connections", "HTTP connections open on this replica."},
     };
     for (const auto& [field, help] : api_gauges) {
         if (!api.contains(field)) continue;
@@ -155,6 +156,11 @@ std::string render_metrics(const Json& cluster,
         {"forwarded", "Requests this replica forwarded to the leader."},
         {"expiries_proposed", "ExpireSession ops this replica proposed as the leader."},
         {"expire_waiters_proposed", "ExpireWaiters ops this replica proposed as the leader."},
+        {"connections_refused", "Connections answered 503 for being over a connection limit."},
+        {"connections_timed_out", "Connections closed for headers, body or idle time running out."},
+        {"clients_hung_up", "Clients that hung up while their request waited."},
+        {"slow_readers_cut", "Watch streams cut for reading too slowly."},
+        {"waits_withdrawn", "Lock waits withdrawn because their client hung up."},
     };
     for (const auto& [field, help] : api_counters) {
         if (!api.contains(field)) continue;

@@ -48,6 +48,16 @@ struct DaemonConfig {
     Durability durability = Durability::snapshot;
     uint64_t snapshot_every_ops = 100'000;
     uint32_t snapshot_every_seconds = 300;
+    // The HTTP front end's limits (docs/frontend.md).
+    uint32_t http_max_connections = 10'000;
+    uint32_t http_max_connections_per_address = 10'000;
+    uint32_t http_max_streams = 10'000;  // watches and lock/barrier waits held open
+    uint32_t http_listen_backlog = 4096;
+    uint32_t http_header_timeout_ms = 10'000;
+    uint32_t http_body_timeout_ms = 10'000;
+    uint32_t http_idle_timeout_ms = 60'000;
+    uint32_t http_stream_buffer_bytes = 1 << 20;  // per watch: a reader further behind is cut
+    uint32_t http_forward_threads = 16;  // kept-alive connections a follower forwards on
 
     const PeerAddress& self() const { return replicas.at(replica); }
     ReplicaConfig replica_config() const;

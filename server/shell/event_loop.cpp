@@ -2,8 +2,10 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace voltlock {
@@ -28,15 +30,55 @@ Result<std::unique_ptr<EventLoop>> EventLoop::create()
     if (epoll.get() < 0) return os_error("epoll_create1");
     FileDescriptor wakeup(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     if (wakeup.get() < 0) return os_error("eventfd");
-    std::unique_ptr<EventLoop> loop(new EventLoop(std::move(epoll), std::move(wakeup)));
+    FileDescriptor timer(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    if (timer.get() < 0) return os_error("timerfd_create");
+    std::unique_ptr<EventLoop> loop(
+        new EventLoop(std::move(epoll), std::move(wakeup), std::move(timer)));
     auto watched = loop->watch(loop->wakeup_.get(), [raw = loop.get()] { raw->run_posted(); });
+    if (!watched.ok()) return watched.error();
+    watched = loop->watch(loop->timer_.get(), [raw = loop.get()] { raw->run_timers(); });
     if (!watched.ok()) return watched.error();
     return loop;
 }
 
-EventLoop::EventLoop(FileDescriptor epoll, FileDescriptor wakeup)
-    : epoll_(std::move(epoll)), wakeup_(std::move(wakeup))
+EventLoop::EventLoop(FileDescriptor epoll, FileDescriptor wakeup, FileDescriptor timer)
+    : epoll_(std::move(epoll)), wakeup_(std::move(wakeup)), timer_(std::move(timer))
 {
+}
+
+void EventLoop::after(std::chrono::milliseconds delay, Handler work)
+{
+    const auto at = Clock::now() + delay;
+    const bool earliest = timers_.empty() || at < timers_.begin()->first;
+    timers_.emplace(at, std::move(work));
+    if (earliest) arm_timer();
+}
+
+void EventLoop::arm_timer()
+{
+    itimerspec when{};  // all zero: disarmed
+    if (!timers_.empty()) {
+        const auto wait = std::max<Clock::duration>(timers_.begin()->first - Clock::now(),
+                                                    std::chrono::microseconds(1));
+        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+        when.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+        when.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    }
+    ::timerfd_settime(timer_.get(), 0, &when, nullptr);
+}
+
+void EventLoop::run_timers()
+{
+    uint64_t expirations = 0;
+    [[maybe_unused]] ssize_t got = ::read(timer_.get(), &expirations, sizeof expirations);
+    const auto now = Clock::now();
+    std::vector<Handler> due;
+    while (!timers_.empty() && timers_.begin()->first <= now) {
+        due.push_back(std::move(timers_.begin()->second));
+        timers_.erase(timers_.begin());
+    }
+    arm_timer();
+    for (Handler& work : due) work();
 }
 
 Result<Ok> EventLoop::watch(int fd, Handler on_readable)

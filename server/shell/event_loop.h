@@ -2,8 +2,10 @@
 // an eventfd; everything that touches the replica runs on the loop's thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -40,16 +42,23 @@ public:
     Result<Ok> watch(int fd, Handler on_readable);
     // Runs `work` on the loop thread soon. Safe from any thread.
     void post(Handler work);
+    // Runs `work` on the loop thread once `delay` has passed. Loop thread only.
+    void after(std::chrono::milliseconds delay, Handler work);
     // Runs until stop(); returns after the iteration in which stop() was called.
     void run();
     void stop() { running_ = false; }
 
 private:
-    EventLoop(FileDescriptor epoll, FileDescriptor wakeup);
+    using Clock = std::chrono::steady_clock;
+    EventLoop(FileDescriptor epoll, FileDescriptor wakeup, FileDescriptor timer);
     void run_posted();
+    void run_timers();
+    void arm_timer();
 
     FileDescriptor epoll_;
     FileDescriptor wakeup_;  // eventfd
+    FileDescriptor timer_;   // timerfd, armed for the earliest of timers_
+    std::multimap<Clock::time_point, Handler> timers_;
     std::unordered_map<int, Handler> handlers_;
     std::mutex posted_mutex_;
     std::vector<Handler> posted_;

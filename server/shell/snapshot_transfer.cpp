@@ -16,16 +16,16 @@ std::shared_ptr<const ServedSnapshot> make_served_snapshot(Op op, Bytes bytes)
         ServedSnapshot{.op = op, .bytes = std::move(bytes), .crc32c = crc});
 }
 
-void respond_with_snapshot_chunk(const ServedSnapshot& served, uint64_t offset,
-                                 httplib::Response& response)
+SnapshotChunk snapshot_chunk(const ServedSnapshot& served, uint64_t offset)
 {
     const std::string_view chunk =
         std::string_view(served.bytes).substr(offset, kSnapshotChunkBytes);
-    response.set_header("X-Voltlock-Snapshot-Op", std::to_string(served.op));
-    response.set_header("X-Voltlock-Snapshot-Size", std::to_string(served.bytes.size()));
-    response.set_header("X-Voltlock-Snapshot-Crc32c", std::to_string(served.crc32c));
-    response.set_header("X-Voltlock-Chunk-Crc32c", std::to_string(crc32c(chunk)));
-    response.set_content(std::string(chunk), "application/octet-stream");
+    return SnapshotChunk{
+        .bytes = std::string(chunk),
+        .headers = {{"X-Voltlock-Snapshot-Op", std::to_string(served.op)},
+                    {"X-Voltlock-Snapshot-Size", std::to_string(served.bytes.size())},
+                    {"X-Voltlock-Snapshot-Crc32c", std::to_string(served.crc32c)},
+                    {"X-Voltlock-Chunk-Crc32c", std::to_string(crc32c(chunk))}}};
 }
 
 namespace {

@@ -8,14 +8,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/types.h"
 #include "shell/config.h"
 #include "shell/result.h"
-
-namespace httplib {
-struct Response;
-}
 
 namespace voltlock {
 
@@ -32,8 +30,11 @@ std::shared_ptr<const ServedSnapshot> make_served_snapshot(Op op, Bytes bytes);
 
 // The serving side, after the request was checked (`offset` at most the snapshot's size, `op`
 // the one served): the chunk from byte `offset`, with the headers fetch_snapshot reads.
-void respond_with_snapshot_chunk(const ServedSnapshot& served, uint64_t offset,
-                                 httplib::Response& response);
+struct SnapshotChunk {
+    std::string bytes;  // application/octet-stream
+    std::vector<std::pair<std::string, std::string>> headers;
+};
+SnapshotChunk snapshot_chunk(const ServedSnapshot& served, uint64_t offset);
 
 // The bytes fetched so far from one peer's snapshot: what a broken-off fetch resumes from.
 struct SnapshotDownload {

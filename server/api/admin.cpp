@@ -1,0 +1,262 @@
+#include "api/admin.h"
+
+#include <chrono>
+
+#include "api/metrics.h"
+#include "api/openapi.h"
+#include "shell/snapshot_transfer.h"
+
+namespace voltlock::api {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+uint64_t steady_ms()
+{
+    return static_cast<uint64_t>(std::chrono::duration_cast<milliseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+}
+
+Parsed<std::optional<uint64_t>> u64_query(const Call& call, const char* name)
+{
+    const auto text = call.param(name);
+    if (!text) return std::optional<uint64_t>{};
+    auto value = parse_u64_param(name, *text);
+    if (!value.ok()) return value.error();
+    return std::optional<uint64_t>{value.value()};
+}
+
+}  // namespace
+
+void RoleBoard::publish(const Role& role)
+{
+    std::lock_guard lock(mutex_);
+    role_ = role;
+}
+
+RoleBoard::Role RoleBoard::role() const
+{
+    std::lock_guard lock(mutex_);
+    return role_;
+}
+
+Json staleness_json(const Node& node, const LockMachine* machine)
+{
+    const Replica& r = node.replica();
+    return Json{{"replica", r.replica()},
+                {"status", status_name(r.status())},
+                {"view", r.view()},
+                {"is_leader", r.is_leader()},
+                {"leader", r.status() == Status::normal ? Json(r.leader()) : Json()},
+                {"op", r.op()},
+                {"commit", r.commit()},
+                {"revision", machine ? machine->revision() : 0},
+                // Ops this replica has prepared but not applied: a lower bound of how far
+                // behind the leader it is (it cannot know what it has not been sent).
+                {"uncommitted_ops", r.op() - r.commit()}};
+}
+
+Admin::Admin(EventLoop& loop, Node& node, LockMachine* machine, LockService* service,
+             RequestCounters& counters, std::function<Json()> api_stats)
+    : loop_(loop),
+      node_(node),
+      machine_(machine),
+      service_(service),
+      counters_(counters),
+      api_stats_(std::move(api_stats))
+{
+}
+
+void Admin::start()
+{
+    look();
+}
+
+void Admin::look()
+{
+    const Replica& r = node_.replica();
+    const uint64_t now = steady_ms();
+    const size_t replicas = node_.config().replicas.size();
+    if (r.is_leader()) {
+        if (!was_leader_) {
+            last_acked_.assign(replicas, 0);
+            acked_changed_ms_.assign(replicas, now);
+            last_commit_ = r.commit();
+            uncommitted_since_ms_ = 0;
+        }
+        if (r.commit() != last_commit_ || r.op() == r.commit()) uncommitted_since_ms_ = 0;
+        else if (uncommitted_since_ms_ == 0) uncommitted_since_ms_ = now;
+        last_commit_ = r.commit();
+        const std::vector<Op>& acked = r.acked_ops();
+        for (size_t i = 0; i < replicas && i < acked.size(); i++)
+            if (acked[i] != last_acked_[i] || acked[i] >= r.op()) {
+                last_acked_[i] = acked[i];
+                acked_changed_ms_[i] = now;
+            }
+        if (probe_wanted_.exchange(false) && service_ && !probe_in_flight_ &&
+            r.op() == r.commit() && now - last_probe_ms_ >= kProbeMs) {
+            last_probe_ms_ = now;
+            probe_in_flight_ = service_->propose_internal(
+                ExpireWaiters{}, [this](const ProposeOutcome&) { probe_in_flight_ = false; });
+        }
+    }
+    was_leader_ = r.is_leader();
+    board_.publish(RoleBoard::Role{
+        .status = r.status(),
+        .view = r.view(),
+        .leader = r.leader(),
+        .is_leader = r.is_leader(),
+        .quorum_confirmed = !r.is_leader() || uncommitted_since_ms_ == 0 ||
+                            now - uncommitted_since_ms_ < kQuorumLostMs});
+    loop_.after(milliseconds(100), [this] { look(); });
+}
+
+Json Admin::cluster_json() const
+{
+    const Replica& r = node_.replica();
+    const DaemonConfig& config = node_.config();
+    const std::vector<Op>& acked = r.acked_ops();
+    const uint64_t now = steady_ms();
+    Json members = Json::array();
+    for (size_t i = 0; i < config.replicas.size(); i++) {
+        const PeerAddress& peer = config.replicas[i];
+        const bool leader = r.status() == Status::normal && i == r.leader();
+        Json member{{"replica", i},
+                    {"ip", peer.ip},
+                    {"udp_port", peer.udp_port},
+                    {"http_port", peer.http_port},
+                    {"self", i == config.replica},
+                    {"role", leader ? "leader" : "follower"}};
+        // The leader knows what each follower acknowledged in this view; others do not.
+        if (r.is_leader()) {
+            const Op op = i == config.replica ? r.op() : (i < acked.size() ? acked[i] : 0);
+            member["acked_op"] = op;
+            member["lag_ops"] = r.op() - std::min(op, r.op());
+            const bool reachable = i == config.replica || i >= acked_changed_ms_.size() ||
+                                   now - acked_changed_ms_[i] < kQuorumLostMs;
+            member["reachable"] = reachable;
+            if (!reachable) member["role"] = "down";
+        } else if (i == config.replica) {
+            member["acked_op"] = r.op();
+        }
+        members.push_back(member);
+    }
+    const Json status = node_.status();
+    Json api = api_stats_();
+    if (machine_) {
+        const LockServiceState& s = machine_->state();
+        api["sessions"] = s.sessions.size();
+        api["locks"] = s.locks.size();
+        api["keys"] = s.kv.size();
+        api["barriers"] = s.barriers.size();
+        api["revision"] = s.revision;
+        api["oldest_revision"] = machine_->oldest_revision();
+        api["leases_tracked"] = service_->leases_tracked();
+        api["expiries_proposed"] = service_->expiries_proposed();
+        api["expire_waiters_proposed"] = service_->expire_waiters_proposed();
+    }
+    return Json{{"cluster_id", config.cluster_id},
+                {"replica", config.replica},
+                {"status", status_name(r.status())},
+                {"view", r.view()},
+                {"leader", r.status() == Status::normal ? Json(r.leader()) : Json()},
+                {"is_leader", r.is_leader()},
+                {"op", r.op()},
+                {"commit", r.commit()},
+                {"members", members},
+                {"electrode", config.electrode == ElectrodeMode::on ? "on" : "off"},
+                {"counters", status["counters"]},
+                {"api", api}};
+}
+
+void Admin::install(Router& router)
+{
+    using Where = Router::Where;
+    router.add("GET", "/v1/status", "/v1/status", {"digest"}, Where::loop,
+               [this](const CallPtr& call) {
+                   bool digest = false;
+                   if (const auto text = call->param("digest")) {
+                       auto parsed = parse_bool_param("digest", *text);
+                       if (!parsed.ok()) return call->fail(parsed.error());
+                       digest = parsed.value();
+                   }
+                   call->answer_json(200, node_.status(digest));
+               });
+    router.add("GET", "/v1/cluster", "/v1/cluster", {}, Where::loop, [this](const CallPtr& call) {
+        probe_wanted_ = true;
+        call->answer_json(200, cluster_json());
+    });
+    router.add("GET", "/metrics", "/metrics", {}, Where::loop, [this](const CallPtr& call) {
+        HttpResponse response;
+        response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        response.body = render_metrics(cluster_json(), counters_.snapshot());
+        call->answer(std::move(response));
+    });
+    router.add("GET", kSnapshotPath, kSnapshotPath, {"offset", "op"}, Where::io_thread,
+               [this](const CallPtr& call) {
+                   // State transfer by snapshot (shell/snapshot_transfer.h): one chunk of the
+                   // snapshot this replica serves, from byte `offset`; `op`, when given, must
+                   // still be the one served.
+                   auto offset = u64_query(*call, "offset");
+                   if (!offset.ok()) return call->fail(offset.error());
+                   auto op = u64_query(*call, "op");
+                   if (!op.ok()) return call->fail(op.error());
+                   const auto served = node_.served_snapshot();  // thread-safe, immutable
+                   if (!served)
+                       return call->fail(ApiError{404, "no_snapshot",
+                                                  "this replica has no snapshot to serve yet",
+                                                  Json::object()});
+                   if (op.value() && *op.value() != served->op)
+                       return call->fail(ApiError{409, "snapshot_replaced",
+                                                  "the snapshot asked for was replaced by a newer "
+                                                  "one; start again from offset 0",
+                                                  Json{{"op", served->op}}});
+                   const uint64_t from = offset.value().value_or(0);
+                   if (from > served->bytes.size())
+                       return call->fail(ApiError{
+                           400, "invalid_argument",
+                           "offset: must be at most the snapshot's size, " +
+                               std::to_string(served->bytes.size()),
+                           Json{{"field", "offset"}}});
+                   SnapshotChunk chunk = snapshot_chunk(*served, from);
+                   HttpResponse response;
+                   response.content_type = "application/octet-stream";
+                   response.body = std::move(chunk.bytes);
+                   response.headers = std::move(chunk.headers);
+                   call->answer(std::move(response));
+               });
+    router.add("GET", "/v1/openapi.json", "/v1/openapi.json", {}, Where::io_thread,
+               [](const CallPtr& call) {
+                   HttpResponse response;
+                   response.body = openapi_json();
+                   call->answer(std::move(response));
+               });
+    router.add("GET", "/healthz", "/healthz", {}, Where::io_thread,
+               [](const CallPtr& call) { call->answer_json(200, Json{{"ok", true}}); });
+    router.add("GET", "/readyz", "/readyz", {}, Where::io_thread, [this](const CallPtr& call) {
+        probe_wanted_ = true;
+        const RoleBoard::Role role = board_.role();
+        Json body{{"status", status_name(role.status)},
+                  {"view", role.view},
+                  {"leader", role.status == Status::normal ? Json(role.leader) : Json()}};
+        // Ready: in normal status, so a leader is known and requests can be served or
+        // forwarded; and a leader still has its quorum.
+        if (role.status != Status::normal)
+            return call->fail(ApiError{503, "not_ready",
+                                       "the replica is not in normal status (a view change or "
+                                       "recovery is under way)",
+                                       body});
+        if (!role.quorum_confirmed)
+            return call->fail(ApiError{503, "not_ready",
+                                       "this leader has waited " +
+                                           std::to_string(kQuorumLostMs / 1000) +
+                                           " s for a quorum to commit an op: it cannot commit",
+                                       body});
+        body["ready"] = true;
+        call->answer_json(200, body);
+    });
+}
+
+}  // namespace voltlock::api

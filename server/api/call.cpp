@@ -1,0 +1,60 @@
+#include "api/call.h"
+
+#include <spdlog/spdlog.h>
+
+namespace voltlock::api {
+
+void RequestCounters::count(const std::string& method, const std::string& endpoint, int status)
+{
+    std::lock_guard lock(mutex_);
+    counts_[{method, endpoint, status}] += 1;
+}
+
+std::map<std::tuple<std::string, std::string, int>, uint64_t> RequestCounters::snapshot() const
+{
+    std::lock_guard lock(mutex_);
+    return counts_;
+}
+
+HttpResponse json_response(int status, const Json& body)
+{
+    HttpResponse response;
+    response.status = status;
+    response.body = body.dump();
+    return response;
+}
+
+HttpResponse error_response(const ApiError& error)
+{
+    HttpResponse response = json_response(error.status, error_body(error));
+    if (error.status == 503) response.set_header("Retry-After", "1");
+    return response;
+}
+
+std::optional<std::string> Call::header(std::string_view name) const
+{
+    if (!exchange) return std::nullopt;
+    return exchange->header(name);
+}
+
+void Call::answer(HttpResponse response)
+{
+    if (finished) return;
+    finished = true;
+    if (counters) counters->count(method, endpoint, response.status);
+    if (exchange) {
+        exchange->answer(std::move(response));
+    } else if (response.status >= 300) {
+        spdlog::warn("own request {} {}: {} {}", method, target, response.status, response.body);
+    }
+}
+
+std::shared_ptr<Stream> Call::stream(HttpResponse head)
+{
+    if (finished || !exchange) return nullptr;
+    finished = true;
+    if (counters) counters->count(method, endpoint, head.status);
+    return exchange->stream(std::move(head));
+}
+
+}  // namespace voltlock::api

@@ -1,0 +1,61 @@
+// One API request as the replica's event loop serves it: the exchange it answers (or none, for
+// a request the replica makes itself), its decoded target, the route's captures, and answer(),
+// which counts the answer for /metrics and sends it once. Loop thread only, after the router
+// made it on the I/O thread and handed it over.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "api/http_server.h"
+#include "api/request_target.h"
+#include "api/translate.h"
+
+namespace voltlock::api {
+
+// Requests counted by endpoint and status, for /metrics. Thread-safe.
+class RequestCounters {
+public:
+    void count(const std::string& method, const std::string& endpoint, int status);
+    std::map<std::tuple<std::string, std::string, int>, uint64_t> snapshot() const;
+
+private:
+    mutable std::mutex mutex_;
+    std::map<std::tuple<std::string, std::string, int>, uint64_t> counts_;
+};
+
+HttpResponse json_response(int status, const Json& body);
+HttpResponse error_response(const ApiError& error);  // 503s carry Retry-After
+
+struct Call {
+    std::shared_ptr<Exchange> exchange;  // null: the replica's own request (a withdrawal)
+    std::string method;
+    std::string target;  // as sent, still percent-encoded: what forwarding passes on
+    std::string body;
+    Target parsed;
+    std::vector<std::string> matches;  // the route's captures, decoded
+    std::string endpoint;               // the route's name, for /metrics
+    RequestCounters* counters = nullptr;
+    bool finished = false;
+
+    std::string match(size_t i) const { return i < matches.size() ? matches[i] : std::string(); }
+    std::optional<std::string> header(std::string_view name) const;
+    std::optional<std::string> param(std::string_view name) const { return parsed.get(name); }
+    // Sends the answer, once; later answers are dropped.
+    void answer(HttpResponse response);
+    void answer_json(int status, const Json& json) { answer(json_response(status, json)); }
+    void fail(const ApiError& error) { answer(error_response(error)); }
+    // Answers with a stream; null if the call was answered already.
+    std::shared_ptr<Stream> stream(HttpResponse head);
+    // Answered, or its client left: nothing more to do for it.
+    bool gone() const { return finished || (exchange && exchange->hung_up()); }
+};
+using CallPtr = std::shared_ptr<Call>;
+
+}  // namespace voltlock::api

@@ -1,0 +1,684 @@
+#include "api/http_server.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstring>
+
+#include "api/translate.h"
+
+namespace voltlock::api {
+
+namespace {
+
+uint64_t now_ms()
+{
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+}
+
+std::string lower(std::string_view text)
+{
+    std::string out(text);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+HttpResponse error_answer(const ApiError& error)
+{
+    HttpResponse response;
+    response.status = error.status;
+    response.body = error_body(error).dump();
+    if (error.status == 503) response.set_header("Retry-After", "1");
+    return response;
+}
+
+// Raises the open-file limit to what the system allows: every connection is a descriptor.
+rlim_t raise_file_limit()
+{
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+    if (limit.rlim_cur < limit.rlim_max) {
+        limit.rlim_cur = limit.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &limit);
+        ::getrlimit(RLIMIT_NOFILE, &limit);
+    }
+    return limit.rlim_cur;
+}
+
+}  // namespace
+
+// libmicrohttpd's C callbacks, with access to the server's insides.
+struct MhdCallbacks {
+    static void* on_uri(void* self, const char* uri, MHD_Connection* connection);
+    static MHD_Result on_access(void* self, MHD_Connection* connection, const char* url,
+                                const char* method, const char* version, const char* upload_data,
+                                size_t* upload_size, void** request_context);
+    static void on_completed(void* self, MHD_Connection* connection, void** request_context,
+                             MHD_RequestTerminationCode termination);
+    static void on_connection(void* self, MHD_Connection* connection, void** socket_context,
+                              MHD_ConnectionNotificationCode event);
+    static ssize_t on_read_stream(void* reader, uint64_t position, char* out, size_t max);
+    static void on_free_stream(void* reader);
+    static MHD_Result on_header(void* headers, MHD_ValueKind kind, const char* name,
+                                const char* value);
+};
+
+struct HttpServer::ConnectionRecord {
+    int fd = -1;
+    std::string address;
+    uint64_t deadline_ms = 0;  // 0: none (a request is being served)
+    bool over_limit = false;
+};
+
+// What libmicrohttpd's stream callback holds: the stream and where it goes.
+struct StreamReader {
+    HttpServer* server;
+    std::shared_ptr<Stream> stream;
+    std::shared_ptr<Exchange> exchange;
+};
+
+void HttpResponse::set_header(std::string name, std::string value)
+{
+    for (auto& [n, v] : headers)
+        if (lower(n) == lower(name)) {
+            v = std::move(value);
+            return;
+        }
+    headers.emplace_back(std::move(name), std::move(value));
+}
+
+// ---- Stream ------------------------------------------------------------------------------------
+
+Stream::Stream(HttpServer& server, std::weak_ptr<Exchange> exchange, size_t limit)
+    : server_(server), exchange_(std::move(exchange)), limit_(limit), last_push_ms_(now_ms())
+{
+}
+
+bool Stream::push(std::string_view bytes)
+{
+    bool wake = false;
+    {
+        std::lock_guard lock(mutex_);
+        if (ended_) return true;
+        const size_t unsent = buffer_.size() - sent_;
+        // One batch bigger than the limit still goes to a reader that has read everything.
+        if (unsent > 0 && unsent + bytes.size() > limit_) {
+            full_ = true;  // the producer hears from on_drained once it is sent
+            return false;
+        }
+        if (sent_ > 0 && sent_ >= buffer_.size() / 2) {
+            buffer_.erase(0, sent_);
+            sent_ = 0;
+        }
+        buffer_.append(bytes);
+        last_push_ms_ = now_ms();
+        wake = std::exchange(waiting_, false);
+    }
+    if (wake)
+        if (auto exchange = exchange_.lock()) server_.schedule_resume(exchange);
+    return true;
+}
+
+void Stream::end(std::string_view last)
+{
+    bool wake = false;
+    {
+        std::lock_guard lock(mutex_);
+        if (ended_) return;
+        buffer_.append(last);
+        ended_ = true;
+        wake = std::exchange(waiting_, false);
+    }
+    if (wake)
+        if (auto exchange = exchange_.lock()) server_.schedule_resume(exchange);
+}
+
+bool Stream::ended() const
+{
+    std::lock_guard lock(mutex_);
+    return ended_;
+}
+
+bool Stream::finished() const { return gone_.load() || ended(); }
+
+uint64_t Stream::last_push_ms() const
+{
+    std::lock_guard lock(mutex_);
+    return last_push_ms_;
+}
+
+bool Stream::has_room()
+{
+    std::lock_guard lock(mutex_);
+    full_ = buffer_.size() - sent_ >= limit_ / 2;
+    return !full_;
+}
+
+void Stream::on_drained(std::function<void()> callback)
+{
+    std::lock_guard lock(mutex_);
+    on_drained_ = std::move(callback);
+}
+
+Stream::Read Stream::take(char* out, size_t max, size_t& taken)
+{
+    std::unique_lock lock(mutex_);
+    taken = 0;
+    if (gone_) return Read::end;
+    if (sent_ < buffer_.size()) {
+        taken = std::min(max, buffer_.size() - sent_);
+        std::memcpy(out, buffer_.data() + sent_, taken);
+        sent_ += taken;
+        if (full_ && sent_ == buffer_.size() && on_drained_) {
+            full_ = false;
+            const std::function<void()> drained = on_drained_;
+            lock.unlock();
+            drained();
+        }
+        return Read::data;
+    }
+    if (ended_) return Read::end;
+    waiting_ = true;
+    return Read::empty;
+}
+
+// ---- Exchange ----------------------------------------------------------------------------------
+
+std::optional<std::string> Exchange::header(std::string_view name) const
+{
+    const std::string wanted = lower(name);
+    for (const auto& [n, value] : headers)
+        if (n == wanted) return value;
+    return std::nullopt;
+}
+
+void Exchange::answer(HttpResponse response)
+{
+    {
+        std::lock_guard lock(mutex_);
+        if (response_) return;
+        response_ = std::move(response);
+    }
+    server_.schedule_resume(shared_from_this());
+}
+
+std::shared_ptr<Stream> Exchange::stream(HttpResponse head)
+{
+    std::shared_ptr<Stream> stream(
+        new Stream(server_, weak_from_this(), server_.limits().stream_buffer_bytes));
+    {
+        std::lock_guard lock(mutex_);
+        if (response_) return nullptr;
+        response_ = std::move(head);
+        stream_ = stream;
+    }
+    server_.schedule_resume(shared_from_this());
+    return stream;
+}
+
+bool Exchange::answered() const
+{
+    std::lock_guard lock(mutex_);
+    return response_.has_value();
+}
+
+void Exchange::on_hangup(std::function<void()> callback)
+{
+    std::lock_guard lock(mutex_);
+    on_hangup_ = std::move(callback);
+}
+
+// ---- HttpServer --------------------------------------------------------------------------------
+
+HttpServer::HttpServer(HttpLimits limits, OnRequest on_request, OnBatchEnd on_batch_end,
+                       Exempt exempt)
+    : limits_(limits),
+      on_request_(std::move(on_request)),
+      on_batch_end_(std::move(on_batch_end)),
+      exempt_(std::move(exempt))
+{
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+Result<Ok> HttpServer::start(const std::string& ip, uint16_t port)
+{
+    // The listening socket is ours, so that its backlog is what the config says (issue 12: a
+    // backlog of 5 dropped SYNs, and each cost the client a second).
+    FileDescriptor listener(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (listener.get() < 0) return os_error("socket");
+    const int one = 1;
+    ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    if (::inet_pton(AF_INET, ip.c_str(), &address.sin_addr) != 1)
+        return Error{0, "HTTP address " + ip + " is not an IPv4 address"};
+    if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
+        return os_error("bind HTTP " + ip + ":" + std::to_string(port));
+    if (::listen(listener.get(), static_cast<int>(limits_.listen_backlog)) != 0)
+        return os_error("listen HTTP " + ip + ":" + std::to_string(port));
+
+    // Connections over the limits are still accepted, to be told 503; past this many more the
+    // descriptors would run out, and libmicrohttpd closes them unanswered.
+    const rlim_t files = raise_file_limit();
+    const uint64_t reserve = std::max<uint64_t>(256, limits_.max_connections / 8);
+    uint64_t hard_limit = uint64_t{limits_.max_connections} + reserve;
+    if (files > 512 && hard_limit > files - 256) {
+        hard_limit = files - 256;
+        spdlog::warn("http: the open-file limit ({}) allows {} connections, fewer than "
+                     "http_max_connections {} + {} to answer 503 on",
+                     files, hard_limit, limits_.max_connections, reserve);
+    }
+
+    epoll_ = FileDescriptor(::epoll_create1(EPOLL_CLOEXEC));
+    wakeup_ = FileDescriptor(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    hangup_epoll_ = FileDescriptor(::epoll_create1(EPOLL_CLOEXEC));
+    if (epoll_.get() < 0 || wakeup_.get() < 0 || hangup_epoll_.get() < 0)
+        return os_error("http: epoll/eventfd");
+
+    const unsigned idle_seconds = std::max<unsigned>(1, limits_.idle_timeout_ms / 1000);
+    // libmicrohttpd gets a copy of its own, which it closes when it stops.
+    const int listen_fd = ::dup(listener.get());
+    daemon_ = MHD_start_daemon(
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO, 0, nullptr, nullptr,
+        reinterpret_cast<MHD_AccessHandlerCallback>(&MhdCallbacks::on_access), this,
+        MHD_OPTION_LISTEN_SOCKET, listen_fd,
+        MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(hard_limit),
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds,
+        MHD_OPTION_URI_LOG_CALLBACK, &MhdCallbacks::on_uri, this,
+        MHD_OPTION_NOTIFY_COMPLETED, &MhdCallbacks::on_completed, this,
+        MHD_OPTION_NOTIFY_CONNECTION, &MhdCallbacks::on_connection, this,
+        MHD_OPTION_END);
+    if (!daemon_) {
+        ::close(listen_fd);
+        return Error{0, "http: libmicrohttpd did not start on " + ip};
+    }
+
+    const MHD_DaemonInfo* info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_EPOLL_FD);
+    for (int fd : {info->epoll_fd, wakeup_.get(), hangup_epoll_.get()}) {
+        epoll_event event{};
+        event.events = EPOLLIN;
+        event.data.fd = fd;
+        if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) != 0)
+            return os_error("http: epoll_ctl");
+    }
+    running_ = true;
+    thread_ = std::thread([this] { run(); });
+    return Ok{};
+}
+
+void HttpServer::stop()
+{
+    if (!thread_.joinable()) return;
+    running_ = false;
+    wake();
+    thread_.join();
+    // libmicrohttpd must not stop with suspended connections: resume them; not running, they
+    // are closed without an answer.
+    for (auto& [fd, weak] : watched_for_hangup_)
+        if (auto exchange = weak.lock(); exchange && exchange->connection_ && exchange->suspended_) {
+            exchange->suspended_ = false;
+            MHD_resume_connection(exchange->connection_);
+        }
+    watched_for_hangup_.clear();
+    MHD_run(daemon_);
+    MHD_stop_daemon(daemon_);
+    daemon_ = nullptr;
+}
+
+void HttpServer::wake()
+{
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t written = ::write(wakeup_.get(), &one, sizeof one);
+}
+
+void HttpServer::schedule_resume(const std::shared_ptr<Exchange>& exchange)
+{
+    bool first = false;
+    {
+        std::lock_guard lock(resume_mutex_);
+        to_resume_.push_back(exchange);
+        first = !std::exchange(wake_pending_, true);
+    }
+    if (first) wake();
+}
+
+void HttpServer::run()
+{
+    constexpr int kMaxEvents = 8;
+    epoll_event events[kMaxEvents];
+    while (running_) {
+        int timeout = 200;
+        MHD_UNSIGNED_LONG_LONG mhd_timeout = 0;
+        if (MHD_get_timeout(daemon_, &mhd_timeout) == MHD_YES)
+            timeout = static_cast<int>(std::min<MHD_UNSIGNED_LONG_LONG>(mhd_timeout, 200));
+        const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout);
+        for (int i = 0; i < n; i++)
+            if (events[i].data.fd == wakeup_.get()) {
+                uint64_t count = 0;
+                [[maybe_unused]] ssize_t got = ::read(wakeup_.get(), &count, sizeof count);
+            }
+        resume_scheduled();
+        take_hangups();
+        MHD_run(daemon_);
+        on_batch_end_();
+        if (now_ms() >= next_deadline_check_ms_) {
+            enforce_deadlines();
+            next_deadline_check_ms_ = now_ms() + 100;
+        }
+    }
+}
+
+void HttpServer::resume_scheduled()
+{
+    std::vector<std::shared_ptr<Exchange>> batch;
+    {
+        std::lock_guard lock(resume_mutex_);
+        batch.swap(to_resume_);
+        wake_pending_ = false;
+    }
+    for (const auto& exchange : batch)
+        if (exchange->connection_ && exchange->suspended_) unsuspend(*exchange);
+}
+
+void HttpServer::suspend(Exchange& exchange)
+{
+    exchange.suspended_ = true;
+    counters_.suspended += 1;
+    MHD_suspend_connection(exchange.connection_);
+    epoll_event event{};
+    event.events = EPOLLRDHUP;
+    event.data.fd = exchange.fd_;
+    if (::epoll_ctl(hangup_epoll_.get(), EPOLL_CTL_ADD, exchange.fd_, &event) == 0)
+        watched_for_hangup_[exchange.fd_] = exchange.weak_from_this();
+}
+
+void HttpServer::unsuspend(Exchange& exchange)
+{
+    exchange.suspended_ = false;
+    counters_.suspended -= 1;
+    ::epoll_ctl(hangup_epoll_.get(), EPOLL_CTL_DEL, exchange.fd_, nullptr);
+    watched_for_hangup_.erase(exchange.fd_);
+    MHD_resume_connection(exchange.connection_);
+}
+
+void HttpServer::take_hangups()
+{
+    constexpr int kMaxEvents = 64;
+    epoll_event events[kMaxEvents];
+    const int n = ::epoll_wait(hangup_epoll_.get(), events, kMaxEvents, 0);
+    for (int i = 0; i < n; i++) {
+        const auto it = watched_for_hangup_.find(events[i].data.fd);
+        if (it == watched_for_hangup_.end()) continue;
+        const std::shared_ptr<Exchange> exchange = it->second.lock();
+        if (!exchange || !exchange->connection_ || !exchange->suspended_) continue;
+        exchange->hung_up_ = true;
+        counters_.hung_up += 1;
+        std::function<void()> callback;
+        std::shared_ptr<Stream> stream;
+        {
+            std::lock_guard lock(exchange->mutex_);
+            callback = std::move(exchange->on_hangup_);
+            stream = exchange->stream_;
+        }
+        if (stream) stream->gone_ = true;
+        if (callback) callback();
+        // Resumed, libmicrohttpd finds the socket closed and lets the request go.
+        unsuspend(*exchange);
+    }
+}
+
+void HttpServer::enforce_deadlines()
+{
+    const uint64_t now = now_ms();
+    for (auto& [connection, record] : connections_) {
+        if (record->deadline_ms == 0 || now < record->deadline_ms) continue;
+        // libmicrohttpd reads the end of the stream and closes the connection.
+        ::shutdown(record->fd, SHUT_RDWR);
+        record->deadline_ms = 0;
+        counters_.timed_out += 1;
+    }
+}
+
+HttpServer::ConnectionRecord* HttpServer::record_of(MHD_Connection* connection)
+{
+    const auto it = connections_.find(connection);
+    return it == connections_.end() ? nullptr : it->second.get();
+}
+
+bool HttpServer::send_answer(Exchange& exchange)
+{
+    std::optional<HttpResponse> head;
+    std::shared_ptr<Stream> stream;
+    {
+        std::lock_guard lock(exchange.mutex_);
+        if (!exchange.response_ || exchange.queued_) return false;
+        head = exchange.response_;
+        stream = exchange.stream_;
+    }
+    MHD_Response* response = nullptr;
+    if (stream) {
+        response = MHD_create_response_from_callback(
+            MHD_SIZE_UNKNOWN, 16 * 1024, &MhdCallbacks::on_read_stream,
+            new StreamReader{this, stream, exchange.shared_from_this()},
+            &MhdCallbacks::on_free_stream);
+    } else {
+        response = MHD_create_response_from_buffer(head->body.size(), head->body.data(),
+                                                   MHD_RESPMEM_MUST_COPY);
+    }
+    if (!response) return false;
+    if (!head->content_type.empty())
+        MHD_add_response_header(response, "Content-Type", head->content_type.c_str());
+    for (const auto& [name, value] : head->headers)
+        MHD_add_response_header(response, name.c_str(), value.c_str());
+    const MHD_Result queued =
+        MHD_queue_response(exchange.connection_, static_cast<unsigned>(head->status), response);
+    MHD_destroy_response(response);
+    exchange.queued_ = queued == MHD_YES;
+    return exchange.queued_;
+}
+
+// ---- libmicrohttpd's callbacks (I/O thread) ----------------------------------------------------
+
+void MhdCallbacks::on_connection(void* self, MHD_Connection* connection, void**,
+                                 MHD_ConnectionNotificationCode event)
+{
+    auto& server = *static_cast<HttpServer*>(self);
+    if (event == MHD_CONNECTION_NOTIFY_STARTED) {
+        auto record = std::make_unique<HttpServer::ConnectionRecord>();
+        if (const auto* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD))
+            record->fd = info->connect_fd;
+        if (const auto* info =
+                MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+            info && info->client_addr && info->client_addr->sa_family == AF_INET) {
+            char text[INET_ADDRSTRLEN] = {};
+            const auto* in = reinterpret_cast<const sockaddr_in*>(info->client_addr);
+            ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+            record->address = text;
+        }
+        const uint32_t from_address = ++server.per_address_[record->address];
+        const uint64_t open = ++server.counters_.connections;
+        server.counters_.accepted += 1;
+        record->over_limit = open > server.limits_.max_connections ||
+                             from_address > server.limits_.max_connections_per_address;
+        record->deadline_ms = now_ms() + server.limits_.header_timeout_ms;
+        server.connections_[connection] = std::move(record);
+    } else if (event == MHD_CONNECTION_NOTIFY_CLOSED) {
+        const auto it = server.connections_.find(connection);
+        if (it == server.connections_.end()) return;
+        const auto count = server.per_address_.find(it->second->address);
+        if (count != server.per_address_.end() && --count->second == 0)
+            server.per_address_.erase(count);
+        server.counters_.connections -= 1;
+        server.connections_.erase(it);
+    }
+}
+
+void* MhdCallbacks::on_uri(void* self, const char* uri, MHD_Connection* connection)
+{
+    auto& server = *static_cast<HttpServer*>(self);
+    // The request line is in: its headers have header_timeout_ms from now.
+    if (auto* record = server.record_of(connection))
+        record->deadline_ms = now_ms() + server.limits_.header_timeout_ms;
+    auto* exchange = new std::shared_ptr<Exchange>(new Exchange(server));
+    (*exchange)->target = uri ? uri : "";
+    return exchange;
+}
+
+MHD_Result MhdCallbacks::on_header(void* headers, MHD_ValueKind, const char* name,
+                                   const char* value)
+{
+    static_cast<std::vector<std::pair<std::string, std::string>>*>(headers)->emplace_back(
+        lower(name ? name : ""), value ? value : "");
+    return MHD_YES;
+}
+
+MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const char*,
+                                   const char* method, const char*, const char* upload_data,
+                                   size_t* upload_size, void** request_context)
+{
+    auto& server = *static_cast<HttpServer*>(self);
+    if (!*request_context) return MHD_NO;
+    const std::shared_ptr<Exchange> exchange = **static_cast<std::shared_ptr<Exchange>**>(
+        *request_context);
+    Exchange& e = *exchange;
+    HttpServer::ConnectionRecord* record = server.record_of(connection);
+
+    if (!e.connection_) {  // the headers are in
+        e.connection_ = connection;
+        e.method = method ? method : "";
+        MHD_get_connection_values(connection, MHD_HEADER_KIND, &MhdCallbacks::on_header,
+                                  &e.headers);
+        if (record) {
+            e.fd_ = record->fd;
+            e.client_address = record->address;
+            record->deadline_ms = now_ms() + server.limits_.body_timeout_ms;
+        }
+        if (record && record->over_limit && !server.exempt_(e.target)) {
+            e.refused_ = true;
+            server.counters_.refused += 1;
+            HttpResponse refusal = error_answer(unavailable(
+                "too many connections (http_max_connections " +
+                std::to_string(server.limits_.max_connections) +
+                ", http_max_connections_per_address " +
+                std::to_string(server.limits_.max_connections_per_address) +
+                "): try again later, on a kept-alive connection"));
+            refusal.set_header("Connection", "close");
+            e.answer(std::move(refusal));
+            return server.send_answer(e) ? MHD_YES : MHD_NO;
+        }
+        const auto length = e.header("content-length");
+        if (length && std::strtoull(length->c_str(), nullptr, 10) > server.limits_.max_body_bytes) {
+            e.too_large_ = true;
+        }
+        if (e.too_large_) {
+            HttpResponse too_large = error_answer(ApiError{
+                413, "too_large",
+                "the request body is over " + std::to_string(server.limits_.max_body_bytes) +
+                    " bytes",
+                Json{{"limit_bytes", server.limits_.max_body_bytes}}});
+            too_large.set_header("Connection", "close");
+            e.answer(std::move(too_large));
+            return server.send_answer(e) ? MHD_YES : MHD_NO;
+        }
+        return MHD_YES;
+    }
+    if (*upload_size != 0) {
+        if (!e.refused_ && !e.too_large_) {
+            if (e.body.size() + *upload_size > server.limits_.max_body_bytes) {
+                e.too_large_ = true;
+                HttpResponse too_large = error_answer(ApiError{
+                    413, "too_large",
+                    "the request body is over " + std::to_string(server.limits_.max_body_bytes) +
+                        " bytes",
+                    Json{{"limit_bytes", server.limits_.max_body_bytes}}});
+                too_large.set_header("Connection", "close");
+                e.answer(std::move(too_large));
+                server.send_answer(e);
+            } else {
+                e.body.append(upload_data, *upload_size);
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (e.queued_) return MHD_YES;
+    if (!e.dispatched_) {  // the whole request is in
+        e.dispatched_ = true;
+        if (record) record->deadline_ms = 0;  // served: no time limit while it waits
+        server.on_request_(exchange);
+    }
+    if (server.send_answer(e)) return MHD_YES;
+    if (e.hung_up_ || !server.running_) return MHD_NO;
+    server.suspend(e);
+    return MHD_YES;
+}
+
+void MhdCallbacks::on_completed(void* self, MHD_Connection* connection, void** request_context,
+                                MHD_RequestTerminationCode)
+{
+    auto& server = *static_cast<HttpServer*>(self);
+    if (auto* record = server.record_of(connection))
+        record->deadline_ms = now_ms() + server.limits_.idle_timeout_ms;
+    auto* exchange = static_cast<std::shared_ptr<Exchange>*>(*request_context);
+    if (!exchange) return;
+    Exchange& e = **exchange;
+    if (e.suspended_) {  // cannot happen while suspended, but never leave a stale watch
+        ::epoll_ctl(server.hangup_epoll_.get(), EPOLL_CTL_DEL, e.fd_, nullptr);
+        server.watched_for_hangup_.erase(e.fd_);
+        server.counters_.suspended -= 1;
+        e.suspended_ = false;
+    }
+    std::shared_ptr<Stream> stream;
+    {
+        std::lock_guard lock(e.mutex_);
+        stream = e.stream_;
+    }
+    if (stream) stream->gone_ = true;
+    if (!e.queued_ && !e.hung_up_.exchange(true)) {
+        // Gone before the answer (the connection broke): as good as a hang-up.
+        std::function<void()> callback;
+        {
+            std::lock_guard lock(e.mutex_);
+            callback = std::move(e.on_hangup_);
+        }
+        if (callback) callback();
+    }
+    e.connection_ = nullptr;
+    delete exchange;
+    *request_context = nullptr;
+}
+
+ssize_t MhdCallbacks::on_read_stream(void* reader, uint64_t, char* out, size_t max)
+{
+    auto& r = *static_cast<StreamReader*>(reader);
+    if (!r.server->running_) return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t taken = 0;
+    switch (r.stream->take(out, max, taken)) {
+    case Stream::Read::data:
+        return static_cast<ssize_t>(taken);
+    case Stream::Read::end:
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    case Stream::Read::empty:
+        break;
+    }
+    r.server->suspend(*r.exchange);
+    return 0;
+}
+
+void MhdCallbacks::on_free_stream(void* reader) { delete static_cast<StreamReader*>(reader); }
+
+}  // namespace voltlock::api

@@ -1,0 +1,220 @@
+// Connections and limits: the HTTP/1.1 server under the API, event-driven on epoll (issue 12).
+//
+// libmicrohttpd parses HTTP (keep-alive, pipelining, chunked bodies) in external-epoll mode on
+// ONE I/O thread of ours: no thread per connection. A request whose headers and body have
+// arrived is an Exchange, handed to the `on_request` callback on the I/O thread; at the end of
+// each pass over the ready sockets `on_batch_end` runs, so the router can hand everything that
+// arrived together to the replica's event loop with one wake-up. An exchange that is not
+// answered at once is suspended: it costs its record and its socket, nothing else, until
+// answer() (from any thread) queues it back to the I/O thread, again one wake-up per batch.
+//
+// Limits that protect the cell (docs/frontend.md): a total and a per-address connection cap
+// (a connection over either gets 503 with Retry-After and Connection: close on its first
+// request; /healthz and /readyz are still answered), a time to send each request's headers and
+// body (slowloris), an idle time between requests, a bounded buffer per stream, and a listen
+// backlog that does not drop bursts of SYNs. While an exchange is suspended its socket is watched
+// for the client's hang-up (libmicrohttpd does not look at suspended sockets): the owner of the
+// exchange learns of it (on_hangup) and can withdraw what the client was waiting for.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "shell/event_loop.h"
+#include "shell/result.h"
+
+struct MHD_Daemon;
+struct MHD_Connection;
+
+namespace voltlock::api {
+
+class HttpServer;
+struct MhdCallbacks;
+
+// The config's http_* keys (shell/config.h has the defaults).
+struct HttpLimits {
+    uint32_t max_connections = 0;
+    uint32_t max_connections_per_address = 0;
+    uint32_t max_streams = 0;  // watches and lock/barrier waits held open at once
+    uint32_t listen_backlog = 0;
+    uint32_t header_timeout_ms = 0;  // from the request line (or connect) to the last header
+    uint32_t body_timeout_ms = 0;    // from the last header to the last body byte
+    uint32_t idle_timeout_ms = 0;    // a kept-alive connection between requests
+    uint32_t max_body_bytes = 0;
+    uint32_t stream_buffer_bytes = 0;  // per watch stream: a reader further behind is cut
+};
+
+struct HttpResponse {
+    int status = 200;
+    std::string content_type = "application/json";
+    std::string body;
+    std::vector<std::pair<std::string, std::string>> headers;
+
+    void set_header(std::string name, std::string value);
+};
+
+// The bytes of one streamed answer (server-sent events), produced on the replica's loop and
+// sent by the I/O thread as the client reads them. Bounded: push() refuses what would take the
+// unsent bytes over the limit; a producer asks has_room() first, and is told (on_drained) when
+// a full buffer has been sent.
+class Stream {
+public:
+    // Whether half the limit is free; if not, `on_drained` runs (I/O thread) once it is all sent.
+    bool has_room();
+    void on_drained(std::function<void()> callback);
+    // False (nothing added) when the unsent bytes would exceed the limit (unless there are none).
+    bool push(std::string_view bytes);
+    // Adds `last` whatever the limit, and ends the stream once it is sent.
+    void end(std::string_view last = {});
+    bool ended() const;
+    // The client hung up, or the stream ended: the producer can forget it.
+    bool finished() const;
+    // Steady-clock milliseconds of the last push, for heartbeats.
+    uint64_t last_push_ms() const;
+
+private:
+    friend class HttpServer;
+    friend struct MhdCallbacks;
+    friend class Exchange;
+    Stream(HttpServer& server, std::weak_ptr<class Exchange> exchange, size_t limit);
+    // The I/O thread's side: copies out up to `max` bytes; 0 and suspended=true when empty.
+    enum class Read { data, empty, end };
+    Read take(char* out, size_t max, size_t& taken);
+
+    HttpServer& server_;
+    std::weak_ptr<Exchange> exchange_;
+    const size_t limit_;
+    mutable std::mutex mutex_;
+    std::string buffer_;
+    size_t sent_ = 0;  // bytes of buffer_ already handed to the socket
+    bool ended_ = false;
+    bool waiting_ = false;  // the I/O thread found it empty and suspended the connection
+    bool full_ = false;     // has_room() said no: tell on_drained_ once it is sent
+    std::function<void()> on_drained_;
+    std::atomic<bool> gone_{false};
+    uint64_t last_push_ms_ = 0;
+};
+
+// One request and its answer. The request fields are set on the I/O thread before the exchange
+// is handed on, and never change after; answer() and stream() may be called from any thread,
+// once (a later call is ignored).
+class Exchange : public std::enable_shared_from_this<Exchange> {
+public:
+    std::string method;
+    std::string target;  // as sent: path and query, still percent-encoded
+    std::string body;
+    std::string client_address;
+    std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
+
+    std::optional<std::string> header(std::string_view name) const;  // any case
+
+    void answer(HttpResponse response);
+    // Answers with `head` (status, type, headers) and a body that streams from the result.
+    std::shared_ptr<Stream> stream(HttpResponse head);
+    bool answered() const;
+    // Runs (on the I/O thread) if the client hangs up before the answer was sent, once.
+    void on_hangup(std::function<void()> callback);
+    bool hung_up() const { return hung_up_.load(); }
+
+private:
+    friend class HttpServer;
+    friend struct MhdCallbacks;
+    friend class Stream;
+    explicit Exchange(HttpServer& server) : server_(server) {}
+
+    HttpServer& server_;
+    mutable std::mutex mutex_;
+    std::optional<HttpResponse> response_;
+    std::shared_ptr<Stream> stream_;
+    std::function<void()> on_hangup_;
+    std::atomic<bool> hung_up_{false};
+    // I/O thread only.
+    MHD_Connection* connection_ = nullptr;  // null once libmicrohttpd is done with the request
+    bool dispatched_ = false;
+    bool suspended_ = false;
+    bool queued_ = false;
+    bool refused_ = false;  // over a connection limit: answered 503 at once
+    bool too_large_ = false;
+    int fd_ = -1;
+};
+
+struct HttpServerCounters {
+    std::atomic<uint64_t> connections{0};  // open now
+    std::atomic<uint64_t> accepted{0};
+    std::atomic<uint64_t> refused{0};    // 503: over a connection limit
+    std::atomic<uint64_t> timed_out{0};  // closed: headers, body or idle time ran out
+    std::atomic<uint64_t> hung_up{0};    // clients gone while their request waited
+    std::atomic<uint64_t> suspended{0};  // exchanges waiting for an answer or stream bytes now
+};
+
+class HttpServer {
+public:
+    using OnRequest = std::function<void(const std::shared_ptr<Exchange>&)>;
+    using OnBatchEnd = std::function<void()>;
+    // Paths answered even on a connection over a limit.
+    using Exempt = std::function<bool(std::string_view target)>;
+
+    HttpServer(HttpLimits limits, OnRequest on_request, OnBatchEnd on_batch_end, Exempt exempt);
+    ~HttpServer();
+    HttpServer(const HttpServer&) = delete;
+    HttpServer& operator=(const HttpServer&) = delete;
+
+    Result<Ok> start(const std::string& ip, uint16_t port);
+    void stop();
+
+    const HttpLimits& limits() const { return limits_; }
+    const HttpServerCounters& counters() const { return counters_; }
+
+private:
+    friend class Exchange;
+    friend class Stream;
+    friend struct MhdCallbacks;
+    struct ConnectionRecord;
+
+    void run();
+    void wake();
+    // Any thread: the exchange has an answer or stream bytes; the I/O thread resumes it.
+    void schedule_resume(const std::shared_ptr<Exchange>& exchange);
+    void resume_scheduled();
+    void take_hangups();
+    void enforce_deadlines();
+    void suspend(Exchange& exchange);
+    void unsuspend(Exchange& exchange);
+    // Queues the exchange's answer (or stream) on its connection.
+    bool send_answer(Exchange& exchange);
+    ConnectionRecord* record_of(MHD_Connection* connection);
+
+    const HttpLimits limits_;
+    OnRequest on_request_;
+    OnBatchEnd on_batch_end_;
+    Exempt exempt_;
+    MHD_Daemon* daemon_ = nullptr;
+    FileDescriptor epoll_;
+    FileDescriptor wakeup_;        // eventfd: answers are queued
+    FileDescriptor hangup_epoll_;  // suspended exchanges' sockets, for EPOLLRDHUP
+    std::atomic<bool> running_{false};
+    std::thread thread_;
+    HttpServerCounters counters_;
+
+    std::mutex resume_mutex_;
+    std::vector<std::shared_ptr<Exchange>> to_resume_;
+    bool wake_pending_ = false;  // under resume_mutex_: one eventfd write per batch
+
+    // I/O thread only.
+    std::unordered_map<MHD_Connection*, std::unique_ptr<ConnectionRecord>> connections_;
+    std::unordered_map<std::string, uint32_t> per_address_;
+    std::unordered_map<int, std::weak_ptr<Exchange>> watched_for_hangup_;  // by socket
+    uint64_t next_deadline_check_ms_ = 0;
+};
+
+}  // namespace voltlock::api

@@ -1,0 +1,286 @@
+#include "api/leader_path.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+namespace voltlock::api {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+bool same_name(std::string_view a, std::string_view b)
+{
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) ==
+                      std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+}  // namespace
+
+std::optional<std::string> response_header(const HttpResponse& response, std::string_view name)
+{
+    for (const auto& [n, value] : response.headers)
+        if (same_name(n, name)) return value;
+    return std::nullopt;
+}
+
+// ---- Forwarder (its own threads) ---------------------------------------------------------------
+
+Forwarder::Forwarder(const DaemonConfig& config, EventLoop& loop, size_t threads)
+    : config_(config), loop_(loop)
+{
+    for (size_t i = 0; i < std::max<size_t>(threads, 1); i++)
+        threads_.emplace_back([this] { work(); });
+}
+
+Forwarder::~Forwarder() { stop(); }
+
+void Forwarder::stop()
+{
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    jobs_ready_.notify_all();
+    for (std::thread& thread : threads_)
+        if (thread.joinable()) thread.join();
+}
+
+void Forwarder::send(Request request, std::function<void(Outcome)> done)
+{
+    {
+        std::lock_guard lock(mutex_);
+        jobs_.push_back(Job{.request = std::move(request), .done = std::move(done), .work = {}});
+    }
+    jobs_ready_.notify_one();
+}
+
+void Forwarder::run(std::function<void()> work)
+{
+    {
+        std::lock_guard lock(mutex_);
+        jobs_.push_back(Job{.request = {}, .done = {}, .work = std::move(work)});
+    }
+    jobs_ready_.notify_one();
+}
+
+void Forwarder::work()
+{
+    // One kept-alive connection per leader, per thread.
+    std::map<ReplicaIndex, std::unique_ptr<httplib::Client>> clients;
+    while (true) {
+        Job job;
+        {
+            std::unique_lock lock(mutex_);
+            jobs_ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+            if (stopping_) return;
+            job = std::move(jobs_.front());
+            jobs_.pop_front();
+        }
+        if (job.work) {
+            job.work();
+            continue;
+        }
+        const Request& r = job.request;
+        std::unique_ptr<httplib::Client>& client = clients[r.leader];
+        if (!client) {
+            const PeerAddress& peer = config_.replicas.at(r.leader);
+            client = std::make_unique<httplib::Client>(peer.ip, peer.http_port);
+            client->set_url_encode(false);  // the target is passed on as it came, still encoded
+            client->set_keep_alive(true);
+            client->set_tcp_nodelay(true);
+            client->set_connection_timeout(1, 0);
+            client->set_write_timeout(5, 0);
+        }
+        client->set_read_timeout(static_cast<time_t>(r.read_timeout_ms / 1000),
+                                 static_cast<time_t>(r.read_timeout_ms % 1000) * 1000);
+        httplib::Request out;
+        out.method = r.method;
+        out.path = r.target;
+        out.body = r.body;
+        for (const auto& [name, value] : r.headers) out.set_header(name, value);
+        httplib::Result answer = client->send(out);
+        Outcome outcome;
+        if (answer) {
+            outcome.reached = true;
+            outcome.response.status = answer->status;
+            outcome.response.body = answer->body;
+            if (answer->has_header("Content-Type"))
+                outcome.response.content_type = answer->get_header_value("Content-Type");
+            for (const char* name : {"Retry-After", "X-Voltlock-Not-Leader", kWaitingHeader})
+                if (answer->has_header(name))
+                    outcome.response.set_header(name, answer->get_header_value(name));
+        } else {
+            spdlog::debug("r{}: forwarding {} {} to r{}: {}", config_.replica, r.method, r.target,
+                          r.leader, httplib::to_string(answer.error()));
+            client.reset();  // a fresh connection next time
+        }
+        loop_.post([done = std::move(job.done), outcome = std::move(outcome)]() mutable {
+            done(std::move(outcome));
+        });
+    }
+}
+
+// ---- LeaderPath (loop thread) ------------------------------------------------------------------
+
+// One request on its way to the leader. Its pooled id goes back when the last piece of work
+// that could still use it lets go.
+struct LeaderPath::Attempt {
+    ClientPool& pool;
+    CallPtr call;
+    uint32_t wait_ms = 0;
+    Serve serve;
+    Relay relay;
+    ClientIdentity identity;
+    ClientId pooled = 0;
+    SteadyTime until;
+    bool forwarded_to_us = false;
+
+    ~Attempt()
+    {
+        if (pooled != 0) pool.give_back(pooled);
+    }
+};
+
+LeaderPath::LeaderPath(EventLoop& loop, Node& node, LockService* service, ClientPool& pool,
+                       Forwarder& forwarder)
+    : loop_(loop), node_(node), service_(service), pool_(pool), forwarder_(forwarder)
+{
+}
+
+void LeaderPath::at_leader(const CallPtr& call, uint32_t wait_ms, Serve serve, Relay relay)
+{
+    auto given = parse_identity(call->header("X-Voltlock-Client-Id"),
+                                call->header("X-Voltlock-Request-Number"));
+    if (!given.ok()) return call->fail(given.error());
+    auto a = std::shared_ptr<Attempt>(new Attempt{.pool = pool_,
+                                                  .call = call,
+                                                  .wait_ms = wait_ms,
+                                                  .serve = std::move(serve),
+                                                  .relay = std::move(relay),
+                                                  .identity = {},
+                                                  .pooled = 0,
+                                                  .until = Clock::now() + milliseconds(kLeaderWaitMs),
+                                                  .forwarded_to_us =
+                                                      call->header(kForwardedHeader).has_value()});
+    if (given.value()) {
+        a->identity = *given.value();
+    } else {
+        const std::optional<ClientIdentity> taken = pool_.try_take();
+        if (!taken)
+            return call->fail(unavailable("too many requests in flight at this replica"));
+        a->identity = *taken;
+        a->pooled = taken->client_id;
+    }
+    attempt(a);
+}
+
+void LeaderPath::attempt(const std::shared_ptr<Attempt>& a)
+{
+    if (a->call->gone()) return;
+    const Replica& r = node_.replica();
+    const SteadyTime started = Clock::now();
+    if (r.is_leader()) {
+        a->serve(AtLeader{a->identity, a->until}, [this, a, started] { try_again(a, started); });
+    } else if (a->forwarded_to_us) {
+        // The forwarder picks the leader again; a forwarded request never travels twice.
+        ApiError error = unavailable("this replica is not the leader");
+        error.code = "not_leader";
+        if (r.status() == Status::normal) error.details = Json{{"leader", r.leader()}};
+        HttpResponse response = error_response(error);
+        response.set_header("X-Voltlock-Not-Leader", "1");
+        a->call->answer(std::move(response));
+    } else if (r.status() == Status::normal && r.leader() != node_.config().replica) {
+        forward(a, r.leader(), started);
+    } else {
+        try_again(a, started);
+    }
+}
+
+void LeaderPath::try_again(const std::shared_ptr<Attempt>& a, SteadyTime started)
+{
+    if (a->call->gone()) return;
+    const SteadyTime now = Clock::now();
+    // An attempt that lasted (a request held at a leader that then died) starts a new outage:
+    // the bound is on how long no leader answers, not on how long the request has run.
+    if (now - started > milliseconds(1000)) a->until = std::max(a->until, now + milliseconds(kLeaderWaitMs));
+    if (now >= a->until)
+        return a->call->fail(unavailable(
+            "no leader with a quorum answered within " + std::to_string(kLeaderWaitMs / 1000) +
+            " s (a view change, or too few replicas up). The request may still take effect: "
+            "retry it with the same X-Voltlock-Client-Id and X-Voltlock-Request-Number"));
+    loop_.after(milliseconds(50), [this, a] { attempt(a); });
+}
+
+void LeaderPath::forward(const std::shared_ptr<Attempt>& a, ReplicaIndex leader,
+                         SteadyTime started)
+{
+    const Call& call = *a->call;
+    Forwarder::Request request{
+        .leader = leader,
+        .method = call.method,
+        .target = call.target,
+        .body = call.body,
+        .headers = {{"Content-Type", call.header("Content-Type").value_or("application/json")},
+                    {"X-Voltlock-Client-Id", std::to_string(a->identity.client_id)},
+                    {"X-Voltlock-Request-Number", std::to_string(a->identity.request_number)},
+                    {kForwardedHeader, std::to_string(node_.config().replica)}},
+        .read_timeout_ms = uint64_t{kLeaderWaitMs} + a->wait_ms + kWaitGraceMs + 2'000};
+    if (a->relay) request.headers.emplace_back(kWaitHereHeader, "1");
+    forwarder_.send(std::move(request), [this, a, leader, started](Forwarder::Outcome outcome) {
+        if (a->call->gone()) return;
+        if (!outcome.reached || response_header(outcome.response, "X-Voltlock-Not-Leader"))
+            return try_again(a, started);
+        forwarded_ += 1;
+        outcome.response.set_header("X-Voltlock-Leader", std::to_string(leader));
+        if (a->relay) return a->relay(std::move(outcome.response));
+        a->call->answer(std::move(outcome.response));
+    });
+}
+
+void LeaderPath::propose(const ClientIdentity& identity, Bytes payload, SteadyTime until,
+                         std::function<Json()> snapshot, std::function<void(Proposed)> done)
+{
+    if (service_) {
+        if (const auto latest = service_->stale_request(identity.client_id,
+                                                        identity.request_number))
+            return done(Proposed{.kind = Proposed::Kind::stale, .latest = *latest});
+        service_->proposing(identity.client_id, identity.request_number);
+    }
+    // `done` runs once: at the commit, or at `until` if none came (no quorum).
+    struct Pending {
+        std::function<void(Proposed)> done;
+        bool finished = false;
+    };
+    auto pending = std::make_shared<Pending>(Pending{std::move(done)});
+    node_.propose(identity.client_id, identity.request_number, std::move(payload),
+                  [pending, snapshot = std::move(snapshot), service = service_,
+                   identity](const ProposeOutcome& outcome) {
+                      if (service) service->proposed(identity.client_id, identity.request_number);
+                      if (std::exchange(pending->finished, true)) return;
+                      Proposed proposed;
+                      if (!outcome.committed) {
+                          proposed.kind = Proposed::Kind::not_leader;
+                      } else {
+                          proposed.kind = Proposed::Kind::committed;
+                          proposed.result = outcome.result;
+                          if (snapshot) proposed.snapshot = snapshot();
+                      }
+                      // Let go of what `done` holds (the call, its pooled id) now, not when the
+                      // timer below fires.
+                      std::exchange(pending->done, {})(std::move(proposed));
+                  });
+    const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+    loop_.after(std::max(left, milliseconds(0)), [pending] {
+        if (!std::exchange(pending->finished, true)) std::exchange(pending->done, {})(Proposed{});
+    });
+}
+
+}  // namespace voltlock::api

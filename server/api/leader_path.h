@@ -1,0 +1,145 @@
+// The leader path: an endpoint that needs the log runs where the leader is. On the leader it
+// proposes; on a follower the request goes to the leader's HTTP port (X-Voltlock-Forwarded) on
+// one of a few kept-alive connections (Forwarder), and the answer comes back. During a view
+// change it tries again every 50 ms for up to kLeaderWaitMs, then answers 503 with Retry-After.
+// A forwarded request is never forwarded again: a replica that is not the leader any more
+// answers 503 with X-Voltlock-Not-Leader and the forwarder tries again.
+//
+// Idempotency. Every proposal carries a VR client id and request number: the client's own
+// (X-Voltlock-Client-Id, X-Voltlock-Request-Number), or one from this replica's pool of internal
+// ids, taken by the entry replica for the whole life of the request, retries and forwarding
+// included. VR's client table keeps one latest request per client id, so each internal id has
+// at most one request outstanding and its numbers only grow.
+//
+// A lock or barrier wait forwarded from a follower is not held at the leader: the follower asks
+// (X-Voltlock-Wait-Here) to be told as soon as the op committed that it waits (202 with
+// X-Voltlock-Waiting), and waits for the outcome in its own applied history, where its client
+// is connected and can be seen leaving.
+//
+// Everything here runs on the replica's loop, except the Forwarder's threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/call.h"
+#include "api/lock_service.h"
+#include "shell/config.h"
+#include "shell/event_loop.h"
+#include "shell/node.h"
+
+namespace voltlock::api {
+
+// How long a request that needs the leader keeps trying (view changes, forwarding) before 503.
+inline constexpr uint32_t kLeaderWaitMs = 8'000;
+// How long past its deadline a lock or barrier wait looks for its outcome before 503.
+inline constexpr uint32_t kWaitGraceMs = 5'000;
+
+inline constexpr const char* kForwardedHeader = "X-Voltlock-Forwarded";
+inline constexpr const char* kWaitHereHeader = "X-Voltlock-Wait-Here";
+inline constexpr const char* kWaitingHeader = "X-Voltlock-Waiting";
+
+// Requests for the leader's HTTP port, sent by a few threads on kept-alive connections.
+class Forwarder {
+public:
+    struct Request {
+        ReplicaIndex leader = 0;
+        std::string method;
+        std::string target;
+        std::string body;
+        std::vector<std::pair<std::string, std::string>> headers;
+        uint64_t read_timeout_ms = 0;
+    };
+    struct Outcome {
+        bool reached = false;  // false: no answer (the leader may be gone); look again
+        HttpResponse response;
+    };
+
+    Forwarder(const DaemonConfig& config, EventLoop& loop, size_t threads);
+    ~Forwarder();
+    Forwarder(const Forwarder&) = delete;
+    Forwarder& operator=(const Forwarder&) = delete;
+
+    // Loop thread; `done` runs on the loop.
+    void send(Request request, std::function<void(Outcome)> done);
+    // Runs `work`, which blocks (other replicas' HTTP), on one of the threads. Loop thread.
+    void run(std::function<void()> work);
+    void stop();
+
+private:
+    struct Job {
+        Request request;
+        std::function<void(Outcome)> done;
+        std::function<void()> work;  // instead of a request, when set
+    };
+    void work();
+
+    const DaemonConfig& config_;
+    EventLoop& loop_;
+    std::mutex mutex_;
+    std::condition_variable jobs_ready_;
+    std::deque<Job> jobs_;
+    bool stopping_ = false;
+    std::vector<std::thread> threads_;
+};
+
+class LeaderPath {
+public:
+    // What a request served at the leader knows: its VR identity, and when to give up.
+    struct AtLeader {
+        ClientIdentity identity;
+        SteadyTime until;
+    };
+    // Called when this replica turned out not to be the leader: try again (elsewhere).
+    using NotLeader = std::function<void()>;
+    using Serve = std::function<void(const AtLeader&, NotLeader)>;
+    // What the leader's answer to a forwarded request becomes here (default: the answer).
+    using Relay = std::function<void(HttpResponse)>;
+
+    struct Proposed {
+        enum class Kind { committed, not_leader, timed_out, stale } kind = Kind::timed_out;
+        RequestNumber latest = 0;  // stale: the client's latest request number
+        Bytes result;
+        Json snapshot;  // what `snapshot` returned right after the commit
+    };
+
+    LeaderPath(EventLoop& loop, Node& node, LockService* service, ClientPool& pool,
+               Forwarder& forwarder);
+
+    // Runs `serve` where the leader is, or forwards the call there; `relay` set means the call
+    // may wait at this replica (the leader answers a wait with 202 at commit).
+    void at_leader(const CallPtr& call, uint32_t wait_ms, Serve serve, Relay relay = {});
+    // Proposes `payload`; `done` runs once, on the loop: committed (with `snapshot` taken right
+    // after the apply), not the leader, stale, or timed out at `until`.
+    void propose(const ClientIdentity& identity, Bytes payload, SteadyTime until,
+                 std::function<Json()> snapshot, std::function<void(Proposed)> done);
+
+    uint64_t forwarded() const { return forwarded_; }
+
+private:
+    struct Attempt;
+    void attempt(const std::shared_ptr<Attempt>& attempt);
+    void try_again(const std::shared_ptr<Attempt>& attempt, SteadyTime started);
+    void forward(const std::shared_ptr<Attempt>& attempt, ReplicaIndex leader,
+                 SteadyTime started);
+
+    EventLoop& loop_;
+    Node& node_;
+    LockService* service_;
+    ClientPool& pool_;
+    Forwarder& forwarder_;
+    uint64_t forwarded_ = 0;
+};
+
+std::optional<std::string> response_header(const HttpResponse& response, std::string_view name);
+
+}  // namespace voltlock::api

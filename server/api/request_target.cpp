@@ -1,0 +1,118 @@
+#include "api/request_target.h"
+
+#include <algorithm>
+
+namespace voltlock::api {
+
+namespace {
+
+int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+// Decodes %XX escapes (and '+' as a space in the query); nullopt on a bad escape.
+std::optional<std::string> percent_decode(std::string_view text, bool plus_is_space)
+{
+    std::string out;
+    out.reserve(text.size());
+    for (size_t i = 0; i < text.size(); i++) {
+        const char c = text[i];
+        if (c == '%') {
+            if (i + 2 >= text.size()) return std::nullopt;
+            const int high = hex_digit(text[i + 1]);
+            const int low = hex_digit(text[i + 2]);
+            if (high < 0 || low < 0) return std::nullopt;
+            out.push_back(static_cast<char>(high * 16 + low));
+            i += 2;
+        } else if (c == '+' && plus_is_space) {
+            out.push_back(' ');
+        } else {
+            out.push_back(c);
+        }
+    }
+    return out;
+}
+
+ApiError bad_escape(std::string_view where, std::string_view text)
+{
+    return ApiError{400, "invalid_argument",
+                    std::string(where) + ": '" + std::string(text) +
+                        "' has a '%' that is not followed by two hex digits (write '%' as %25)",
+                    Json{{"field", where}, {"violation", "bad percent-encoding"}}};
+}
+
+template <typename Names>
+std::optional<ApiError> first_unknown(const Target& target, const Names& allowed)
+{
+    for (const auto& [name, value] : target.query) {
+        if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
+        Json names = Json::array();
+        for (const auto& a : allowed) names.push_back(std::string(a));
+        return ApiError{400, "unknown_field",
+                        "query parameter '" + name + "' is not one this endpoint takes" +
+                            (allowed.size() == 0 ? std::string(" (it takes none)")
+                                                 : std::string()),
+                        Json{{"field", name}, {"in", "query"}, {"allowed", names}}};
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+bool Target::has(std::string_view name) const { return get(name).has_value(); }
+
+std::optional<std::string> Target::get(std::string_view name) const
+{
+    for (const auto& [n, value] : query)
+        if (n == name) return value;
+    return std::nullopt;
+}
+
+Parsed<Target> parse_target(std::string_view raw)
+{
+    const size_t question = raw.find('?');
+    const std::string_view raw_path = raw.substr(0, question);
+    Target target;
+    auto path = percent_decode(raw_path, false);
+    if (!path) return bad_escape("path", raw_path);
+    target.path = std::move(*path);
+    if (question == std::string_view::npos) return target;
+    std::string_view rest = raw.substr(question + 1);
+    while (!rest.empty()) {
+        const size_t amp = rest.find('&');
+        const std::string_view pair = rest.substr(0, amp);
+        rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+        if (pair.empty()) continue;
+        const size_t equals = pair.find('=');
+        const std::string_view raw_name = pair.substr(0, equals);
+        const std::string_view raw_value =
+            equals == std::string_view::npos ? std::string_view() : pair.substr(equals + 1);
+        auto name = percent_decode(raw_name, true);
+        if (!name) return bad_escape("query", raw_name);
+        auto value = percent_decode(raw_value, true);
+        if (!value) return bad_escape(*name, raw_value);
+        if (target.has(*name))
+            return ApiError{400, "invalid_argument",
+                            "query parameter '" + *name + "' is given more than once",
+                            Json{{"field", *name}, {"violation", "given more than once"}}};
+        target.query.emplace_back(std::move(*name), std::move(*value));
+    }
+    return target;
+}
+
+std::optional<ApiError> check_query(const Target& target,
+                                    std::initializer_list<std::string_view> allowed)
+{
+    return first_unknown(target, allowed);
+}
+
+std::optional<ApiError> check_query(const Target& target, const std::vector<std::string>& allowed)
+{
+    return first_unknown(target, allowed);
+}
+
+}  // namespace voltlock::api

@@ -1,0 +1,69 @@
+#include "api/router.h"
+
+#include <spdlog/spdlog.h>
+
+namespace voltlock::api {
+
+void Router::add(const char* method, const char* pattern, std::string endpoint,
+                 std::vector<std::string> params, Where where, Handler handler)
+{
+    routes_.push_back(Route{method, std::regex(pattern), std::move(endpoint), std::move(params),
+                            where, std::move(handler)});
+}
+
+bool Router::exempt(std::string_view target)
+{
+    const std::string_view path = target.substr(0, target.find('?'));
+    return path == "/healthz" || path == "/readyz";
+}
+
+void Router::on_request(const std::shared_ptr<Exchange>& exchange)
+{
+    auto call = std::make_shared<Call>();
+    call->exchange = exchange;
+    call->method = exchange->method;
+    call->target = exchange->target;
+    call->body = exchange->body;
+    call->counters = &counters_;
+    auto target = parse_target(exchange->target);
+    if (!target.ok()) {
+        call->endpoint = "bad_target";
+        return call->fail(target.error());
+    }
+    call->parsed = std::move(target.value());
+    // HEAD is GET without the body (libmicrohttpd leaves the body out).
+    const std::string method = call->method == "HEAD" ? "GET" : call->method;
+    for (const Route& route : routes_) {
+        if (route.method != method) continue;
+        std::smatch groups;
+        if (!std::regex_match(call->parsed.path, groups, route.pattern)) continue;
+        for (size_t i = 0; i < groups.size(); i++) call->matches.push_back(groups[i].str());
+        call->endpoint = route.endpoint;
+        if (auto unknown = check_query(call->parsed, route.params)) return call->fail(*unknown);
+        if (route.where == Where::io_thread) return route.handler(call);
+        batch_.emplace_back(&route, std::move(call));
+        return;
+    }
+    call->endpoint = "unknown";
+    call->fail(not_found_route(call->method, call->parsed.path));
+}
+
+void Router::flush()
+{
+    if (batch_.empty()) return;
+    loop_.post([batch = std::move(batch_)] {
+        for (const auto& [route, call] : batch) {
+            if (call->gone()) continue;
+            try {
+                route->handler(call);
+            } catch (const std::exception& e) {
+                spdlog::error("http {} {}: {}", call->method, call->target, e.what());
+                call->fail(ApiError{500, "internal", std::string("internal error: ") + e.what(),
+                                    Json::object()});
+            }
+        }
+    });
+    batch_.clear();
+}
+
+}  // namespace voltlock::api

@@ -1,0 +1,55 @@
+// Routing and translation: which endpoint a request is, on the I/O thread. The target is
+// decoded strictly and its query parameters checked against the endpoint's (request_target.h);
+// a few endpoints are answered right there (/healthz, /readyz, the OpenAPI document, every
+// 400/404 about the target), so they answer within milliseconds whatever the replica's loop is
+// doing. Everything else becomes a Call, and the calls that arrived in one pass of the I/O
+// thread go to the replica's event loop together: one wake-up per batch.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "api/call.h"
+#include "api/http_server.h"
+#include "shell/event_loop.h"
+
+namespace voltlock::api {
+
+class Router {
+public:
+    using Handler = std::function<void(const CallPtr&)>;
+    enum class Where { io_thread, loop };
+
+    Router(EventLoop& loop, RequestCounters& counters) : loop_(loop), counters_(counters) {}
+
+    // `pattern` is anchored and matched against the decoded path; its groups are the call's
+    // matches. `params`: the query parameters the endpoint takes. Routes are tried in order.
+    void add(const char* method, const char* pattern, std::string endpoint,
+             std::vector<std::string> params, Where where, Handler handler);
+
+    // I/O thread.
+    void on_request(const std::shared_ptr<Exchange>& exchange);
+    void flush();
+    // Answered even on a connection over the limits (http_server.h).
+    static bool exempt(std::string_view target);
+
+private:
+    struct Route {
+        std::string method;
+        std::regex pattern;
+        std::string endpoint;
+        std::vector<std::string> params;
+        Where where;
+        Handler handler;
+    };
+
+    EventLoop& loop_;
+    RequestCounters& counters_;
+    std::vector<Route> routes_;
+    std::vector<std::pair<const Route*, CallPtr>> batch_;  // I/O thread
+};
+
+}  // namespace voltlock::api
