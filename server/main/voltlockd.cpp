@@ -6,26 +6,40 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include <httplib.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "api/http_api.h"
 #include "core/lock_machine.h"
+#include "shell/cell_init.h"
 #include "shell/config.h"
 #include "shell/event_loop.h"
+#include "shell/host_check.h"
 #include "shell/node.h"
+#include "shell/service_manager.h"
 
 namespace {
 
 using namespace voltlock;
 
-constexpr const char* usage = R"(usage: voltlockd --config FILE [options]
+constexpr const char* usage = R"(Usage: voltlockd --config FILE [options]
+  or:  voltlockd --check-config FILE
+  or:  voltlockd init-cell --replicas 3|5|7 --hosts H1,H2,... --out DIR [options]
 
-  --config FILE          the replica's JSON configuration (see deploy/ and scripts/cell)
+voltlockd is one replica of a Voltlock cell: a lock and configuration service whose 3, 5 or 7
+replicas agree by Viewstamped Replication over UDP and serve a JSON/HTTP API. Under systemd
+each replica runs as voltlockd@NAME, reading /etc/voltlock/NAME.json.
+
+Options:
+  --config FILE          the replica's JSON configuration (written by init-cell)
   --log-level LEVEL      trace, debug, info, warn or error (overrides the config)
   --electrode on|off     run VR's hot path in the kernel with eBPF, or not (overrides the config)
   --data-dir DIR         the replica's data directory (overrides the config's data_dir)
@@ -38,7 +52,39 @@ constexpr const char* usage = R"(usage: voltlockd --config FILE [options]
                          FILE, and exit: a backup (docs/storage.md)
   --import-snapshot FILE write FILE's snapshot into the replica's new, empty data directory,
                          and exit: a restore, done on every replica before they start
+  --check-config FILE    check FILE and whether it can run on this host (its address is
+                         here, its interface exists, its ports are free), print one line per
+                         problem naming the field and the fix, and exit
   --help                 this text
+  --version              the version
+
+Commands:
+  init-cell              write the configs of a new cell, one per host, and print what to
+                         copy where (voltlockd init-cell --help lists its options)
+
+Configuration:
+  A JSON object: cluster_id, replica (this one's index in replicas), replicas (a list of
+  {"ip", "udp_port", "http_port"}), and optionally interface, electrode ("on"/"off"),
+  fast_paths, durability ("snapshot"/"sync"), data_dir, snapshot_every_ops,
+  snapshot_every_seconds, log_level, tick_ms, heartbeat_ticks, view_change_timeout_ticks,
+  retransmit_ticks, pipeline_ops, max_message_bytes, machine.
+
+Signals:
+  SIGTERM and SIGINT stop the replica; the others carry on without it.
+
+Systemd:
+  With NOTIFY_SOCKET set (Type=notify) it sends READY=1 once its HTTP API answers, WATCHDOG=1
+  every half of WATCHDOG_USEC from its event loop, and STOPPING=1 when it stops.
+
+Exit status:
+  0 success; 1 a failure while running, or problems found by --check-config; 2 a command line
+  or configuration that cannot start (each problem printed).
+
+Files:
+  /etc/voltlock/NAME.json       a replica's configuration under systemd
+  /var/lib/voltlock/NAME        its data directory (the unit's StateDirectory)
+
+See docs/operations.md (installed in /usr/share/doc/voltlock) for running a cell.
 )";
 
 struct Flags {
@@ -49,6 +95,7 @@ struct Flags {
     std::string durability;
     std::string export_snapshot;
     std::string import_snapshot;
+    std::string check_config;
     bool recover = false;
 };
 
@@ -68,6 +115,11 @@ bool parse_flags(int argc, char** argv, Flags& flags)
         if (arg == "--help") {
             std::fputs(usage, stdout);
             std::exit(0);
+        } else if (arg == "--version") {
+            std::printf("voltlockd %s\n", VOLTLOCK_VERSION);
+            std::exit(0);
+        } else if (arg == "--check-config") {
+            if (!value(flags.check_config)) return false;
         } else if (arg == "--config") {
             if (!value(flags.config_path)) return false;
         } else if (arg == "--log-level") {
@@ -93,7 +145,7 @@ bool parse_flags(int argc, char** argv, Flags& flags)
             return false;
         }
     }
-    if (flags.config_path.empty()) {
+    if (flags.config_path.empty() && flags.check_config.empty()) {
         std::fprintf(stderr, "voltlockd: --config is required\n%s", usage);
         return false;
     }
@@ -271,18 +323,86 @@ int fail(const Error& error)
     return 1;
 }
 
+// --check-config: every problem of the file and of running it on this host, one line each.
+int check_config(const std::string& path)
+{
+    auto text = read_config_text(path);
+    auto config = text.ok() ? parse_config_fields(text.value()) : Result<DaemonConfig>(text.error());
+    if (!config.ok()) {
+        std::printf("%s: %s\n", path.c_str(), config.error().message().c_str());
+        return 1;
+    }
+    auto problems = config_problems(config.value());
+    for (auto& problem : host_problems(config.value())) problems.push_back(std::move(problem));
+    for (const auto& problem : problems) std::printf("%s: %s\n", path.c_str(), problem.line().c_str());
+    if (!problems.empty()) return 1;
+    const DaemonConfig& ok = config.value();
+    std::printf("%s: ok: replica %u of %zu in cell %u, udp %s:%u, http %s:%u\n", path.c_str(),
+                unsigned{ok.replica}, ok.replicas.size(), ok.cluster_id, ok.self().ip.c_str(),
+                unsigned{ok.self().udp_port}, ok.self().ip.c_str(), unsigned{ok.self().http_port});
+    return 0;
+}
+
+int init_cell(const std::vector<std::string>& args)
+{
+    for (const auto& arg : args)
+        if (arg == "--help") {
+            std::fputs(init_cell_usage, stdout);
+            return 0;
+        }
+    uint32_t fresh_cluster_id = 0;
+    while (fresh_cluster_id == 0)  // 0 is what a config left at its default would say
+        if (getrandom(&fresh_cluster_id, sizeof fresh_cluster_id, 0) != sizeof fresh_cluster_id)
+            fresh_cluster_id = 0;
+    auto plan = parse_init_cell(args, fresh_cluster_id);
+    if (!plan.ok()) {
+        std::fprintf(stderr, "voltlockd %s\n%s", plan.error().message().c_str(), init_cell_usage);
+        return 2;
+    }
+    if (auto written = write_cell(plan.value()); !written.ok()) {
+        std::fprintf(stderr, "voltlockd %s\n", written.error().message().c_str());
+        return 1;
+    }
+    std::fputs(cell_instructions(plan.value(), VOLTLOCK_ELECTRODE_DROPIN).c_str(), stdout);
+    return 0;
+}
+
+// Whether the replica's own HTTP API answers (GET /healthz), asked until `within` runs out:
+// only then does systemd hear READY=1, so that `systemctl start` returns when clients can talk.
+bool http_answers(const PeerAddress& self, std::chrono::seconds within)
+{
+    httplib::Client client(self.ip, self.http_port);
+    client.set_connection_timeout(1, 0);
+    client.set_read_timeout(5, 0);
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (auto answer = client.Get("/healthz"); answer && answer->status == 200) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
 {
+    if (argc >= 2 && std::string(argv[1]) == "init-cell")
+        return init_cell(std::vector<std::string>(argv + 2, argv + argc));
     Flags flags;
     if (!parse_flags(argc, argv, flags)) return 2;
+    if (!flags.check_config.empty()) return check_config(flags.check_config);
     auto config_result = configure(flags);
     if (!config_result.ok()) {
         std::fprintf(stderr, "voltlockd: %s\n", config_result.error().message().c_str());
         return 2;
     }
     const DaemonConfig& config = config_result.value();
+    // Taken from the environment first, so that nothing this process forks can speak for it.
+    auto service_manager = ServiceManager::from_environment();
+    if (!service_manager.ok()) {
+        std::fprintf(stderr, "voltlockd: %s\n", service_manager.error().message().c_str());
+        return 2;
+    }
 
     spdlog::set_default_logger(spdlog::stderr_color_mt("voltlockd"));
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
@@ -292,6 +412,13 @@ int main(int argc, char** argv)
         auto done = flags.export_snapshot.empty() ? import_snapshot(config, flags.import_snapshot)
                                                   : export_snapshot(config, flags.export_snapshot);
         return done.ok() ? 0 : fail(done.error());
+    }
+
+    if (const auto problems = host_problems(config); !problems.empty()) {
+        for (const auto& problem : problems)
+            std::fprintf(stderr, "voltlockd: %s: %s\n", flags.config_path.c_str(),
+                         problem.line().c_str());
+        return 2;
     }
 
     auto signals = shutdown_signals();
@@ -316,6 +443,8 @@ int main(int argc, char** argv)
             signalfd_siginfo info{};
             [[maybe_unused]] ssize_t got = ::read(signals.value().get(), &info, sizeof info);
             spdlog::info("r{}: signal {}: shutting down", config.replica, info.ssi_signo);
+            if (auto told = service_manager.value().notify("STOPPING=1"); !told.ok())
+                spdlog::warn("r{}: {}", config.replica, told.error().message());
             loop.value()->stop();
         });
         !watched.ok())
@@ -326,6 +455,19 @@ int main(int argc, char** argv)
                  config.self().ip, config.self().udp_port, config.self().ip,
                  config.self().http_port, durability_name(config.durability),
                  startup.value().description);
+    if (service_manager.value().notifying()) {
+        if (!http_answers(config.self(), std::chrono::seconds(30)))
+            return fail(Error{0, "the HTTP API on " + config.self().ip + ":" +
+                                     std::to_string(config.self().http_port) +
+                                     " does not answer GET /healthz"});
+        const std::string ready = "READY=1\nSTATUS=r" + std::to_string(config.replica) +
+                                  " serving HTTP on " + config.self().ip + ":" +
+                                  std::to_string(config.self().http_port);
+        if (auto told = service_manager.value().notify(ready); !told.ok())
+            return fail(told.error());
+    }
+    auto watchdog = service_manager.value().start_watchdog(*loop.value());
+    if (!watchdog.ok()) return fail(watchdog.error());
     loop.value()->run();
     http.stop();
     return 0;
