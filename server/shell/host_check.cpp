@@ -17,21 +17,38 @@ namespace voltlock {
 
 namespace {
 
+sockaddr_in socket_address(const std::string& ip, uint16_t port)
+{
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    inet_pton(AF_INET, ip.c_str(), &address.sin_addr);
+    return address;
+}
+
 // errno of binding ip:port (port 0: any) with a socket of `type`; 0 if it binds.
 int bind_error(const std::string& ip, uint16_t port, int type)
 {
     FileDescriptor fd(::socket(AF_INET, type | SOCK_CLOEXEC, 0));
     if (fd.get() < 0) return errno;
-    // As the HTTP server binds: connections of an earlier run in TIME_WAIT do not count.
+    // As the HTTP server (cpp-httplib) binds: connections a killed run left behind do not
+    // count. That would also let a listener of the same user through: listening() asks.
     const int on = 1;
-    if (type == SOCK_STREAM) ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(port);
-    inet_pton(AF_INET, ip.c_str(), &address.sin_addr);
+    if (type == SOCK_STREAM) ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &on, sizeof on);
+    const sockaddr_in address = socket_address(ip, port);
     if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0)
         return errno;
     return 0;
+}
+
+// Whether something accepts TCP connections on ip:port (this host's own address: the answer,
+// accepted or refused, is immediate).
+bool listening(const std::string& ip, uint16_t port)
+{
+    FileDescriptor fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const sockaddr_in address = socket_address(ip, port);
+    return fd.get() >= 0 &&
+           ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
 }
 
 // Which interface carries `ip` (has an IPv4 network holding it: lo holds all of 127/8).
@@ -69,7 +86,9 @@ void check_port(const std::string& field, const std::string& ip, uint16_t port, 
     const char* protocol = type == SOCK_DGRAM ? "u" : "t";
     const std::string endpoint =
         ip + ":" + std::to_string(port) + (type == SOCK_DGRAM ? "/udp" : "/tcp");
-    switch (const int error = bind_error(ip, port, type)) {
+    int error = bind_error(ip, port, type);
+    if (error == 0 && type == SOCK_STREAM && listening(ip, port)) error = EADDRINUSE;
+    switch (error) {
     case 0:
         return;
     case EADDRINUSE:

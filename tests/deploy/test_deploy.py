@@ -402,7 +402,8 @@ def test_cell_from_the_units_exec_start_serves_and_survives_kill_9(installed, tm
 
     def start(r):
         name = f"r{r}"
-        sockets.setdefault(r, NotifySocket(tmp_path / f"notify-{name}"))
+        if r not in sockets:
+            sockets[r] = NotifySocket(tmp_path / f"notify-{name}")
         env = dict(os.environ, NOTIFY_SOCKET=sockets[r].path, WATCHDOG_USEC=str(watchdog_usec))
         log = open(tmp_path / f"{name}.log", "a")
         processes[r] = subprocess.Popen(command(name), env=env, stdout=log, stderr=log)
