@@ -6,9 +6,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -367,20 +369,55 @@ int init_cell(const std::vector<std::string>& args)
     return 0;
 }
 
-// Whether the replica's own HTTP API answers (GET /healthz), asked until `within` runs out:
-// only then does systemd hear READY=1, so that `systemctl start` returns when clients can talk.
-bool http_answers(const PeerAddress& self, std::chrono::seconds within)
-{
-    httplib::Client client(self.ip, self.http_port);
-    client.set_connection_timeout(1, 0);
-    client.set_read_timeout(5, 0);
-    const auto deadline = std::chrono::steady_clock::now() + within;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (auto answer = client.Get("/healthz"); answer && answer->status == 200) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+// Sends READY=1 once the replica's own HTTP API answers GET /healthz, so that `systemctl start`
+// returns when clients can talk to it. It asks from a thread of its own while the loop runs (a
+// handler may need the loop); if no answer comes within `within`, it stops the loop, and the
+// daemon exits 1 for systemd to restart it.
+class ReadinessAnnouncer {
+public:
+    ReadinessAnnouncer(const ServiceManager& manager, const PeerAddress& self, EventLoop& loop,
+                       std::string status, std::chrono::seconds within)
+        : thread_([this, manager, self, &loop, status = std::move(status), within] {
+              if (http_answers(self, within)) {
+                  if (auto told = manager.notify("READY=1\nSTATUS=" + status); !told.ok())
+                      spdlog::warn("{}", told.error().message());
+                  return;
+              }
+              if (cancelled_) return;
+              failed_ = true;
+              loop.post([self, &loop] {
+                  spdlog::error("the HTTP API on {}:{} does not answer GET /healthz; stopping",
+                                self.ip, self.http_port);
+                  loop.stop();
+              });
+          })
+    {
     }
-    return false;
-}
+    ~ReadinessAnnouncer()
+    {
+        cancelled_ = true;
+        thread_.join();
+    }
+    bool failed() const { return failed_; }
+
+private:
+    bool http_answers(const PeerAddress& self, std::chrono::seconds within) const
+    {
+        httplib::Client client(self.ip, self.http_port);
+        client.set_connection_timeout(1, 0);
+        client.set_read_timeout(5, 0);
+        const auto deadline = std::chrono::steady_clock::now() + within;
+        while (!cancelled_ && std::chrono::steady_clock::now() < deadline) {
+            if (auto answer = client.Get("/healthz"); answer && answer->status == 200) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return false;
+    }
+
+    std::atomic<bool> cancelled_ = false;
+    std::atomic<bool> failed_ = false;
+    std::thread thread_;  // last: it starts once the flags exist
+};
 
 }  // namespace
 
@@ -455,20 +492,17 @@ int main(int argc, char** argv)
                  config.self().ip, config.self().udp_port, config.self().ip,
                  config.self().http_port, durability_name(config.durability),
                  startup.value().description);
-    if (service_manager.value().notifying()) {
-        if (!http_answers(config.self(), std::chrono::seconds(30)))
-            return fail(Error{0, "the HTTP API on " + config.self().ip + ":" +
-                                     std::to_string(config.self().http_port) +
-                                     " does not answer GET /healthz"});
-        const std::string ready = "READY=1\nSTATUS=r" + std::to_string(config.replica) +
-                                  " serving HTTP on " + config.self().ip + ":" +
-                                  std::to_string(config.self().http_port);
-        if (auto told = service_manager.value().notify(ready); !told.ok())
-            return fail(told.error());
-    }
+    std::optional<ReadinessAnnouncer> readiness;
+    if (service_manager.value().notifying())
+        readiness.emplace(service_manager.value(), config.self(), *loop.value(),
+                          "r" + std::to_string(config.replica) + " serving HTTP on " +
+                              config.self().ip + ":" + std::to_string(config.self().http_port),
+                          std::chrono::seconds(30));
     auto watchdog = service_manager.value().start_watchdog(*loop.value());
     if (!watchdog.ok()) return fail(watchdog.error());
     loop.value()->run();
+    const bool never_served = readiness && readiness->failed();
+    readiness.reset();
     http.stop();
-    return 0;
+    return never_served ? 1 : 0;
 }
