@@ -3,11 +3,11 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <atomic>
-#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -154,9 +154,12 @@ bool parse_flags(int argc, char** argv, Flags& flags)
     return true;
 }
 
+// The config file with the flags' overrides; its cross-field rules are left to problems().
 Result<DaemonConfig> configure(const Flags& flags)
 {
-    auto config = load_config(flags.config_path);
+    auto text = read_config_text(flags.config_path);
+    if (!text.ok()) return text.error();
+    auto config = parse_config_fields(text.value());
     if (!config.ok()) return config;
     if (!flags.log_level.empty()) config.value().log_level = flags.log_level;
     if (!flags.electrode.empty()) {
@@ -170,7 +173,6 @@ Result<DaemonConfig> configure(const Flags& flags)
         if (!durability.ok()) return Error{0, "--durability: " + durability.error().context};
         config.value().durability = durability.value();
     }
-    if (auto valid = validate_config(config.value()); !valid.ok()) return valid.error();
     return config;
 }
 
@@ -325,6 +327,15 @@ int fail(const Error& error)
     return 1;
 }
 
+// Every rule `config` breaks, and with `here` every reason it cannot run on this host.
+std::vector<ConfigProblem> problems(const DaemonConfig& config, bool here)
+{
+    auto found = config_problems(config);
+    if (here)
+        for (auto& problem : host_problems(config)) found.push_back(std::move(problem));
+    return found;
+}
+
 // --check-config: every problem of the file and of running it on this host, one line each.
 int check_config(const std::string& path)
 {
@@ -334,10 +345,10 @@ int check_config(const std::string& path)
         std::printf("%s: %s\n", path.c_str(), config.error().message().c_str());
         return 1;
     }
-    auto problems = config_problems(config.value());
-    for (auto& problem : host_problems(config.value())) problems.push_back(std::move(problem));
-    for (const auto& problem : problems) std::printf("%s: %s\n", path.c_str(), problem.line().c_str());
-    if (!problems.empty()) return 1;
+    const auto found = problems(config.value(), true);
+    for (const auto& problem : found)
+        std::printf("%s: %s\n", path.c_str(), problem.line().c_str());
+    if (!found.empty()) return 1;
     const DaemonConfig& ok = config.value();
     std::printf("%s: ok: replica %u of %zu in cell %u, udp %s:%u, http %s:%u\n", path.c_str(),
                 unsigned{ok.replica}, ok.replicas.size(), ok.cluster_id, ok.self().ip.c_str(),
@@ -434,6 +445,13 @@ int main(int argc, char** argv)
         return 2;
     }
     const DaemonConfig& config = config_result.value();
+    const bool runs_here = flags.export_snapshot.empty() && flags.import_snapshot.empty();
+    if (const auto found = problems(config, runs_here); !found.empty()) {
+        for (const auto& problem : found)
+            std::fprintf(stderr, "voltlockd: %s: %s\n", flags.config_path.c_str(),
+                         problem.line().c_str());
+        return 2;
+    }
     // Taken from the environment first, so that nothing this process forks can speak for it.
     auto service_manager = ServiceManager::from_environment();
     if (!service_manager.ok()) {
@@ -451,12 +469,6 @@ int main(int argc, char** argv)
         return done.ok() ? 0 : fail(done.error());
     }
 
-    if (const auto problems = host_problems(config); !problems.empty()) {
-        for (const auto& problem : problems)
-            std::fprintf(stderr, "voltlockd: %s: %s\n", flags.config_path.c_str(),
-                         problem.line().c_str());
-        return 2;
-    }
 
     auto signals = shutdown_signals();
     if (!signals.ok()) return fail(signals.error());

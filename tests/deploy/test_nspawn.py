@@ -1,0 +1,168 @@
+"""The units for real (issue 17): systemd boots in a container, the .deb is installed, and a
+3-replica cell runs as voltlockd@r0..r2 from configs init-cell wrote.
+
+Behind a flag, as it takes minutes the first time (VOLTLOCK_NSPAWN=1; needs root,
+systemd-nspawn from systemd-container, and debootstrap). The container's root is made once by
+debootstrap from Debian's packages and cached (VOLTLOCK_NSPAWN_ROOTFS, default
+/var/tmp/voltlock-nspawn/bookworm); each run boots a throwaway copy of it (--ephemeral) with a
+network namespace of its own (--private-network: only its loopback), so nothing reaches the host.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from test_deploy import BUILD_DIR, VOLTLOCKD, init_cell, wait_for
+
+ROOTFS = Path(os.environ.get("VOLTLOCK_NSPAWN_ROOTFS", "/var/tmp/voltlock-nspawn/bookworm"))
+MIRROR = "http://deb.debian.org/debian"
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("VOLTLOCK_NSPAWN") != "1",
+    reason="the systemd-nspawn boot takes minutes: run with VOLTLOCK_NSPAWN=1 (root)")
+
+
+def run(*argv, timeout=600, check=True):
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{argv}: exit {done.returncode}\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def runtime_packages(deb):
+    """The Debian packages the .deb depends on, by name (first of any alternatives)."""
+    depends = run("dpkg-deb", "-f", str(deb), "Depends").stdout
+    return [re.sub(r"\s*\(.*\)", "", item.split("|")[0]).strip() for item in depends.split(",")]
+
+
+def prepared_rootfs(deb):
+    """The cached root: Debian by debootstrap, with systemd and the .deb's dependencies."""
+    if not ROOTFS.exists():
+        partial = ROOTFS.with_name(ROOTFS.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        run("debootstrap", "--variant=minbase",
+            "--include=systemd,systemd-sysv,dbus,iproute2,curl,ca-certificates",
+            "bookworm", str(partial), MIRROR, timeout=1800)
+        partial.rename(ROOTFS)
+    missing = [p for p in runtime_packages(deb)
+               if run("systemd-nspawn", "-q", "-D", str(ROOTFS), "dpkg-query", "-W", p,
+                      check=False).returncode != 0]
+    if missing:
+        run("systemd-nspawn", "-q", "-D", str(ROOTFS), "apt-get", "install", "-y", "-q",
+            "--no-install-recommends", *missing, timeout=1800)
+    return ROOTFS
+
+
+class Container:
+    """A booted, throwaway copy of the root; commands run inside through nsenter."""
+
+    def __init__(self, rootfs, share, log):
+        self.name = f"vl-deploy-{uuid.uuid4().hex[:8]}"
+        self.log = open(log, "w")
+        self.process = subprocess.Popen(
+            ["systemd-nspawn", "-q", "--ephemeral", "-D", str(rootfs), "--boot",
+             "--private-network", "--register=no", f"--machine={self.name}",
+             f"--bind-ro={share}:/mnt/voltlock", "--console=passive"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.leader = wait_for(self._init_pid, 60, "the container's init")
+        wait_for(lambda: self.sh("systemctl is-system-running", check=False).stdout.strip()
+                 in ("running", "degraded"), 120, "the container's systemd to finish booting")
+
+    def _init_pid(self):
+        assert self.process.poll() is None, "systemd-nspawn exited"
+        out = run("ps", "-e", "-o", "pid=,ppid=,comm=").stdout.split("\n")
+        children = {}
+        for line in out:
+            fields = line.split()
+            if len(fields) == 3:
+                children.setdefault(int(fields[1]), []).append((int(fields[0]), fields[2]))
+        pending = [self.process.pid]
+        while pending:
+            for pid, comm in children.get(pending.pop(), []):
+                if comm == "systemd":
+                    return pid
+                pending.append(pid)
+        return None
+
+    def sh(self, command, check=True, timeout=120):
+        return run("nsenter", "-t", str(self.leader), "-a", "/bin/sh", "-c", command,
+                   check=check, timeout=timeout)
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # nspawn: an orderly poweroff
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+def test_cell_under_systemd_in_a_booted_container(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("systemd-nspawn needs root")
+    for tool in ("systemd-nspawn", "debootstrap", "nsenter", "dpkg-deb"):
+        if not shutil.which(tool):
+            pytest.skip(f"no {tool} (apt-get install systemd-container debootstrap)")
+    share = tmp_path / "share"
+    share.mkdir()
+    run("cpack", "-G", "DEB", "--config", f"{BUILD_DIR}/CPackConfig.cmake", "-B", str(share))
+    [deb] = list(share.glob("voltlock_*.deb"))
+    done = init_cell(share / "cell", "--replicas", "3", "--hosts", "127.0.0.1,127.0.0.1,127.0.0.1")
+    assert done.returncode == 0, done.stderr
+    replicas = json.loads((share / "cell/r0.json").read_text())["replicas"]
+    rootfs = prepared_rootfs(deb)
+
+    container = Container(rootfs, share, tmp_path / "console.log")
+    try:
+        c = container
+        c.sh(f"dpkg -i /mnt/voltlock/{deb.name}")
+        assert c.sh("id -u voltlock").stdout.strip().isdigit()
+        for r in range(3):
+            c.sh(f"install -m 0640 -g voltlock /mnt/voltlock/cell/r{r}.json /etc/voltlock/r{r}.json"
+                 f" && voltlockd --check-config /etc/voltlock/r{r}.json")
+        # Returns once each replica said READY=1: its HTTP API answers.
+        c.sh("systemctl start voltlockd@r0 voltlockd@r1 voltlockd@r2", timeout=180)
+        for r in range(3):
+            assert c.sh(f"systemctl is-active voltlockd@r{r}").stdout.strip() == "active"
+            assert c.sh(f"curl -sf http://127.0.0.1:{replicas[r]['http_port']}/healthz",
+                        check=False).returncode == 0
+        url = [f"http://127.0.0.1:{r['http_port']}" for r in replicas]
+        for r in range(3):
+            wait_for(lambda: c.sh(f"curl -sf {url[r]}/readyz", check=False).returncode == 0, 60,
+                     f"r{r} ready")
+        c.sh(f"curl -sf -XPUT {url[0]}/v1/kv/deploy/answer -d '{{\"value\": \"42\"}}'")
+        journal = c.sh("journalctl -u voltlockd@r1 --no-pager").stdout
+        assert "replica 1 of 3" in journal, journal
+        assert c.sh("stat -c %U:%a /var/lib/voltlock/r1").stdout.strip() == "voltlock:700"
+
+        # kill -9: systemd restarts it (Restart=on-failure), and it keeps the cell's data.
+        c.sh("systemctl kill -s KILL voltlockd@r1")
+        wait_for(lambda: c.sh("systemctl show -p NRestarts --value voltlockd@r1").stdout.strip()
+                 == "1" and c.sh("systemctl is-active voltlockd@r1", check=False).stdout.strip()
+                 == "active", 60, "systemd to restart r1")
+        wait_for(lambda: c.sh(f"curl -sf {url[1]}/readyz", check=False).returncode == 0, 60,
+                 "r1 ready after its restart")
+        value = json.loads(c.sh(f"curl -sf {url[1]}/v1/kv/deploy/answer").stdout)["value"]
+        assert value == "42"
+
+        c.sh("systemctl stop voltlockd@r0 voltlockd@r1 voltlockd@r2", timeout=300)
+        for r in range(3):
+            assert c.sh(f"systemctl is-active voltlockd@r{r}", check=False).stdout.strip() == \
+                "inactive"
+    except BaseException:
+        print(container.sh("journalctl -u 'voltlockd@*' --no-pager | tail -60",
+                           check=False).stdout)
+        raise
+    finally:
+        container.close()
