@@ -37,6 +37,16 @@ def run(*argv, timeout=600, check=True):
     return done
 
 
+def nspawn(*args):
+    """systemd-nspawn in a mount namespace of its own with a tmpfs on /run/systemd/nspawn: without
+    systemd as PID 1 the host's /run is no tmpfs, and nspawn refuses to clean up its propagation
+    directory there. Without systemd there is no bus either: --register=no --keep-unit. Nothing
+    of this reaches the host's mounts."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mkdir -p /run/systemd/nspawn && mount -t tmpfs tmpfs /run/systemd/nspawn && '
+            'exec "$@"', "sh", "systemd-nspawn", "-q", "--register=no", "--keep-unit", *args]
+
+
 def runtime_packages(deb):
     """The Debian packages the .deb depends on, by name (first of any alternatives)."""
     depends = run("dpkg-deb", "-f", str(deb), "Depends").stdout
@@ -54,11 +64,11 @@ def prepared_rootfs(deb):
             "bookworm", str(partial), MIRROR, timeout=1800)
         partial.rename(ROOTFS)
     missing = [p for p in runtime_packages(deb)
-               if run("systemd-nspawn", "-q", "-D", str(ROOTFS), "dpkg-query", "-W", p,
+               if run(*nspawn("-D", str(ROOTFS), "dpkg-query", "-W", p),
                       check=False).returncode != 0]
     if missing:
-        run("systemd-nspawn", "-q", "-D", str(ROOTFS), "apt-get", "install", "-y", "-q",
-            "--no-install-recommends", *missing, timeout=1800)
+        run(*nspawn("-D", str(ROOTFS), "apt-get", "install", "-y", "-q",
+                    "--no-install-recommends", *missing), timeout=1800)
     return ROOTFS
 
 
@@ -69,9 +79,9 @@ class Container:
         self.name = f"vl-deploy-{uuid.uuid4().hex[:8]}"
         self.log = open(log, "w")
         self.process = subprocess.Popen(
-            ["systemd-nspawn", "-q", "--ephemeral", "-D", str(rootfs), "--boot",
-             "--private-network", "--register=no", f"--machine={self.name}",
-             f"--bind-ro={share}:/mnt/voltlock", "--console=passive"],
+            nspawn("--ephemeral", "-D", str(rootfs), "--boot", "--private-network",
+                   f"--machine={self.name}", f"--bind-ro={share}:/mnt/voltlock",
+                   "--console=passive"),
             stdout=self.log, stderr=subprocess.STDOUT)
         self.leader = wait_for(self._init_pid, 60, "the container's init")
         wait_for(lambda: self.sh("systemctl is-system-running", check=False).stdout.strip()
@@ -155,6 +165,7 @@ def test_cell_under_systemd_in_a_booted_container(tmp_path):
                  "r1 ready after its restart")
         value = json.loads(c.sh(f"curl -sf {url[1]}/v1/kv/deploy/answer").stdout)["value"]
         assert value == "42"
+        print(c.sh("systemctl status --no-pager -n 3 voltlockd@r1").stdout)
 
         c.sh("systemctl stop voltlockd@r0 voltlockd@r1 voltlockd@r2", timeout=300)
         for r in range(3):
