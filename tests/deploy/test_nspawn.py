@@ -72,6 +72,36 @@ def prepared_rootfs(deb):
     return ROOTFS
 
 
+# Writes keys load/1, load/2, ... until /tmp/stop-writer exists, each to the first replica that
+# acknowledges it (trying them in turn, up to 100 rounds 0.1 s apart: a client's retries), and
+# keeps "<keys written> <attempts that failed> <keys given up on>" in /tmp/writer-progress.
+WRITER = r"""#!/bin/sh
+n=0; retries=0; failed=0
+while [ ! -e /tmp/stop-writer ]; do
+  n=$((n + 1)); ok=0; round=0
+  while [ $ok = 0 ] && [ $round -lt 100 ]; do
+    for port in $PORTS; do
+      if curl -sf -m 5 -XPUT "http://127.0.0.1:$port/v1/kv/load/$n" -d "{\"value\": \"$n\"}" \
+          >/dev/null; then ok=1; break; fi
+      retries=$((retries + 1))
+    done
+    round=$((round + 1)); [ $ok = 1 ] || sleep 0.1
+  done
+  [ $ok = 1 ] || failed=$((failed + 1))
+  echo "$n $retries $failed" > /tmp/writer-progress
+done
+"""
+
+# Counts the keys load/1..load/N whose value is not N, reading at one replica.
+CHECKER = r"""#!/bin/sh
+missing=0
+for i in $(seq 1 "$N"); do
+  curl -sf "http://127.0.0.1:$PORT/v1/kv/load/$i" | grep -q "\"value\":\"$i\"" || missing=$((missing + 1))
+done
+echo $missing
+"""
+
+
 class Container:
     """A booted, throwaway copy of the root; commands run inside through nsenter."""
 
@@ -166,6 +196,37 @@ def test_cell_under_systemd_in_a_booted_container(tmp_path):
         value = json.loads(c.sh(f"curl -sf {url[1]}/v1/kv/deploy/answer").stdout)["value"]
         assert value == "42"
         print(c.sh("systemctl status --no-pager -n 3 voltlockd@r1").stdout)
+
+        # A rolling restart under load: one replica at a time, each back in normal status before
+        # the next; the writer may retry (at another replica) but gives up on no key.
+        (share / "writer.sh").write_text(WRITER)
+        (share / "checker.sh").write_text(CHECKER)
+        ports = " ".join(str(r["http_port"]) for r in replicas)
+        writer = subprocess.Popen(["nsenter", "-t", str(c.leader), "-a", "/usr/bin/env",
+                                   f"PORTS={ports}", "/bin/sh", "/mnt/voltlock/writer.sh"])
+
+        def progress():
+            text = c.sh("cat /tmp/writer-progress 2>/dev/null", check=False).stdout.split()
+            return [int(x) for x in text] if len(text) == 3 else [0, 0, 0]
+
+        try:
+            wait_for(lambda: progress()[0] >= 20, 60, "the writer to write 20 keys")
+            for r in (1, 2, 0):  # followers first, the leader (r0) last
+                c.sh(f"systemctl restart voltlockd@r{r}", timeout=300)
+                wait_for(lambda: c.sh(f"curl -sf {url[r]}/readyz", check=False).returncode == 0,
+                         60, f"r{r} ready after its restart")
+                written = progress()[0]
+                wait_for(lambda: progress()[0] >= written + 10, 60, "the writer to go on")
+        finally:
+            c.sh("touch /tmp/stop-writer")
+            writer.wait(timeout=600)
+        written, retries, failed = progress()
+        print(f"rolling restart under load: {written} keys written, {retries} failed attempts "
+              f"retried, {failed} keys given up on")
+        assert failed == 0
+        missing = c.sh(f"N={written} PORT={replicas[2]['http_port']} sh /mnt/voltlock/checker.sh",
+                       timeout=600).stdout.strip()
+        assert missing == "0", f"{missing} of {written} acknowledged keys are missing"
 
         c.sh("systemctl stop voltlockd@r0 voltlockd@r1 voltlockd@r2", timeout=300)
         for r in range(3):
