@@ -277,11 +277,7 @@ std::string fast_paths_name(uint32_t fast_paths)
 {
     std::string names;
     for (const auto& [name, bit] : fast_path_names)
-        if (fast_paths & bit) {
-            // Appended piece by piece: GCC 12's -Wrestrict misfires on a + chain here (Release).
-            if (!names.empty()) names += ',';
-            names += name;
-        }
+        if (fast_paths & bit) names += (names.empty() ? "" : ",") + std::string(name);
     return names.empty() ? "none" : names;
 }
 
