@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -356,6 +357,19 @@ int check_config(const std::string& path)
     return 0;
 }
 
+// Where the package put the Electrode drop-in: beside this voltlockd (PREFIX/bin/voltlockd ->
+// PREFIX/share/voltlock/electrode.conf), else where this build installs it.
+std::string electrode_dropin_path()
+{
+    std::error_code error;
+    const auto beside = std::filesystem::read_symlink("/proc/self/exe", error)
+                            .parent_path()
+                            .parent_path() /
+                        "share/voltlock/electrode.conf";
+    return !error && std::filesystem::exists(beside, error) ? beside.string()
+                                                            : VOLTLOCK_ELECTRODE_DROPIN;
+}
+
 int init_cell(const std::vector<std::string>& args)
 {
     for (const auto& arg : args)
@@ -376,7 +390,7 @@ int init_cell(const std::vector<std::string>& args)
         std::fprintf(stderr, "voltlockd %s\n", written.error().message().c_str());
         return 1;
     }
-    std::fputs(cell_instructions(plan.value(), VOLTLOCK_ELECTRODE_DROPIN).c_str(), stdout);
+    std::fputs(cell_instructions(plan.value(), electrode_dropin_path()).c_str(), stdout);
     return 0;
 }
 

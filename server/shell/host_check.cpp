@@ -51,15 +51,20 @@ bool listening(const std::string& ip, uint16_t port)
            ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
 }
 
-// Which interface carries `ip` (has an IPv4 network holding it: lo holds all of 127/8).
-std::optional<std::string> interface_carrying(const std::string& ip)
+// This host's interfaces as getifaddrs() sees them, or nullopt if it cannot (it asks over
+// netlink, which the systemd unit allows only with Electrode's drop-in).
+struct Carrier {
+    std::optional<std::string> name;  // the interface that carries the address, if any
+};
+std::optional<Carrier> interface_carrying(const std::string& ip)
 {
     in_addr wanted{};
-    if (inet_pton(AF_INET, ip.c_str(), &wanted) != 1) return std::nullopt;
+    if (inet_pton(AF_INET, ip.c_str(), &wanted) != 1) return Carrier{};
     ifaddrs* list = nullptr;
     if (::getifaddrs(&list) != 0) return std::nullopt;
-    std::optional<std::string> found;
-    for (const ifaddrs* entry = list; entry && !found; entry = entry->ifa_next) {
+    Carrier carrier;
+    // An interface carries ip if it has it, or for loopback, its network (lo holds all 127/8).
+    for (const ifaddrs* entry = list; entry && !carrier.name; entry = entry->ifa_next) {
         if (!entry->ifa_addr || entry->ifa_addr->sa_family != AF_INET || !entry->ifa_netmask)
             continue;
         const auto address = reinterpret_cast<const sockaddr_in*>(entry->ifa_addr)->sin_addr;
@@ -67,10 +72,10 @@ std::optional<std::string> interface_carrying(const std::string& ip)
         if (address.s_addr == wanted.s_addr ||
             (mask.s_addr != 0 && (address.s_addr & mask.s_addr) == (wanted.s_addr & mask.s_addr) &&
              (entry->ifa_flags & IFF_LOOPBACK)))
-            found = entry->ifa_name;
+            carrier.name = entry->ifa_name;
     }
     ::freeifaddrs(list);
-    return found;
+    return carrier;
 }
 
 std::string port_fix(uint16_t port, const char* protocol)
@@ -115,7 +120,8 @@ std::vector<ConfigProblem> host_problems(const DaemonConfig& config)
     const PeerAddress& self = config.self();
     const std::string self_field = "replicas[" + std::to_string(config.replica) + "]";
     const bool local = bind_error(self.ip, 0, SOCK_DGRAM) == 0;
-    const auto carrier = interface_carrying(self.ip);
+    const auto interfaces = interface_carrying(self.ip);
+    const std::optional<std::string> carrier = interfaces ? interfaces->name : std::nullopt;
     if (!local)
         problems.push_back({self_field + ".ip",
                             self.ip + " (this replica's, replica " +
@@ -136,7 +142,8 @@ std::vector<ConfigProblem> host_problems(const DaemonConfig& config)
     } else if (::if_nametoindex(config.interface.c_str()) == 0) {
         problems.push_back({"interface", "no interface \"" + config.interface + "\" on this host",
                             use_carrier});
-    } else if (config.electrode == ElectrodeMode::on && local && carrier != config.interface) {
+    } else if (config.electrode == ElectrodeMode::on && local && interfaces &&
+               carrier != config.interface) {
         problems.push_back({"interface",
                             "\"" + config.interface + "\" does not carry " + self.ip +
                                 ", so the replicas' packets would not pass its eBPF programs",

@@ -105,13 +105,13 @@ echo $missing
 class Container:
     """A booted, throwaway copy of the root; commands run inside through nsenter."""
 
-    def __init__(self, rootfs, share, log):
+    def __init__(self, rootfs, share, log, *nspawn_args):
         self.name = f"vl-deploy-{uuid.uuid4().hex[:8]}"
         self.log = open(log, "w")
         self.process = subprocess.Popen(
             nspawn("--ephemeral", "-D", str(rootfs), "--boot", "--private-network",
                    f"--machine={self.name}", f"--bind-ro={share}:/mnt/voltlock",
-                   "--console=passive"),
+                   "--console=passive", *nspawn_args),
             stdout=self.log, stderr=subprocess.STDOUT)
         self.leader = wait_for(self._init_pid, 60, "the container's init")
         wait_for(lambda: self.sh("systemctl is-system-running", check=False).stdout.strip()
@@ -148,7 +148,8 @@ class Container:
         self.log.close()
 
 
-def test_cell_under_systemd_in_a_booted_container(tmp_path):
+def package(tmp_path):
+    """(the directory shared with the container, the .deb in it)"""
     if os.geteuid() != 0:
         pytest.skip("systemd-nspawn needs root")
     for tool in ("systemd-nspawn", "debootstrap", "nsenter", "dpkg-deb"):
@@ -158,6 +159,11 @@ def test_cell_under_systemd_in_a_booted_container(tmp_path):
     share.mkdir()
     run("cpack", "-G", "DEB", "--config", f"{BUILD_DIR}/CPackConfig.cmake", "-B", str(share))
     [deb] = list(share.glob("voltlock_*.deb"))
+    return share, deb
+
+
+def test_cell_under_systemd_in_a_booted_container(tmp_path):
+    share, deb = package(tmp_path)
     done = init_cell(share / "cell", "--replicas", "3", "--hosts", "127.0.0.1,127.0.0.1,127.0.0.1")
     assert done.returncode == 0, done.stderr
     replicas = json.loads((share / "cell/r0.json").read_text())["replicas"]
@@ -232,6 +238,55 @@ def test_cell_under_systemd_in_a_booted_container(tmp_path):
         for r in range(3):
             assert c.sh(f"systemctl is-active voltlockd@r{r}", check=False).stdout.strip() == \
                 "inactive"
+    except BaseException:
+        print(container.sh("journalctl -u 'voltlockd@*' --no-pager | tail -60",
+                           check=False).stdout)
+        raise
+    finally:
+        container.close()
+
+
+def test_electrode_drop_in_grants_what_the_fast_paths_need_and_the_unit_alone_does_not(tmp_path):
+    """r0 runs Electrode on lo with the drop-in, as the voltlock user with its three capabilities;
+    r1 asks for Electrode without the drop-in and is refused by the kernel, running VR in user
+    space; r2 runs without. (One XDP program per interface: on lo only one replica can have it.)
+    nspawn's own seccomp filter keeps bpf() from the container unless told otherwise."""
+    share, deb = package(tmp_path)
+    rootfs = prepared_rootfs(deb)
+    container = Container(rootfs, share, tmp_path / "console.log",
+                          "--capability=CAP_BPF,CAP_NET_ADMIN,CAP_PERFMON",
+                          "--system-call-filter=bpf perf_event_open")
+    try:
+        c = container
+        c.sh(f"dpkg -i /mnt/voltlock/{deb.name}")
+        # init-cell as installed: it names the drop-in where the package put it.
+        printed = c.sh("voltlockd init-cell --replicas 3 --hosts 127.0.0.1,127.0.0.1,127.0.0.1 "
+                       "--electrode on --interface lo --out /root/cell").stdout
+        assert "cp /usr/share/voltlock/electrode.conf /etc/systemd/system/voltlockd@r0.service.d/" \
+            in printed, printed
+        c.sh("""sed -i 's/"electrode": "on"/"electrode": "off"/' /root/cell/r2.json""")
+        for r in range(3):
+            c.sh(f"install -m 0640 -g voltlock /root/cell/r{r}.json /etc/voltlock/r{r}.json")
+        c.sh("mkdir -p /etc/systemd/system/voltlockd@r0.service.d && cp "
+             "/usr/share/voltlock/electrode.conf /etc/systemd/system/voltlockd@r0.service.d/ && "
+             "systemctl daemon-reload")
+        c.sh("systemctl start voltlockd@r0 voltlockd@r1 voltlockd@r2", timeout=180)
+
+        status = json.loads(c.sh("curl -sf http://127.0.0.1:7480/v1/status").stdout)
+        assert status["electrode"]["interface"] == "lo", status["electrode"]
+        pid = c.sh("systemctl show -p MainPID --value voltlockd@r0").stdout.strip()
+        assert c.sh(f"stat -c %U /proc/{pid}").stdout.strip() == "voltlock"
+        effective = c.sh(f"grep CapEff /proc/{pid}/status").stdout.split()[1]
+        assert int(effective, 16) == (1 << 12) | (1 << 38) | (1 << 39)  # NET_ADMIN PERFMON BPF
+        assert "electrode on lo" in c.sh("journalctl -u voltlockd@r0 --no-pager").stdout
+        r1 = c.sh("journalctl -u voltlockd@r1 --no-pager").stdout
+        assert "Operation not permitted; VR runs in user space" in r1, r1
+        wait_for(lambda: c.sh("curl -sf http://127.0.0.1:7480/readyz", check=False).returncode
+                 == 0, 60, "r0 ready")
+        c.sh("""curl -sf -XPUT http://127.0.0.1:7480/v1/kv/fast -d '{"value": "path"}'""")
+        value = json.loads(c.sh("curl -sf http://127.0.0.1:7482/v1/kv/fast").stdout)["value"]
+        assert value == "path"
+        c.sh("systemctl stop voltlockd@r0 voltlockd@r1 voltlockd@r2", timeout=300)
     except BaseException:
         print(container.sh("journalctl -u 'voltlockd@*' --no-pager | tail -60",
                            check=False).stdout)
