@@ -295,14 +295,16 @@ def systemd_analyze():
 
 
 def test_unit_passes_systemd_analyze_verify(installed):
-    if not MAN_PAGE:
-        pytest.skip("no man page (help2man was missing at configure time), and the unit's "
-                    "Documentation= names it")
+    """Every key and value, the ExecStart binary (the one installed with it) and, where man is
+    there to look, the man page its Documentation= names (from the same install)."""
     unit = installed / "lib/systemd/system/voltlockd@.service"
     env = dict(os.environ, MANPATH=str(installed / "share/man"))
-    done = subprocess.run([systemd_analyze(), "verify", str(unit)], env=env, capture_output=True,
-                          text=True, timeout=60)
+    check_man = MAN_PAGE and shutil.which("man") is not None
+    done = subprocess.run([systemd_analyze(), "verify", f"--man={'yes' if check_man else 'no'}",
+                           str(unit)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout + done.stderr == "", done.stdout + done.stderr
+    if not check_man:
+        print("verified without the man page: no help2man at configure time, or no man")
 
 
 @pytest.mark.parametrize("electrode", [False, True], ids=["electrode-off", "electrode-drop-in"])
