@@ -13,10 +13,12 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <httplib.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -309,6 +311,40 @@ Result<Startup> open_data_directory(const DaemonConfig& config, bool recover)
                    std::move(storage.value()), std::move(restored), std::move(description)};
 }
 
+// "<4>" for a warning: the priority prefix of sd-daemon(3), which journald reads off each line.
+class JournalPriority : public spdlog::custom_flag_formatter {
+public:
+    void format(const spdlog::details::log_msg& message, const std::tm&,
+                spdlog::memory_buf_t& out) override
+    {
+        // trace, debug, info, warn, err, critical, off -> syslog's debug .. crit.
+        static constexpr std::string_view prefixes[] = {"<7>", "<7>", "<6>", "<4>",
+                                                        "<3>", "<2>", "<6>"};
+        const std::string_view prefix = prefixes[message.level];
+        out.append(prefix.data(), prefix.data() + prefix.size());
+    }
+    std::unique_ptr<custom_flag_formatter> clone() const override
+    {
+        return std::make_unique<JournalPriority>();
+    }
+};
+
+enum class LogReader { terminal, journal };
+
+// On a terminal: a timestamp and the level in colour. Into the journal (systemd sets
+// JOURNAL_STREAM): no timestamp, as journald stamps each line, and the level as its priority,
+// so that `journalctl -u voltlockd@r0 -p warning` shows warnings and worse.
+void log_for(LogReader reader)
+{
+    if (reader == LogReader::terminal) {
+        spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+        return;
+    }
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<JournalPriority>('*').set_pattern("%*%l %v");
+    spdlog::set_formatter(std::move(formatter));
+}
+
 // SIGINT and SIGTERM arrive as readable data on a signalfd, so shutdown runs on the loop.
 Result<FileDescriptor> shutdown_signals()
 {
@@ -461,9 +497,10 @@ int main(int argc, char** argv)
     const DaemonConfig& config = config_result.value();
     const bool runs_here = flags.export_snapshot.empty() && flags.import_snapshot.empty();
     if (const auto found = problems(config, runs_here); !found.empty()) {
+        const char* error_priority = std::getenv("JOURNAL_STREAM") ? "<3>" : "";  // log_for()
         for (const auto& problem : found)
-            std::fprintf(stderr, "voltlockd: %s: %s\n", flags.config_path.c_str(),
-                         problem.line().c_str());
+            std::fprintf(stderr, "%svoltlockd: %s: %s\n", error_priority,
+                         flags.config_path.c_str(), problem.line().c_str());
         return 2;
     }
     // Taken from the environment first, so that nothing this process forks can speak for it.
@@ -474,7 +511,7 @@ int main(int argc, char** argv)
     }
 
     spdlog::set_default_logger(spdlog::stderr_color_mt("voltlockd"));
-    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+    log_for(std::getenv("JOURNAL_STREAM") ? LogReader::journal : LogReader::terminal);
     spdlog::set_level(spdlog::level::from_str(config.log_level));
 
     if (!flags.export_snapshot.empty() || !flags.import_snapshot.empty()) {

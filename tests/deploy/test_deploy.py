@@ -215,6 +215,12 @@ def test_check_config_prints_one_line_per_problem_and_the_daemon_refuses_it(tmp_
         assert started.returncode == 2
         assert [line.split(": ")[2] for line in started.stderr.splitlines()] == \
             ["interface", "replicas[0].udp_port", "replicas[0].http_port"], started.stderr
+        # Under systemd (JOURNAL_STREAM set) each line carries the journal's error priority.
+        journaled = subprocess.run([VOLTLOCKD, "--config", str(path)], capture_output=True,
+                                   text=True, timeout=30,
+                                   env=dict(os.environ, JOURNAL_STREAM="8:1234"))
+        assert journaled.returncode == 2
+        assert all(line.startswith("<3>voltlockd: ") for line in journaled.stderr.splitlines())
     finally:
         held_udp.close()
         held_tcp.close()
