@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -364,12 +365,18 @@ int fail(const Error& error)
     return 1;
 }
 
-// Every rule `config` breaks, and with `here` every reason it cannot run on this host.
-std::vector<ConfigProblem> problems(const DaemonConfig& config, bool here)
+// What a line of error output starts with: the journal's error priority under systemd
+// (log_for() does the same for the log).
+const char* error_line_prefix() { return std::getenv("JOURNAL_STREAM") ? "<3>" : ""; }
+
+// Every rule `config` breaks, then what else the checks `also` find.
+std::vector<ConfigProblem> problems(
+    const DaemonConfig& config,
+    std::initializer_list<std::vector<ConfigProblem> (*)(const DaemonConfig&)> also)
 {
     auto found = config_problems(config);
-    if (here)
-        for (auto& problem : host_problems(config)) found.push_back(std::move(problem));
+    for (const auto check : also)
+        for (auto& problem : check(config)) found.push_back(std::move(problem));
     return found;
 }
 
@@ -379,12 +386,13 @@ int check_config(const std::string& path)
     auto text = read_config_text(path);
     auto config = text.ok() ? parse_config_fields(text.value()) : Result<DaemonConfig>(text.error());
     if (!config.ok()) {
-        std::printf("%s: %s\n", path.c_str(), config.error().message().c_str());
+        std::printf("%s%s: %s\n", error_line_prefix(), path.c_str(),
+                    config.error().message().c_str());
         return 1;
     }
-    const auto found = problems(config.value(), true);
+    const auto found = problems(config.value(), {host_problems, interface_problems});
     for (const auto& problem : found)
-        std::printf("%s: %s\n", path.c_str(), problem.line().c_str());
+        std::printf("%s%s: %s\n", error_line_prefix(), path.c_str(), problem.line().c_str());
     if (!found.empty()) return 1;
     const DaemonConfig& ok = config.value();
     std::printf("%s: ok: replica %u of %zu in cell %u, udp %s:%u, http %s:%u\n", path.c_str(),
@@ -495,11 +503,13 @@ int main(int argc, char** argv)
         return 2;
     }
     const DaemonConfig& config = config_result.value();
+    // A backup or restore runs beside the stopped replica: its address and ports do not matter.
+    // An interface problem does not stop the replica: it runs without Electrode, saying why.
     const bool runs_here = flags.export_snapshot.empty() && flags.import_snapshot.empty();
-    if (const auto found = problems(config, runs_here); !found.empty()) {
-        const char* error_priority = std::getenv("JOURNAL_STREAM") ? "<3>" : "";  // log_for()
+    const auto found = runs_here ? problems(config, {host_problems}) : problems(config, {});
+    if (!found.empty()) {
         for (const auto& problem : found)
-            std::fprintf(stderr, "%svoltlockd: %s: %s\n", error_priority,
+            std::fprintf(stderr, "%svoltlockd: %s: %s\n", error_line_prefix(),
                          flags.config_path.c_str(), problem.line().c_str());
         return 2;
     }

@@ -111,6 +111,8 @@ void check_port(const std::string& field, const std::string& ip, uint16_t port, 
     }
 }
 
+bool is_local(const std::string& ip) { return bind_error(ip, 0, SOCK_DGRAM) == 0; }
+
 }  // namespace
 
 std::vector<ConfigProblem> host_problems(const DaemonConfig& config)
@@ -119,20 +121,30 @@ std::vector<ConfigProblem> host_problems(const DaemonConfig& config)
     if (config.replica >= config.replicas.size()) return problems;  // config_problems() says so
     const PeerAddress& self = config.self();
     const std::string self_field = "replicas[" + std::to_string(config.replica) + "]";
-    const bool local = bind_error(self.ip, 0, SOCK_DGRAM) == 0;
-    const auto interfaces = interface_carrying(self.ip);
-    const std::optional<std::string> carrier = interfaces ? interfaces->name : std::nullopt;
-    if (!local)
+    if (!is_local(self.ip)) {
         problems.push_back({self_field + ".ip",
                             self.ip + " (this replica's, replica " +
                                 std::to_string(config.replica) + ") is not an address of this "
                                 "host",
                             "set replica to this host's position in replicas, or run this config "
                             "on the host that has " + self.ip});
+        return problems;
+    }
+    check_port(self_field + ".udp_port", self.ip, self.udp_port, SOCK_DGRAM, problems);
+    check_port(self_field + ".http_port", self.ip, self.http_port, SOCK_STREAM, problems);
+    return problems;
+}
 
+std::vector<ConfigProblem> interface_problems(const DaemonConfig& config)
+{
+    std::vector<ConfigProblem> problems;
+    if (config.replica >= config.replicas.size()) return problems;
+    const std::string& ip = config.self().ip;
+    const auto interfaces = interface_carrying(ip);
+    const std::optional<std::string> carrier = interfaces ? interfaces->name : std::nullopt;
     const std::string use_carrier =
-        carrier ? "set interface to \"" + *carrier + "\", which carries " + self.ip
-                : "set interface to the network interface that carries " + self.ip +
+        carrier ? "set interface to \"" + *carrier + "\", which carries " + ip
+                : "set interface to the network interface that carries " + ip +
                       " (ip -br addr lists them)";
     if (config.interface.empty()) {
         if (config.electrode == ElectrodeMode::on)
@@ -142,17 +154,12 @@ std::vector<ConfigProblem> host_problems(const DaemonConfig& config)
     } else if (::if_nametoindex(config.interface.c_str()) == 0) {
         problems.push_back({"interface", "no interface \"" + config.interface + "\" on this host",
                             use_carrier});
-    } else if (config.electrode == ElectrodeMode::on && local && interfaces &&
+    } else if (config.electrode == ElectrodeMode::on && interfaces && is_local(ip) &&
                carrier != config.interface) {
         problems.push_back({"interface",
-                            "\"" + config.interface + "\" does not carry " + self.ip +
+                            "\"" + config.interface + "\" does not carry " + ip +
                                 ", so the replicas' packets would not pass its eBPF programs",
                             use_carrier});
-    }
-
-    if (local) {
-        check_port(self_field + ".udp_port", self.ip, self.udp_port, SOCK_DGRAM, problems);
-        check_port(self_field + ".http_port", self.ip, self.http_port, SOCK_STREAM, problems);
     }
     return problems;
 }

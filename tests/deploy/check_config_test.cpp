@@ -78,6 +78,7 @@ TEST_CASE("check-config: a good config has no problem")
     config.replicas[0] = {"127.0.0.1", free_port(SOCK_DGRAM), free_port(SOCK_STREAM)};
     CHECK(lines(config_problems(config)) == "");
     CHECK(lines(host_problems(config)) == "");
+    CHECK(lines(interface_problems(config)) == "");
 }
 
 TEST_CASE("check-config: a wrong peer count names replicas and the fix")
@@ -132,19 +133,20 @@ TEST_CASE("check-config: a missing interface, with the one that carries the addr
 {
     DaemonConfig config = loopback_cell(free_port(SOCK_DGRAM));
     config.electrode = ElectrodeMode::on;
-    auto problems = host_problems(config);
+    CHECK(lines(host_problems(config)) == "");  // the daemon starts, without Electrode
+    auto problems = interface_problems(config);
     CAPTURE(lines(problems));
     CHECK(has(problems, "interface", "electrode is on but no interface is named for the eBPF "
                                      "programs; fix: set interface to \"lo\", which carries "
                                      "127.0.0.1"));
 
     config.interface = "vl-missing0";
-    problems = host_problems(config);
+    problems = interface_problems(config);
     CAPTURE(lines(problems));
     CHECK(has(problems, "interface", "no interface \"vl-missing0\" on this host; fix: set "
                                      "interface to \"lo\""));
     config.electrode = ElectrodeMode::off;  // named but not used: still not there
-    CHECK(has(host_problems(config), "interface", "no interface \"vl-missing0\""));
+    CHECK(has(interface_problems(config), "interface", "no interface \"vl-missing0\""));
 }
 
 TEST_CASE("check-config: an address that is not this host's")

@@ -6,9 +6,9 @@
   `systemd-analyze security --offline=true` (with and without the Electrode drop-in);
 - sd_notify against a real NOTIFY_SOCKET: READY=1 only once HTTP answers, WATCHDOG=1 pings from
   the event loop, STOPPING=1 on SIGTERM, each sent by the daemon's own pid (NotifyAccess=main);
-- a 3-replica cell on loopback, each replica started by the installed unit's ExecStart exactly
-  as written (only %i and the /etc and /var/lib directories mapped into a temporary directory),
-  serving, one replica killed -9 and started again, keeping the cell's data.
+- a 3-replica cell on loopback, each replica started by the installed unit's ExecStartPre and
+  ExecStart exactly as written (only %i and the /etc and /var/lib directories mapped into a
+  temporary directory), serving, one replica killed -9 and started again, keeping the data.
 
 Everything runs on loopback, as the user running the tests; nothing is installed on the host.
 """
@@ -197,16 +197,17 @@ def test_check_config_prints_one_line_per_problem_and_the_daemon_refuses_it(tmp_
         assert done.returncode == 1
         lines = done.stdout.splitlines()
         fields = [line.split(": ")[1] for line in lines]
-        assert fields == ["replicas", "replicas[1].udp_port", "interface", "replicas[0].udp_port",
-                          "replicas[0].http_port"], lines
+        assert fields == ["replicas", "replicas[1].udp_port", "replicas[0].udp_port",
+                          "replicas[0].http_port", "interface"], lines
         assert all(line.startswith(f"{path}: ") and "; fix: " in line for line in lines), lines
         assert "lists 4 replicas" in lines[0]
         assert f"127.0.0.1:{udp} is also replicas[0].udp_port" in lines[1]
-        assert 'no interface "vl-nosuch0" on this host; fix: set interface to "lo"' in lines[2]
-        assert f"127.0.0.1:{udp}/udp is in use" in lines[3]
-        assert f"127.0.0.1:{http_base}/tcp is in use" in lines[4]
+        assert f"127.0.0.1:{udp}/udp is in use" in lines[2]
+        assert f"127.0.0.1:{http_base}/tcp is in use" in lines[3]
+        assert 'no interface "vl-nosuch0" on this host; fix: set interface to "lo"' in lines[4]
 
-        # Only the host's problems left: the daemon itself refuses to start, saying the same.
+        # Only the host's problems left: the daemon itself refuses to start on those that keep it
+        # from running; a missing interface only costs it Electrode (it says so, and runs).
         config["replicas"] = config["replicas"][:3]
         config["replicas"][1]["udp_port"] = udp + 1
         path.write_text(json.dumps(config))
@@ -214,7 +215,7 @@ def test_check_config_prints_one_line_per_problem_and_the_daemon_refuses_it(tmp_
                                  text=True, timeout=30)
         assert started.returncode == 2
         assert [line.split(": ")[2] for line in started.stderr.splitlines()] == \
-            ["interface", "replicas[0].udp_port", "replicas[0].http_port"], started.stderr
+            ["replicas[0].udp_port", "replicas[0].http_port"], started.stderr
         # Under systemd (JOURNAL_STREAM set) each line carries the journal's error priority.
         journaled = subprocess.run([VOLTLOCKD, "--config", str(path)], capture_output=True,
                                    text=True, timeout=30,
@@ -387,21 +388,26 @@ def test_no_ready_while_the_http_port_is_taken(tmp_path):
         notify.close()
 
 
-def unit_exec_start(installed):
+def unit_commands(installed):
+    """The unit's ExecStartPre and ExecStart command lines, and its watchdog in microseconds."""
     unit = (installed / "lib/systemd/system/voltlockd@.service").read_text()
-    [line] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
-    watchdog = re.search(r"^WatchdogSec=(\d+)s$", unit, re.M)
-    return line[len("ExecStart="):], int(watchdog.group(1)) * 1_000_000
+
+    def value(key):
+        [line] = [line for line in unit.splitlines() if line.startswith(key + "=")]
+        return line[len(key) + 1:]
+
+    watchdog = re.fullmatch(r"(\d+)s", value("WatchdogSec"))
+    return value("ExecStartPre"), value("ExecStart"), int(watchdog.group(1)) * 1_000_000
 
 
 def test_cell_from_the_units_exec_start_serves_and_survives_kill_9(installed, tmp_path):
-    exec_start, watchdog_usec = unit_exec_start(installed)
+    exec_start_pre, exec_start, watchdog_usec = unit_commands(installed)
     replicas = loopback_cell(tmp_path / "etc")
     (tmp_path / "var").mkdir()
 
-    def command(name):
-        line = exec_start.replace("%i", name).replace("/etc/voltlock/", f"{tmp_path}/etc/") \
-                         .replace("/var/lib/voltlock/", f"{tmp_path}/var/")
+    def command(line, name):
+        line = line.replace("%i", name).replace("/etc/voltlock/", f"{tmp_path}/etc/") \
+                   .replace("/var/lib/voltlock/", f"{tmp_path}/var/")
         argv = shlex.split(line)
         assert argv[0] == str(installed / "bin/voltlockd")
         return argv
@@ -414,7 +420,11 @@ def test_cell_from_the_units_exec_start_serves_and_survives_kill_9(installed, tm
             sockets[r] = NotifySocket(tmp_path / f"notify-{name}")
         env = dict(os.environ, NOTIFY_SOCKET=sockets[r].path, WATCHDOG_USEC=str(watchdog_usec))
         log = open(tmp_path / f"{name}.log", "a")
-        processes[r] = subprocess.Popen(command(name), env=env, stdout=log, stderr=log)
+        checked = subprocess.run(command(exec_start_pre, name), stdout=log, stderr=log,
+                                 timeout=30)
+        assert checked.returncode == 0, (tmp_path / f"{name}.log").read_text()
+        processes[r] = subprocess.Popen(command(exec_start, name), env=env, stdout=log,
+                                        stderr=log)
 
     base = [f"http://127.0.0.1:{r['http_port']}" for r in replicas]
     try:

@@ -177,12 +177,24 @@ def test_cell_under_systemd_in_a_booted_container(tmp_path):
         for r in range(3):
             c.sh(f"install -m 0640 -g voltlock /mnt/voltlock/cell/r{r}.json /etc/voltlock/r{r}.json"
                  f" && voltlockd --check-config /etc/voltlock/r{r}.json")
+        # A config that cannot run here: the unit's ExecStartPre (--check-config) refuses it,
+        # every problem a line at error priority in the journal.
+        bad = json.loads((share / "cell/r0.json").read_text())
+        bad.update(electrode="on", interface="eth9")
+        (share / "bad.json").write_text(json.dumps(bad))
+        c.sh("install -m 0640 -g voltlock /mnt/voltlock/bad.json /etc/voltlock/bad.json")
+
         # Returns once each replica said READY=1: its HTTP API answers.
         c.sh("systemctl start voltlockd@r0 voltlockd@r1 voltlockd@r2", timeout=180)
         for r in range(3):
             assert c.sh(f"systemctl is-active voltlockd@r{r}").stdout.strip() == "active"
             assert c.sh(f"curl -sf http://127.0.0.1:{replicas[r]['http_port']}/healthz",
                         check=False).returncode == 0
+        assert c.sh("systemctl start voltlockd@bad", check=False).returncode != 0
+        refused = c.sh("journalctl -u voltlockd@bad --no-pager -p err -o cat").stdout
+        assert "/etc/voltlock/bad.json: replicas[0].udp_port: 127.0.0.1:7400/udp is in use" \
+            in refused, refused
+        assert '/etc/voltlock/bad.json: interface: no interface "eth9" on this host' in refused
         url = [f"http://127.0.0.1:{r['http_port']}" for r in replicas]
         for r in range(3):
             wait_for(lambda: c.sh(f"curl -sf {url[r]}/readyz", check=False).returncode == 0, 60,
