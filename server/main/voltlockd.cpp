@@ -384,7 +384,8 @@ std::vector<ConfigProblem> problems(
 int check_config(const std::string& path)
 {
     auto text = read_config_text(path);
-    auto config = text.ok() ? parse_config_fields(text.value()) : Result<DaemonConfig>(text.error());
+    auto config =
+        text.ok() ? parse_config_fields(text.value()) : Result<DaemonConfig>(text.error());
     if (!config.ok()) {
         std::printf("%s%s: %s\n", error_line_prefix(), path.c_str(),
                     config.error().message().c_str());

@@ -89,7 +89,8 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
     for (size_t i = 0; i < args.size(); i++) {
         std::string flag = args[i];
         std::string value;
-        if (const size_t equals = flag.find('='); flag.starts_with("--") && equals != std::string::npos) {
+        const size_t equals = flag.find('=');
+        if (flag.starts_with("--") && equals != std::string::npos) {
             value = flag.substr(equals + 1);
             flag = flag.substr(0, equals);
         } else if (flags.contains(flag)) {

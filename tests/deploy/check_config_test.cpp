@@ -156,8 +156,9 @@ TEST_CASE("check-config: an address that is not this host's")
     const auto problems = host_problems(config);
     CAPTURE(lines(problems));
     CHECK(problems.size() == 1);
-    CHECK(has(problems, "replicas[0].ip", "192.0.2.1 (this replica's, replica 0) is not an address "
-                                          "of this host; fix: set replica to this host's position"));
+    CHECK(has(problems, "replicas[0].ip",
+              "192.0.2.1 (this replica's, replica 0) is not an address of this host; fix: set "
+              "replica to this host's position"));
 }
 
 TEST_CASE("check-config: a port in use, UDP or HTTP, names the port's field and who to ask")

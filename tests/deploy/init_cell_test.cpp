@@ -192,8 +192,9 @@ TEST_CASE("init-cell: the instructions say what goes to which host")
     const std::string text = cell_instructions(plan.value(), "/usr/share/voltlock/electrode.conf");
     for (int r = 0; r < 3; r++) {
         const std::string name = "r" + std::to_string(r);
-        CHECK(text.find("10.0.0." + std::to_string(r + 1) + ":\n    install -m 0640 -g voltlock /x/" +
-                        name + ".json /etc/voltlock/" + name + ".json") != std::string::npos);
+        CHECK(text.find("10.0.0." + std::to_string(r + 1) +
+                        ":\n    install -m 0640 -g voltlock /x/" + name + ".json /etc/voltlock/" +
+                        name + ".json") != std::string::npos);
         CHECK(text.find("cp /usr/share/voltlock/electrode.conf /etc/systemd/system/voltlockd@" +
                         name + ".service.d/") != std::string::npos);
         CHECK(text.find("systemctl enable --now voltlockd@" + name) != std::string::npos);

@@ -96,7 +96,8 @@ done
 CHECKER = r"""#!/bin/sh
 missing=0
 for i in $(seq 1 "$N"); do
-  curl -sf "http://127.0.0.1:$PORT/v1/kv/load/$i" | grep -q "\"value\":\"$i\"" || missing=$((missing + 1))
+  curl -sf "http://127.0.0.1:$PORT/v1/kv/load/$i" | grep -q "\"value\":\"$i\"" ||
+    missing=$((missing + 1))
 done
 echo $missing
 """
