@@ -3,29 +3,49 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
 
+#include <httplib.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "api/http_api.h"
 #include "core/lock_machine.h"
+#include "shell/cell_init.h"
 #include "shell/config.h"
 #include "shell/event_loop.h"
+#include "shell/host_check.h"
 #include "shell/node.h"
+#include "shell/service_manager.h"
 
 namespace {
 
 using namespace voltlock;
 
-constexpr const char* usage = R"(usage: voltlockd --config FILE [options]
+constexpr const char* usage = R"(Usage: voltlockd --config FILE [options]
+  or:  voltlockd --check-config FILE
+  or:  voltlockd init-cell --replicas 3|5|7 --hosts H1,H2,... --out DIR [options]
 
-  --config FILE          the replica's JSON configuration (see deploy/ and scripts/cell)
+voltlockd is one replica of a Voltlock cell: a lock and configuration service whose 3, 5 or 7
+replicas agree by Viewstamped Replication over UDP and serve a JSON/HTTP API. Under systemd
+each replica runs as voltlockd@NAME, reading /etc/voltlock/NAME.json.
+
+Options:
+  --config FILE          the replica's JSON configuration (written by init-cell)
   --log-level LEVEL      trace, debug, info, warn or error (overrides the config)
   --electrode on|off     run VR's hot path in the kernel with eBPF, or not (overrides the config)
   --data-dir DIR         the replica's data directory (overrides the config's data_dir)
@@ -38,7 +58,39 @@ constexpr const char* usage = R"(usage: voltlockd --config FILE [options]
                          FILE, and exit: a backup (docs/storage.md)
   --import-snapshot FILE write FILE's snapshot into the replica's new, empty data directory,
                          and exit: a restore, done on every replica before they start
+  --check-config FILE    check FILE and whether it can run on this host (its address is
+                         here, its interface exists, its ports are free), print one line per
+                         problem naming the field and the fix, and exit
   --help                 this text
+  --version              the version
+
+Commands:
+  init-cell              write the configs of a new cell, one per host, and print what to
+                         copy where (voltlockd init-cell --help lists its options)
+
+Configuration:
+  A JSON object: cluster_id, replica (this one's index in replicas), replicas (a list of
+  {"ip", "udp_port", "http_port"}), and optionally interface, electrode ("on"/"off"),
+  fast_paths, durability ("snapshot"/"sync"), data_dir, snapshot_every_ops,
+  snapshot_every_seconds, log_level, tick_ms, heartbeat_ticks, view_change_timeout_ticks,
+  retransmit_ticks, pipeline_ops, max_message_bytes, machine.
+
+Signals:
+  SIGTERM and SIGINT stop the replica; the others carry on without it.
+
+Systemd:
+  With NOTIFY_SOCKET set (Type=notify) it sends READY=1 once its HTTP API answers, WATCHDOG=1
+  every half of WATCHDOG_USEC from its event loop, and STOPPING=1 when it stops.
+
+Exit status:
+  0 success; 1 a failure while running, or problems found by --check-config; 2 a command line
+  or configuration that cannot start (each problem printed).
+
+Files:
+  /etc/voltlock/NAME.json       a replica's configuration under systemd
+  /var/lib/voltlock/NAME        its data directory (the unit's StateDirectory)
+
+See docs/operations.md (installed in /usr/share/doc/voltlock) for running a cell.
 )";
 
 struct Flags {
@@ -49,6 +101,7 @@ struct Flags {
     std::string durability;
     std::string export_snapshot;
     std::string import_snapshot;
+    std::string check_config;
     bool recover = false;
 };
 
@@ -68,6 +121,11 @@ bool parse_flags(int argc, char** argv, Flags& flags)
         if (arg == "--help") {
             std::fputs(usage, stdout);
             std::exit(0);
+        } else if (arg == "--version") {
+            std::printf("voltlockd %s\n", VOLTLOCK_VERSION);
+            std::exit(0);
+        } else if (arg == "--check-config") {
+            if (!value(flags.check_config)) return false;
         } else if (arg == "--config") {
             if (!value(flags.config_path)) return false;
         } else if (arg == "--log-level") {
@@ -93,16 +151,19 @@ bool parse_flags(int argc, char** argv, Flags& flags)
             return false;
         }
     }
-    if (flags.config_path.empty()) {
+    if (flags.config_path.empty() && flags.check_config.empty()) {
         std::fprintf(stderr, "voltlockd: --config is required\n%s", usage);
         return false;
     }
     return true;
 }
 
+// The config file with the flags' overrides; its cross-field rules are left to problems().
 Result<DaemonConfig> configure(const Flags& flags)
 {
-    auto config = load_config(flags.config_path);
+    auto text = read_config_text(flags.config_path);
+    if (!text.ok()) return text.error();
+    auto config = parse_config_fields(text.value());
     if (!config.ok()) return config;
     if (!flags.log_level.empty()) config.value().log_level = flags.log_level;
     if (!flags.electrode.empty()) {
@@ -116,7 +177,6 @@ Result<DaemonConfig> configure(const Flags& flags)
         if (!durability.ok()) return Error{0, "--durability: " + durability.error().context};
         config.value().durability = durability.value();
     }
-    if (auto valid = validate_config(config.value()); !valid.ok()) return valid.error();
     return config;
 }
 
@@ -252,6 +312,40 @@ Result<Startup> open_data_directory(const DaemonConfig& config, bool recover)
                    std::move(storage.value()), std::move(restored), std::move(description)};
 }
 
+// "<4>" for a warning: the priority prefix of sd-daemon(3), which journald reads off each line.
+class JournalPriority : public spdlog::custom_flag_formatter {
+public:
+    void format(const spdlog::details::log_msg& message, const std::tm&,
+                spdlog::memory_buf_t& out) override
+    {
+        // trace, debug, info, warn, err, critical, off -> syslog's debug .. crit.
+        static constexpr std::string_view prefixes[] = {"<7>", "<7>", "<6>", "<4>",
+                                                        "<3>", "<2>", "<6>"};
+        const std::string_view prefix = prefixes[message.level];
+        out.append(prefix.data(), prefix.data() + prefix.size());
+    }
+    std::unique_ptr<custom_flag_formatter> clone() const override
+    {
+        return std::make_unique<JournalPriority>();
+    }
+};
+
+enum class LogReader { terminal, journal };
+
+// On a terminal: a timestamp and the level in colour. Into the journal (systemd sets
+// JOURNAL_STREAM): no timestamp, as journald stamps each line, and the level as its priority,
+// so that `journalctl -u voltlockd@r0 -p warning` shows warnings and worse.
+void log_for(LogReader reader)
+{
+    if (reader == LogReader::terminal) {
+        spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+        return;
+    }
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<JournalPriority>('*').set_pattern("%*%l %v");
+    spdlog::set_formatter(std::move(formatter));
+}
+
 // SIGINT and SIGTERM arrive as readable data on a signalfd, so shutdown runs on the loop.
 Result<FileDescriptor> shutdown_signals()
 {
@@ -271,21 +365,164 @@ int fail(const Error& error)
     return 1;
 }
 
+// What a line of error output starts with: the journal's error priority under systemd
+// (log_for() does the same for the log).
+const char* error_line_prefix() { return std::getenv("JOURNAL_STREAM") ? "<3>" : ""; }
+
+// Every rule `config` breaks, then what else the checks `also` find.
+std::vector<ConfigProblem> problems(
+    const DaemonConfig& config,
+    std::initializer_list<std::vector<ConfigProblem> (*)(const DaemonConfig&)> also)
+{
+    auto found = config_problems(config);
+    for (const auto check : also)
+        for (auto& problem : check(config)) found.push_back(std::move(problem));
+    return found;
+}
+
+// --check-config: every problem of the file and of running it on this host, one line each.
+int check_config(const std::string& path)
+{
+    auto text = read_config_text(path);
+    auto config =
+        text.ok() ? parse_config_fields(text.value()) : Result<DaemonConfig>(text.error());
+    if (!config.ok()) {
+        std::printf("%s%s: %s\n", error_line_prefix(), path.c_str(),
+                    config.error().message().c_str());
+        return 1;
+    }
+    const auto found = problems(config.value(), {host_problems, interface_problems});
+    for (const auto& problem : found)
+        std::printf("%s%s: %s\n", error_line_prefix(), path.c_str(), problem.line().c_str());
+    if (!found.empty()) return 1;
+    const DaemonConfig& ok = config.value();
+    std::printf("%s: ok: replica %u of %zu in cell %u, udp %s:%u, http %s:%u\n", path.c_str(),
+                unsigned{ok.replica}, ok.replicas.size(), ok.cluster_id, ok.self().ip.c_str(),
+                unsigned{ok.self().udp_port}, ok.self().ip.c_str(), unsigned{ok.self().http_port});
+    return 0;
+}
+
+// Where the package put the Electrode drop-in: beside this voltlockd (PREFIX/bin/voltlockd ->
+// PREFIX/share/voltlock/electrode.conf), else where this build installs it.
+std::string electrode_dropin_path()
+{
+    std::error_code error;
+    const auto beside = std::filesystem::read_symlink("/proc/self/exe", error)
+                            .parent_path()
+                            .parent_path() /
+                        "share/voltlock/electrode.conf";
+    return !error && std::filesystem::exists(beside, error) ? beside.string()
+                                                            : VOLTLOCK_ELECTRODE_DROPIN;
+}
+
+int init_cell(const std::vector<std::string>& args)
+{
+    for (const auto& arg : args)
+        if (arg == "--help") {
+            std::fputs(init_cell_usage, stdout);
+            return 0;
+        }
+    uint32_t fresh_cluster_id = 0;
+    while (fresh_cluster_id == 0)  // 0 is what a config left at its default would say
+        if (getrandom(&fresh_cluster_id, sizeof fresh_cluster_id, 0) != sizeof fresh_cluster_id)
+            fresh_cluster_id = 0;
+    auto plan = parse_init_cell(args, fresh_cluster_id);
+    if (!plan.ok()) {
+        std::fprintf(stderr, "voltlockd %s\n%s", plan.error().message().c_str(), init_cell_usage);
+        return 2;
+    }
+    if (auto written = write_cell(plan.value()); !written.ok()) {
+        std::fprintf(stderr, "voltlockd %s\n", written.error().message().c_str());
+        return 1;
+    }
+    std::fputs(cell_instructions(plan.value(), electrode_dropin_path()).c_str(), stdout);
+    return 0;
+}
+
+// Sends READY=1 once the replica's own HTTP API answers GET /healthz, so that `systemctl start`
+// returns when clients can talk to it. It asks from a thread of its own while the loop runs (a
+// handler may need the loop); if no answer comes within `within`, it stops the loop, and the
+// daemon exits 1 for systemd to restart it.
+class ReadinessAnnouncer {
+public:
+    ReadinessAnnouncer(const ServiceManager& manager, const PeerAddress& self, EventLoop& loop,
+                       std::string status, std::chrono::seconds within)
+        : thread_([this, manager, self, &loop, status = std::move(status), within] {
+              if (http_answers(self, within)) {
+                  if (auto told = manager.notify("READY=1\nSTATUS=" + status); !told.ok())
+                      spdlog::warn("{}", told.error().message());
+                  return;
+              }
+              if (cancelled_) return;
+              failed_ = true;
+              loop.post([self, &loop] {
+                  spdlog::error("the HTTP API on {}:{} does not answer GET /healthz; stopping",
+                                self.ip, self.http_port);
+                  loop.stop();
+              });
+          })
+    {
+    }
+    ~ReadinessAnnouncer()
+    {
+        cancelled_ = true;
+        thread_.join();
+    }
+    bool failed() const { return failed_; }
+
+private:
+    bool http_answers(const PeerAddress& self, std::chrono::seconds within) const
+    {
+        httplib::Client client(self.ip, self.http_port);
+        client.set_connection_timeout(1, 0);
+        client.set_read_timeout(5, 0);
+        const auto deadline = std::chrono::steady_clock::now() + within;
+        while (!cancelled_ && std::chrono::steady_clock::now() < deadline) {
+            if (auto answer = client.Get("/healthz"); answer && answer->status == 200) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return false;
+    }
+
+    std::atomic<bool> cancelled_ = false;
+    std::atomic<bool> failed_ = false;
+    std::thread thread_;  // last: it starts once the flags exist
+};
+
 }  // namespace
 
 int main(int argc, char** argv)
 {
+    if (argc >= 2 && std::string(argv[1]) == "init-cell")
+        return init_cell(std::vector<std::string>(argv + 2, argv + argc));
     Flags flags;
     if (!parse_flags(argc, argv, flags)) return 2;
+    if (!flags.check_config.empty()) return check_config(flags.check_config);
     auto config_result = configure(flags);
     if (!config_result.ok()) {
         std::fprintf(stderr, "voltlockd: %s\n", config_result.error().message().c_str());
         return 2;
     }
     const DaemonConfig& config = config_result.value();
+    // A backup or restore runs beside the stopped replica: its address and ports do not matter.
+    // An interface problem does not stop the replica: it runs without Electrode, saying why.
+    const bool runs_here = flags.export_snapshot.empty() && flags.import_snapshot.empty();
+    const auto found = runs_here ? problems(config, {host_problems}) : problems(config, {});
+    if (!found.empty()) {
+        for (const auto& problem : found)
+            std::fprintf(stderr, "%svoltlockd: %s: %s\n", error_line_prefix(),
+                         flags.config_path.c_str(), problem.line().c_str());
+        return 2;
+    }
+    // Taken from the environment first, so that nothing this process forks can speak for it.
+    auto service_manager = ServiceManager::from_environment();
+    if (!service_manager.ok()) {
+        std::fprintf(stderr, "voltlockd: %s\n", service_manager.error().message().c_str());
+        return 2;
+    }
 
     spdlog::set_default_logger(spdlog::stderr_color_mt("voltlockd"));
-    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+    log_for(std::getenv("JOURNAL_STREAM") ? LogReader::journal : LogReader::terminal);
     spdlog::set_level(spdlog::level::from_str(config.log_level));
 
     if (!flags.export_snapshot.empty() || !flags.import_snapshot.empty()) {
@@ -293,6 +530,7 @@ int main(int argc, char** argv)
                                                   : export_snapshot(config, flags.export_snapshot);
         return done.ok() ? 0 : fail(done.error());
     }
+
 
     auto signals = shutdown_signals();
     if (!signals.ok()) return fail(signals.error());
@@ -316,6 +554,8 @@ int main(int argc, char** argv)
             signalfd_siginfo info{};
             [[maybe_unused]] ssize_t got = ::read(signals.value().get(), &info, sizeof info);
             spdlog::info("r{}: signal {}: shutting down", config.replica, info.ssi_signo);
+            if (auto told = service_manager.value().notify("STOPPING=1"); !told.ok())
+                spdlog::warn("r{}: {}", config.replica, told.error().message());
             loop.value()->stop();
         });
         !watched.ok())
@@ -326,7 +566,17 @@ int main(int argc, char** argv)
                  config.self().ip, config.self().udp_port, config.self().ip,
                  config.self().http_port, durability_name(config.durability),
                  startup.value().description);
+    std::optional<ReadinessAnnouncer> readiness;
+    if (service_manager.value().notifying())
+        readiness.emplace(service_manager.value(), config.self(), *loop.value(),
+                          "r" + std::to_string(config.replica) + " serving HTTP on " +
+                              config.self().ip + ":" + std::to_string(config.self().http_port),
+                          std::chrono::seconds(30));
+    auto watchdog = service_manager.value().start_watchdog(*loop.value());
+    if (!watchdog.ok()) return fail(watchdog.error());
     loop.value()->run();
+    const bool never_served = readiness && readiness->failed();
+    readiness.reset();
     http.stop();
-    return 0;
+    return never_served ? 1 : 0;
 }

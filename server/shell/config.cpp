@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -116,7 +117,7 @@ ReplicaConfig DaemonConfig::replica_config() const
     return config;
 }
 
-Result<DaemonConfig> parse_config(const std::string& json_text)
+Result<DaemonConfig> parse_config_fields(const std::string& json_text)
 {
     Json json = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
     if (json.is_discarded()) return Error{0, "config: not valid JSON"};
@@ -188,37 +189,73 @@ Result<DaemonConfig> parse_config(const std::string& json_text)
         config.replicas.push_back(peer.value());
     }
     VL_TRY(reader.no_unknown_fields());
-    VL_TRY(validate_config(config));
     return config;
+}
+
+Result<DaemonConfig> parse_config(const std::string& json_text)
+{
+    auto config = parse_config_fields(json_text);
+    if (!config.ok()) return config;
+    if (auto valid = validate_config(config.value()); !valid.ok()) return valid.error();
+    return config;
+}
+
+std::string ConfigProblem::line() const { return field + ": " + problem + "; fix: " + fix; }
+
+std::vector<ConfigProblem> config_problems(const DaemonConfig& config)
+{
+    std::vector<ConfigProblem> problems;
+    const size_t count = config.replicas.size();
+    if (count == 0 || count > VL_MAX_REPLICAS || count % 2 == 0)
+        problems.push_back({"replicas",
+                            "lists " + std::to_string(count) + " replicas; a cell has an odd "
+                            "number from 1 to " + std::to_string(VL_MAX_REPLICAS) +
+                                " (3, 5 or 7 in production)",
+                            "list every replica of the cell, the same list in each replica's "
+                            "config (voltlockd init-cell writes them)"});
+    if (config.replica >= count)
+        problems.push_back({"replica",
+                            "index " + std::to_string(config.replica) + " is not in replicas" +
+                                (count > 0 ? " (0.." + std::to_string(count - 1) + ")" : ""),
+                            "set it to this host's position in the replicas list, counting "
+                            "from 0"});
+    std::map<std::pair<std::string, uint16_t>, std::string> endpoints;  // -> the field using it
+    for (size_t i = 0; i < count; i++) {
+        const PeerAddress& peer = config.replicas[i];
+        const std::string field = "replicas[" + std::to_string(i) + "]";
+        for (const auto& [port, name] : {std::pair{peer.udp_port, "udp_port"},
+                                         std::pair{peer.http_port, "http_port"}}) {
+            const auto [first, added] =
+                endpoints.emplace(std::pair{peer.ip, port}, field + "." + name);
+            if (!added)
+                problems.push_back({field + "." + name,
+                                    peer.ip + ":" + std::to_string(port) + " is also " +
+                                        first->second,
+                                    "give every replica's udp_port and http_port a port no "
+                                    "other replica on " + peer.ip + " uses"});
+        }
+    }
+    if (config.durability == Durability::sync && config.data_dir.empty())
+        problems.push_back({"durability", "sync needs a data_dir to write to",
+                            "set data_dir (or pass --data-dir), or use durability snapshot"});
+    if (config.heartbeat_ticks >= config.view_change_timeout_ticks)
+        problems.push_back({"heartbeat_ticks",
+                            std::to_string(config.heartbeat_ticks) + " is not less than "
+                            "view_change_timeout_ticks (" +
+                                std::to_string(config.view_change_timeout_ticks) + ")",
+                            "make it a fraction of view_change_timeout_ticks (defaults: 5 and "
+                            "30)"});
+    static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
+    if (!levels.contains(config.log_level))
+        problems.push_back({"log_level", "'" + config.log_level + "' is not a level",
+                            "use one of trace, debug, info, warn, error"});
+    return problems;
 }
 
 Result<Ok> validate_config(const DaemonConfig& config)
 {
-    const size_t count = config.replicas.size();
-    if (count == 0 || count > VL_MAX_REPLICAS || count % 2 == 0)
-        return field_error("replicas", "a cell has an odd number of replicas from 1 to " +
-                                           std::to_string(VL_MAX_REPLICAS) + ", not " +
-                                           std::to_string(count));
-    if (config.replica >= count)
-        return field_error("replica", "index " + std::to_string(config.replica) +
-                                          " is not in replicas (0.." +
-                                          std::to_string(count - 1) + ")");
-    std::set<std::pair<std::string, uint16_t>> endpoints;
-    for (size_t i = 0; i < count; i++) {
-        const PeerAddress& peer = config.replicas[i];
-        for (uint16_t port : {peer.udp_port, peer.http_port})
-            if (!endpoints.insert({peer.ip, port}).second)
-                return field_error("replicas[" + std::to_string(i) + "]",
-                                   peer.ip + ":" + std::to_string(port) +
-                                       " is used twice in the cell");
-    }
-    if (config.durability == Durability::sync && config.data_dir.empty())
-        return field_error("durability", "sync needs a data_dir to write to");
-    if (config.heartbeat_ticks >= config.view_change_timeout_ticks)
-        return field_error("heartbeat_ticks", "must be less than view_change_timeout_ticks");
-    static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
-    if (!levels.contains(config.log_level))
-        return field_error("log_level", "must be one of trace, debug, info, warn, error");
+    const auto problems = config_problems(config);
+    if (!problems.empty()) return Error{0, "config: " + problems.front().line()};
     return Ok{};
 }
 
@@ -271,13 +308,20 @@ const char* durability_name(Durability durability)
     return durability == Durability::sync ? "sync" : "snapshot";
 }
 
-Result<DaemonConfig> load_config(const std::string& path)
+Result<std::string> read_config_text(const std::string& path)
 {
     std::ifstream file(path);
     if (!file) return os_error("config: cannot read " + path);
     std::stringstream text;
     text << file.rdbuf();
-    return parse_config(text.str());
+    return text.str();
+}
+
+Result<DaemonConfig> load_config(const std::string& path)
+{
+    auto text = read_config_text(path);
+    if (!text.ok()) return text.error();
+    return parse_config(text.value());
 }
 
 }  // namespace voltlock

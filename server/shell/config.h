@@ -67,10 +67,26 @@ struct DaemonConfig {
 Result<uint32_t> parse_fast_paths(const std::string& list);
 std::string fast_paths_name(uint32_t fast_paths);
 
+// One thing wrong with a config and what to do about it; `voltlockd --check-config` prints one
+// line per problem: "<field>: <problem>; fix: <fix>".
+struct ConfigProblem {
+    std::string field;  // as written in the file: "replicas[1].udp_port", "interface"
+    std::string problem;
+    std::string fix;
+
+    std::string line() const;
+};
+
 // Parses and validates a config document. Errors read "config: <field>: <problem>".
 Result<DaemonConfig> parse_config(const std::string& json_text);
 Result<DaemonConfig> load_config(const std::string& path);
-// Checks the cross-field rules; also used after flags override fields.
+Result<std::string> read_config_text(const std::string& path);
+// Only the fields, each on its own (the first error); the cross-field rules are left to
+// config_problems(), for a caller that reports every problem at once.
+Result<DaemonConfig> parse_config_fields(const std::string& json_text);
+// Every cross-field rule the config breaks (peer count, duplicate addresses, ...), in field order.
+std::vector<ConfigProblem> config_problems(const DaemonConfig& config);
+// The first of config_problems() as an error; also used after flags override fields.
 Result<Ok> validate_config(const DaemonConfig& config);
 
 }  // namespace voltlock

@@ -1,0 +1,250 @@
+#include "shell/cell_init.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace voltlock {
+
+const char* const init_cell_usage =
+    R"(usage: voltlockd init-cell --replicas 3|5|7 --hosts H1,H2,... --out DIR [options]
+
+  Writes the configs of a new cell into DIR, one per replica (r0.json, r1.json, ...), with a
+  fresh cluster id, and prints what to copy to which host and how to start it.
+
+  --replicas N           3, 5 or 7
+  --hosts H1,H2,...      one host per replica, in order: IPv4 addresses, or names this machine
+                         resolves to one. A host named twice runs two replicas, the second on
+                         the next ports (for a test cell on one machine)
+  --out DIR              where to write the configs (made if missing; existing ones are kept)
+  --electrode on|off     the eBPF fast paths (default off); on needs --interface
+  --interface NAME       the interface carrying each host's address (Electrode attaches there)
+  --durability snapshot|sync
+                         default snapshot (docs/operations.md: what each survives)
+  --udp-port PORT        VR's UDP port (default 7400)
+  --http-port PORT       the HTTP API's port (default 7480)
+  --cluster-id N         use this cell id instead of a fresh random one (1 to 4294967295)
+)";
+
+namespace {
+
+using Json = nlohmann::json;
+
+Error flag_error(const std::string& flag, const std::string& problem)
+{
+    return Error{0, "init-cell: " + flag + ": " + problem};
+}
+
+Result<uint64_t> number(const std::string& flag, const std::string& text, uint64_t min,
+                        uint64_t max)
+{
+    uint64_t value = 0;
+    size_t used = 0;
+    try {
+        value = std::stoull(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used == 0 || used != text.size() || text[0] == '-' || value < min || value > max)
+        return flag_error(flag, "must be a number from " + std::to_string(min) + " to " +
+                                    std::to_string(max) + ", not '" + text + "'");
+    return value;
+}
+
+Result<CellHost> resolve_host(const std::string& name)
+{
+    in_addr literal{};
+    if (inet_pton(AF_INET, name.c_str(), &literal) == 1) return CellHost{name, name};
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_DGRAM;
+    addrinfo* found = nullptr;
+    if (name.empty() || ::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0 || !found)
+        return flag_error("--hosts", "'" + name + "' is neither an IPv4 address nor a name "
+                                     "this machine resolves; give its address instead");
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr, text,
+              sizeof text);
+    ::freeaddrinfo(found);
+    return CellHost{name, text};
+}
+
+std::string config_name(size_t replica) { return "r" + std::to_string(replica); }
+
+}  // namespace
+
+Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t fresh_cluster_id)
+{
+    std::map<std::string, std::string> given;
+    static const std::set<std::string> flags = {
+        "--replicas", "--hosts",     "--out",       "--electrode", "--interface",
+        "--durability", "--udp-port", "--http-port", "--cluster-id"};
+    for (size_t i = 0; i < args.size(); i++) {
+        std::string flag = args[i];
+        std::string value;
+        const size_t equals = flag.find('=');
+        if (flag.starts_with("--") && equals != std::string::npos) {
+            value = flag.substr(equals + 1);
+            flag = flag.substr(0, equals);
+        } else if (flags.contains(flag)) {
+            if (i + 1 >= args.size()) return flag_error(flag, "needs a value");
+            value = args[++i];
+        }
+        if (!flags.contains(flag)) return Error{0, "init-cell: unknown argument '" + flag + "'"};
+        if (given.contains(flag)) return flag_error(flag, "is given twice");
+        given[flag] = value;
+    }
+    for (const char* required : {"--replicas", "--hosts", "--out"})
+        if (!given.contains(required)) return flag_error(required, "is required");
+
+    CellPlan plan;
+    plan.cluster_id = fresh_cluster_id;
+    const std::string& replicas_text = given["--replicas"];
+    if (replicas_text != "3" && replicas_text != "5" && replicas_text != "7")
+        return flag_error("--replicas", "a cell has 3, 5 or 7 replicas, not '" + replicas_text +
+                                            "'");
+    const size_t replicas = std::stoul(replicas_text);
+    std::stringstream hosts(given["--hosts"]);
+    for (std::string host; std::getline(hosts, host, ',');) {
+        auto resolved = resolve_host(host);
+        if (!resolved.ok()) return resolved.error();
+        plan.hosts.push_back(resolved.value());
+    }
+    if (plan.hosts.size() != replicas)
+        return flag_error("--hosts", "names " + std::to_string(plan.hosts.size()) +
+                                         " hosts for " + replicas_text + " replicas; give one "
+                                         "host per replica, comma-separated");
+    plan.out_dir = given["--out"];
+    if (plan.out_dir.empty()) return flag_error("--out", "needs a directory");
+    if (given.contains("--electrode")) {
+        const std::string& electrode = given["--electrode"];
+        if (electrode != "on" && electrode != "off")
+            return flag_error("--electrode", "must be on or off, not '" + electrode + "'");
+        plan.electrode = electrode == "on" ? ElectrodeMode::on : ElectrodeMode::off;
+    }
+    plan.interface = given["--interface"];
+    if (plan.electrode == ElectrodeMode::on && plan.interface.empty())
+        return flag_error("--electrode", "on needs --interface, the interface that carries each "
+                                         "host's address (the same name on every host)");
+    if (given.contains("--durability")) {
+        auto durability = parse_durability(given["--durability"]);
+        if (!durability.ok()) return flag_error("--durability", durability.error().context);
+        plan.durability = durability.value();
+    }
+    for (auto [flag, port] : {std::pair{"--udp-port", &plan.udp_port},
+                              std::pair{"--http-port", &plan.http_port}}) {
+        if (!given.contains(flag)) continue;
+        auto value = number(flag, given[flag], 1, 65535);
+        if (!value.ok()) return value.error();
+        *port = static_cast<uint16_t>(value.value());
+    }
+    if (given.contains("--cluster-id")) {
+        auto value = number("--cluster-id", given["--cluster-id"], 1, UINT32_MAX);
+        if (!value.ok()) return value.error();
+        plan.cluster_id = static_cast<uint32_t>(value.value());
+    }
+    if (auto configs = cell_configs(plan); !configs.ok()) return configs.error();
+    return plan;
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> cell_configs(const CellPlan& plan)
+{
+    Json replicas = Json::array();
+    std::map<std::string, uint16_t> replicas_on_host;
+    for (const CellHost& host : plan.hosts) {
+        const uint16_t earlier = replicas_on_host[host.ip]++;
+        if (plan.udp_port + earlier > 65535 || plan.http_port + earlier > 65535)
+            return flag_error("--hosts", host.name + " runs more replicas than there are ports "
+                                                     "above the base ports");
+        replicas.push_back({{"ip", host.ip},
+                            {"udp_port", plan.udp_port + earlier},
+                            {"http_port", plan.http_port + earlier}});
+    }
+    std::vector<std::pair<std::string, std::string>> configs;
+    for (size_t replica = 0; replica < plan.hosts.size(); replica++) {
+        Json config = {{"cluster_id", plan.cluster_id},
+                       {"replica", replica},
+                       {"replicas", replicas},
+                       {"electrode", plan.electrode == ElectrodeMode::on ? "on" : "off"},
+                       {"durability", durability_name(plan.durability)},
+                       {"data_dir", "/var/lib/voltlock/" + config_name(replica)}};
+        if (!plan.interface.empty()) config["interface"] = plan.interface;
+        const std::string text = config.dump(2) + "\n";
+        auto parsed = parse_config_fields(text);
+        if (!parsed.ok()) return Error{0, "init-cell: " + parsed.error().context};
+        const auto problems = config_problems(parsed.value());
+        if (!problems.empty())
+            return Error{0, "init-cell: the ports collide: " + problems.front().line()};
+        configs.emplace_back(config_name(replica) + ".json", text);
+    }
+    return configs;
+}
+
+Result<Ok> write_cell(const CellPlan& plan)
+{
+    auto configs = cell_configs(plan);
+    if (!configs.ok()) return configs.error();
+    namespace fs = std::filesystem;
+    const fs::path out(plan.out_dir);
+    for (const auto& [name, text] : configs.value())
+        if (fs::exists(out / name))
+            return Error{0, "init-cell: --out: " + (out / name).string() + " exists already (a "
+                            "config of another cell?); choose a new directory, or remove it"};
+    std::error_code error;
+    fs::create_directories(out, error);
+    if (error) return Error{error.value(), "init-cell: --out: cannot make " + out.string()};
+    // Each file whole or not at all: written aside, then renamed into place.
+    for (const auto& [name, text] : configs.value()) {
+        const fs::path file = out / name;
+        const fs::path partial = out / (name + ".partial");
+        std::ofstream stream(partial);
+        stream << text;
+        stream.close();
+        if (!stream || std::rename(partial.c_str(), file.c_str()) != 0) {
+            const int saved = errno;
+            fs::remove(partial, error);
+            return Error{saved, "init-cell: cannot write " + file.string()};
+        }
+    }
+    return Ok{};
+}
+
+std::string cell_instructions(const CellPlan& plan, const std::string& electrode_dropin_path)
+{
+    const size_t count = plan.hosts.size();
+    std::ostringstream text;
+    text << "wrote a " << count << "-replica cell (cluster_id " << plan.cluster_id
+         << ", durability " << durability_name(plan.durability) << ", electrode "
+         << (plan.electrode == ElectrodeMode::on ? "on" : "off") << ") to " << plan.out_dir
+         << "\n\non each host, with the voltlock package installed:\n";
+    for (size_t replica = 0; replica < count; replica++) {
+        const std::string name = config_name(replica);
+        const CellHost& host = plan.hosts[replica];
+        text << "  " << host.name << (host.name != host.ip ? " (" + host.ip + ")" : "") << ":\n"
+             << "    install -m 0640 -g voltlock " << (std::filesystem::path(plan.out_dir) /
+                                                     (name + ".json")).string()
+             << " /etc/voltlock/" << name << ".json\n";
+        if (plan.electrode == ElectrodeMode::on)
+            text << "    mkdir -p /etc/systemd/system/voltlockd@" << name << ".service.d && cp "
+                 << electrode_dropin_path << " /etc/systemd/system/voltlockd@" << name
+                 << ".service.d/\n";
+        text << "    voltlockd --check-config /etc/voltlock/" << name << ".json"
+             << " && systemctl enable --now voltlockd@" << name << "\n";
+    }
+    text << "\nThe cell serves once " << count / 2 + 1 << " of " << count
+         << " replicas run; then each answers GET /readyz with 200 (curl http://"
+         << plan.hosts.front().ip << ":" << plan.http_port << "/readyz).\n"
+         << "Open udp/" << plan.udp_port << " and tcp/" << plan.http_port
+         << " between the hosts, and tcp/" << plan.http_port << " to clients "
+         << "(docs/operations.md).\n";
+    return text.str();
+}
+
+}  // namespace voltlock

@@ -1,0 +1,204 @@
+// voltlockd init-cell: the configs it writes, and every command line it refuses.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "shell/cell_init.h"
+
+using namespace voltlock;
+
+namespace {
+
+std::vector<std::string> words(const std::string& line)
+{
+    std::vector<std::string> out;
+    std::istringstream in(line);
+    for (std::string word; in >> word;) out.push_back(word);
+    return out;
+}
+
+// The message init-cell refuses `line` with; fails the test if it accepts it.
+std::string refusal(const std::string& line)
+{
+    auto plan = parse_init_cell(words(line), 77);
+    REQUIRE_MESSAGE(!plan.ok(), "accepted: " << line);
+    return plan.error().message();
+}
+
+struct TempDir {
+    std::filesystem::path path;
+    TempDir()
+    {
+        char name[] = "/tmp/vl-init-cell-XXXXXX";
+        path = ::mkdtemp(name);
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("init-cell: three hosts give three configs of one cell, each passing the config rules")
+{
+    auto plan = parse_init_cell(words("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out d"),
+                                77);
+    REQUIRE(plan.ok());
+    auto configs = cell_configs(plan.value());
+    REQUIRE(configs.ok());
+    REQUIRE(configs.value().size() == 3);
+    for (size_t r = 0; r < 3; r++) {
+        const auto& [name, text] = configs.value()[r];
+        CHECK(name == "r" + std::to_string(r) + ".json");
+        auto config = parse_config(text);
+        REQUIRE(config.ok());
+        CHECK(config.value().cluster_id == 77);
+        CHECK(config.value().replica == r);
+        CHECK(config.value().replicas.size() == 3);
+        CHECK(config.value().self().ip == "10.0.0." + std::to_string(r + 1));
+        CHECK(config.value().self().udp_port == 7400);
+        CHECK(config.value().self().http_port == 7480);
+        CHECK(config.value().electrode == ElectrodeMode::off);
+        CHECK(config.value().durability == Durability::snapshot);
+        CHECK(config.value().data_dir == "/var/lib/voltlock/r" + std::to_string(r));
+    }
+}
+
+TEST_CASE("init-cell: a host named twice runs its second replica on the next ports")
+{
+    auto plan = parse_init_cell(
+        words("--replicas 5 --hosts 127.0.0.1,127.0.0.1,127.0.0.1,10.0.0.9,10.0.0.9 --out d "
+              "--udp-port=9000 --http-port 9100 --durability sync --electrode on --interface lo "
+              "--cluster-id 12345"),
+        77);
+    REQUIRE(plan.ok());
+    auto configs = cell_configs(plan.value());
+    REQUIRE(configs.ok());
+    auto config = parse_config(configs.value()[0].second);
+    REQUIRE(config.ok());
+    const auto& replicas = config.value().replicas;
+    const std::vector<std::tuple<std::string, int, int>> expected = {
+        {"127.0.0.1", 9000, 9100}, {"127.0.0.1", 9001, 9101}, {"127.0.0.1", 9002, 9102},
+        {"10.0.0.9", 9000, 9100},  {"10.0.0.9", 9001, 9101}};
+    for (size_t r = 0; r < 5; r++) {
+        CHECK(replicas[r].ip == std::get<0>(expected[r]));
+        CHECK(replicas[r].udp_port == std::get<1>(expected[r]));
+        CHECK(replicas[r].http_port == std::get<2>(expected[r]));
+    }
+    CHECK(config.value().cluster_id == 12345);
+    CHECK(config.value().durability == Durability::sync);
+    CHECK(config.value().electrode == ElectrodeMode::on);
+    CHECK(config.value().interface == "lo");
+}
+
+TEST_CASE("init-cell: host names resolve to their IPv4 address")
+{
+    auto plan = parse_init_cell(words("--replicas 3 --hosts localhost,127.0.0.2,127.0.0.3 --out d"),
+                                77);
+    REQUIRE(plan.ok());
+    CHECK(plan.value().hosts[0].name == "localhost");
+    CHECK(plan.value().hosts[0].ip == "127.0.0.1");
+}
+
+TEST_CASE("init-cell: every bad command line is refused, naming the flag")
+{
+    const std::string hosts = " --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out d";
+    CHECK(refusal("--hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out d").find("--replicas: is required") !=
+          std::string::npos);
+    CHECK(refusal("--replicas 3 --out d").find("--hosts: is required") != std::string::npos);
+    CHECK(refusal("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3").find("--out: is required") !=
+          std::string::npos);
+    for (const char* count : {"1", "2", "4", "9", "three", "-3"})
+        CHECK(refusal(std::string("--replicas ") + count + hosts)
+                  .find("--replicas: a cell has 3, 5 or 7 replicas") != std::string::npos);
+    CHECK(refusal("--replicas 5" + hosts).find("--hosts: names 3 hosts for 5 replicas") !=
+          std::string::npos);
+    CHECK(refusal("--replicas 3 --hosts 10.0.0.1,10.0.0.2 --out d").find("names 2 hosts") !=
+          std::string::npos);
+    CHECK(refusal("--replicas 3 --hosts 10.0.0.1,,10.0.0.3 --out d")
+              .find("'' is neither an IPv4 address") != std::string::npos);
+    CHECK(refusal("--replicas 3 --hosts 10.0.0.1,no-such-host.invalid,10.0.0.3 --out d")
+              .find("'no-such-host.invalid' is neither an IPv4 address nor a name") !=
+          std::string::npos);
+    CHECK(refusal("--replicas 3" + hosts + " --electrode maybe")
+              .find("--electrode: must be on or off") != std::string::npos);
+    CHECK(refusal("--replicas 3" + hosts + " --electrode on")
+              .find("--electrode: on needs --interface") != std::string::npos);
+    CHECK(refusal("--replicas 3" + hosts + " --durability fsync")
+              .find("--durability: must be \"snapshot\" or \"sync\"") != std::string::npos);
+    for (const char* port : {"0", "65536", "http", "-1", "80x"}) {
+        CHECK(refusal("--replicas 3" + hosts + " --udp-port " + port)
+                  .find("--udp-port: must be a number from 1 to 65535") != std::string::npos);
+        CHECK(refusal("--replicas 3" + hosts + " --http-port " + port)
+                  .find("--http-port: must be a number from 1 to 65535") != std::string::npos);
+    }
+    CHECK(refusal("--replicas 3" + hosts + " --cluster-id 0")
+              .find("--cluster-id: must be a number from 1 to 4294967295") != std::string::npos);
+    CHECK(refusal("--replicas 3" + hosts + " --cluster-id 4294967296")
+              .find("--cluster-id: must be a number") != std::string::npos);
+    CHECK(refusal("--replicas 3" + hosts + " --replicas 3").find("--replicas: is given twice") !=
+          std::string::npos);
+    CHECK(refusal("--replicas 3" + hosts + " --port 1").find("unknown argument '--port'") !=
+          std::string::npos);
+    CHECK(refusal("--replicas 3" + hosts + " --udp-port").find("--udp-port: needs a value") !=
+          std::string::npos);
+    // Two replicas on one host whose UDP and HTTP ports meet.
+    CHECK(refusal("--replicas 3 --hosts 127.0.0.1,127.0.0.1,10.0.0.3 --out d --udp-port 7480 "
+                  "--http-port 7481")
+              .find("the ports collide: replicas[1].udp_port: 127.0.0.1:7481 is also "
+                    "replicas[0].http_port") != std::string::npos);
+    CHECK(refusal("--replicas 3 --hosts 127.0.0.1,127.0.0.1,127.0.0.1 --out d --udp-port 65535")
+              .find("more replicas than there are ports") != std::string::npos);
+}
+
+TEST_CASE("init-cell: writes the configs, and refuses a directory that has some, writing nothing")
+{
+    TempDir dir;
+    auto plan = parse_init_cell(words("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out " +
+                                      (dir.path / "cell").string()),
+                                77);
+    REQUIRE(plan.ok());
+    REQUIRE(write_cell(plan.value()).ok());
+    for (const char* name : {"r0.json", "r1.json", "r2.json"}) {
+        std::ifstream file(dir.path / "cell" / name);
+        std::stringstream text;
+        text << file.rdbuf();
+        CHECK(parse_config(text.str()).ok());
+    }
+    CHECK(std::distance(std::filesystem::directory_iterator(dir.path / "cell"),
+                        std::filesystem::directory_iterator()) == 3);
+
+    // A second cell into the same directory: refused, and r0.json keeps the first cell's id.
+    std::filesystem::remove(dir.path / "cell" / "r1.json");
+    plan.value().cluster_id = 78;
+    auto again = write_cell(plan.value());
+    REQUIRE(!again.ok());
+    CHECK(again.error().message().find("r0.json exists already") != std::string::npos);
+    CHECK(!std::filesystem::exists(dir.path / "cell" / "r1.json"));
+    std::ifstream first(dir.path / "cell" / "r0.json");
+    std::stringstream text;
+    text << first.rdbuf();
+    CHECK(parse_config(text.str()).value().cluster_id == 77);
+}
+
+TEST_CASE("init-cell: the instructions say what goes to which host")
+{
+    auto plan = parse_init_cell(words("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out /x "
+                                      "--electrode on --interface eth0"),
+                                77);
+    REQUIRE(plan.ok());
+    const std::string text = cell_instructions(plan.value(), "/usr/share/voltlock/electrode.conf");
+    for (int r = 0; r < 3; r++) {
+        const std::string name = "r" + std::to_string(r);
+        CHECK(text.find("10.0.0." + std::to_string(r + 1) +
+                        ":\n    install -m 0640 -g voltlock /x/" + name + ".json /etc/voltlock/" +
+                        name + ".json") != std::string::npos);
+        CHECK(text.find("cp /usr/share/voltlock/electrode.conf /etc/systemd/system/voltlockd@" +
+                        name + ".service.d/") != std::string::npos);
+        CHECK(text.find("systemctl enable --now voltlockd@" + name) != std::string::npos);
+    }
+    CHECK(text.find("cluster_id 77") != std::string::npos);
+    CHECK(text.find("once 2 of 3 replicas run") != std::string::npos);
+}
