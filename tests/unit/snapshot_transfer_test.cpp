@@ -76,9 +76,9 @@ private:
             res.status = 409;
             return;
         }
-        SnapshotChunk chunk = snapshot_chunk(served_, offset);
-        for (const auto& [name, value] : chunk.headers) res.set_header(name, value);
-        res.set_content(std::move(chunk.bytes), "application/octet-stream");
+        SnapshotChunk answered = snapshot_chunk(served_, offset);
+        for (const auto& [name, value] : answered.headers) res.set_header(name, value);
+        res.set_content(std::move(answered.bytes), "application/octet-stream");
         if (tamper_) tamper_(offset, res);
     }
 
