@@ -2,9 +2,10 @@
 """Runs the clib cell tests: builds a 3-replica cell (scripts/cell, network namespaces), runs each
 test binary given in its client namespace, and tears the cell down whatever happens.
 
-    run_in_cell.py [--example FENCED_WRITE] BINARY... [-- DOCTEST ARGS]
+    run_in_cell.py [--example FENCED_WRITE] [--env NAME=VALUE]... BINARY... [-- ARGS]
 
---example runs client/c/examples/fenced_write.c's program once, as a user would.
+--example runs client/c/examples/fenced_write.c's program once, as a user would; --env adds to
+each binary's environment (the lockctl tier passes LOCKCTL=path this way).
 
 Needs root and voltlockd ($VOLTLOCKD, else build/voltlockd); without them it says why and exits
 77, which ctest counts as skipped."""
@@ -27,8 +28,14 @@ def main() -> int:
         at = argv.index("--")
         argv, extra = argv[:at], argv[at + 1:]
     example = None
-    if argv[:1] == ["--example"]:
-        example, argv = argv[1], argv[2:]
+    extra_env = {}
+    while argv[:1] in (["--example"], ["--env"]):
+        if argv[0] == "--example":
+            example = argv[1]
+        else:
+            name, _, value = argv[1].partition("=")
+            extra_env[name] = value
+        argv = argv[2:]
     if os.geteuid() != 0:
         print("clib cell tests: skipped, they build network namespaces and need root")
         return SKIP
@@ -48,6 +55,7 @@ def main() -> int:
                 "VL_TEST_RUN": f"{run}-{os.getpid()}",
                 "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
                 "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+                **extra_env,
             }
             command = ["env", *[f"{k}={v}" for k, v in env.items()], binary, *extra]
             print(f"== {run} in {cell.name}'s client namespace", flush=True)

@@ -165,8 +165,11 @@ VL_API vl_status vl_session_status(const vl_session *s);
 VL_API uint64_t vl_session_lease_remaining_ms(const vl_session *s);
 VL_API const char *vl_session_errstr(const vl_session *s);
 
-/* Sessions by id, for tools (lockctl session keepalive|revoke): one keepalive, or the end of a
+/* Sessions by id, for tools (lockctl session grant|keepalive|revoke): a session with no
+ * keepalive thread (it lives ttl_ms unless kept alive by id), one keepalive, or the end of a
  * session this process may not own. */
+VL_API vl_status vl_session_grant_id(vl_client *c, uint32_t ttl_ms, const char *name,
+                                     uint64_t *session_id_out);
 VL_API vl_status vl_session_keepalive_id(vl_client *c, uint64_t session_id, uint32_t *ttl_ms_out);
 VL_API vl_status vl_session_revoke_id(vl_client *c, uint64_t session_id);
 
@@ -241,6 +244,8 @@ typedef struct vl_put_options {
     bool check_prev_revision; /* apply only if the key's mod_revision is prev_revision */
     uint64_t prev_revision;   /* 0 with check_prev_revision: only if the key does not exist */
     vl_session *session;      /* an ephemeral key, deleted when the session ends */
+    uint64_t session_id;      /* the same by id, for a session this process does not hold
+                                 (tools); used only when session is NULL */
     const vl_sequencer *sequencer; /* a fenced write: only while this grant is current */
 } vl_put_options;
 

@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <new>
 #include <thread>
 #include <unordered_map>
@@ -384,25 +385,62 @@ void vl_session_options_init(vl_session_options* opts)
     if (opts) *opts = vl_session_options{0, nullptr, nullptr, nullptr};
 }
 
+namespace {
+
+// The body of POST /v1/sessions, or the reason it cannot be sent.
+std::optional<Json> session_request(const vl_client* c, uint32_t ttl_ms, uint32_t lock_delay_ms,
+                                    const char* name)
+{
+    if (ttl_ms < 1000 || ttl_ms > 24u * 3600 * 1000) {
+        invalid(c->errors, "ttl_ms must be 1,000 to 86,400,000");
+        return std::nullopt;
+    }
+    Json body{{"ttl_ms", ttl_ms}};
+    if (lock_delay_ms) {
+        if (lock_delay_ms > 60000) {
+            invalid(c->errors, "lock_delay_ms must be at most 60,000");
+            return std::nullopt;
+        }
+        body["lock_delay_ms"] = lock_delay_ms;
+    }
+    if (name) {
+        if (std::strlen(name) > 128) {
+            invalid(c->errors, "a session name is at most 128 bytes");
+            return std::nullopt;
+        }
+        body["name"] = name;
+    }
+    return body;
+}
+
+}  // namespace
+
+vl_status vl_session_grant_id(vl_client* c, uint32_t ttl_ms, const char* name,
+                              uint64_t* session_id_out)
+{
+    if (!c || !session_id_out) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(c->errors, [&] {
+        const auto request_body = session_request(c, ttl_ms, 0, name);
+        if (!request_body) return VL_ERR_INVALID_ARGUMENT;
+        Json body;
+        const vl_status status = c->send(
+            c->errors, Request{.method = "POST", .path = "/v1/sessions",
+                               .body = request_body->dump(), .mutating = true},
+            &body);
+        if (status == VL_OK) *session_id_out = body.at("session").get<uint64_t>();
+        return status;
+    });
+}
+
 vl_status vl_session_open(vl_client* c, uint32_t ttl_ms, const vl_session_options* opts,
                           vl_session** out)
 {
     if (!c || !out) return VL_ERR_INVALID_ARGUMENT;
     *out = nullptr;
     return guarded(c->errors, [&] {
-        if (ttl_ms < 1000 || ttl_ms > 24u * 3600 * 1000)
-            return invalid(c->errors, "ttl_ms must be 1,000 to 86,400,000");
-        Json request_body{{"ttl_ms", ttl_ms}};
-        if (opts && opts->lock_delay_ms) {
-            if (opts->lock_delay_ms > 60000)
-                return invalid(c->errors, "lock_delay_ms must be at most 60,000");
-            request_body["lock_delay_ms"] = opts->lock_delay_ms;
-        }
-        if (opts && opts->name) {
-            if (std::strlen(opts->name) > 128)
-                return invalid(c->errors, "a session name is at most 128 bytes");
-            request_body["name"] = opts->name;
-        }
+        const auto request_body =
+            session_request(c, ttl_ms, opts ? opts->lock_delay_ms : 0, opts ? opts->name : nullptr);
+        if (!request_body) return VL_ERR_INVALID_ARGUMENT;
         auto session = std::make_unique<vl_session>();
         session->client = c;
         session->ttl = milliseconds(ttl_ms);
@@ -414,7 +452,7 @@ vl_status vl_session_open(vl_client* c, uint32_t ttl_ms, const vl_session_option
         Json body;
         const vl_status status = c->send(
             c->errors, Request{.method = "POST", .path = "/v1/sessions",
-                               .body = request_body.dump(), .mutating = true},
+                               .body = request_body->dump(), .mutating = true},
             &body);
         if (status != VL_OK) return status;
         session->id = body.at("session").get<uint64_t>();
@@ -648,6 +686,8 @@ vl_status vl_put(vl_client* c, const char* key, const void* value, size_t value_
             if (opts->session->lost.load() != VL_OK)
                 return c->errors.set(VL_ERR_SESSION_LOST, "session_lost: the key's session is lost");
             request["session"] = opts->session->id;
+        } else if (opts && opts->session_id) {
+            request["session"] = opts->session_id;
         }
         if (opts && opts->sequencer) {
             if (!valid_name(opts->sequencer->lock))
