@@ -395,8 +395,8 @@ public:
         else if (format == "json") format_ = Format::json;
         else if (format == "table") format_ = Format::table;
         else throw UsageError{"-w: '" + format + "' is not simple, json or table"};
-        const char* env = std::getenv("VOLTLOCK_ENDPOINTS");
-        endpoints_ = args.get("--endpoints").value_or(env && *env ? env : "http://127.0.0.1:7480");
+        // Without --endpoints the library takes $VOLTLOCK_ENDPOINTS, else http://127.0.0.1:7480.
+        endpoints_ = args.get("--endpoints");
         vl_client_options_init(&options_);
         options_.dial_timeout_ms = duration_flag(args, "--dial-timeout", 2000);
         options_.command_timeout_ms = duration_flag(args, "--command-timeout", 10000);
@@ -410,7 +410,8 @@ public:
         if (!client_) {
             char why[512];
             const vl_status status =
-                vl_client_open(endpoints_.c_str(), &options_, why, sizeof why, &client_);
+                vl_client_open(endpoints_ ? endpoints_->c_str() : nullptr, &options_, why,
+                               sizeof why, &client_);
             if (status == VL_ERR_INVALID_ARGUMENT) throw UsageError{std::string("--endpoints: ") + why};
             check(status, why);
         }
@@ -422,7 +423,7 @@ public:
 private:
     const Args& args_;
     Format format_ = Format::simple;
-    std::string endpoints_;
+    std::optional<std::string> endpoints_;
     vl_client_options options_{};
     vl_client* client_ = nullptr;
 };

@@ -94,7 +94,7 @@ TEST_CASE("kv: put, get, compare-and-set, delete, binary values, paging, stale r
 
     vl_delete_options one{};
     one.check_prev_revision = true;
-    one.prev_revision = 1;
+    one.prev_revision = first.revision;  // stale: the key was written again since
     CHECK(vl_delete(c, (prefix + "a").c_str(), &one, nullptr) == VL_ERR_CAS_MISMATCH);
     vl_delete_options everything{};
     everything.prefix = true;

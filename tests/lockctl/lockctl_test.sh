@@ -92,12 +92,12 @@ contains "$out" "| $P/cfg/b "
 expect 1 lockctl get "$P/cfg/missing"
 contains "$err" "Error: key_not_found: "
 one_line "$err"
-expect 1 lockctl put "$P/cfg/a" x --prev-revision 1
+expect 1 lockctl put "$P/cfg/a" x --prev-revision 999999
 contains "$err" "cas_mismatch"
 expect 0 lockctl put "$P/cfg/a" uno --prev-revision "$(lockctl get "$P/cfg/a" --rev-only)"
 expect 0 lockctl put "$P/cfg/new" v --prev-revision 0
 expect 1 lockctl put "$P/cfg/new" v --prev-revision 0
-expect 1 lockctl del "$P/cfg/a" --prev-revision 1
+expect 1 lockctl del "$P/cfg/a" --prev-revision 999999
 expect 0 lockctl del "$P/cfg/a"
 same "$out" "1"
 expect 1 lockctl del "$P/cfg/a"

@@ -5,14 +5,12 @@
  *   VOLTLOCK_ENDPOINTS=http://10.77.0.10:7480,http://10.77.0.11:7480 ./fenced_write db/primary config/db 10.0.0.5
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <voltlock.h>
 
 int main(int argc, char **argv)
 {
-    const char *endpoints = getenv("VOLTLOCK_ENDPOINTS");
     char open_error[256];
     vl_client *client = NULL;
     vl_session *session = NULL;
@@ -27,8 +25,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s LOCK KEY VALUE (endpoints in VOLTLOCK_ENDPOINTS)\n", argv[0]);
         return 2;
     }
-    status = vl_client_open(endpoints ? endpoints : "http://127.0.0.1:7480", NULL, open_error,
-                            sizeof open_error, &client);
+    /* NULL: the endpoints in $VOLTLOCK_ENDPOINTS, else http://127.0.0.1:7480. */
+    status = vl_client_open(NULL, NULL, open_error, sizeof open_error, &client);
     if (status != VL_OK) {
         fprintf(stderr, "open: %s\n", open_error);
         return 2;

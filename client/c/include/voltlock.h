@@ -112,7 +112,8 @@ typedef struct vl_client_options {
 VL_API void vl_client_options_init(vl_client_options *opts);
 
 /* endpoints: comma-separated base URLs, "http://10.77.0.10:7480,http://10.77.0.11:7480"
- * (a missing "http://" is added; https is not supported). Does not connect: the first call
+ * (a missing "http://" is added; https is not supported). NULL: $VOLTLOCK_ENDPOINTS (the
+ * fallback every Voltlock client shares), else "http://127.0.0.1:7480". Does not connect: the first call
  * does. On failure *out is NULL and the reason is in errstr_out, if given (a buffer of
  * errstr_len bytes), since there is no handle to hold it. */
 VL_API vl_status vl_client_open(const char *endpoints, const vl_client_options *opts,

@@ -342,7 +342,11 @@ vl_status vl_client_open(const char* endpoints, const vl_client_options* opts, c
     };
     if (!out) return report(VL_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = nullptr;
-    if (!endpoints) return report(VL_ERR_INVALID_ARGUMENT, "endpoints is NULL");
+    if (!endpoints) {
+        const char* from_environment = std::getenv("VOLTLOCK_ENDPOINTS");
+        endpoints = from_environment && *from_environment ? from_environment
+                                                           : "http://127.0.0.1:7480";
+    }
     try {
         std::string why;
         auto parsed = parse_endpoints(endpoints, &why);
