@@ -153,7 +153,8 @@ VL_API void vl_session_options_init(vl_session_options *opts);
 VL_API vl_status vl_session_open(vl_client *c, uint32_t ttl_ms, const vl_session_options *opts,
                                  vl_session **out);
 /* Stops the keepalive thread, ends the session at the cell (releasing its locks and deleting
- * its ephemeral keys) and frees it. Blocks up to command_timeout_ms. Returns VL_OK also when the
+ * its ephemeral keys) and frees it. Blocks up to dial_timeout_ms (a keepalive connecting when
+ * it is called) plus command_timeout_ms. Returns VL_OK also when the
  * session was already lost (nothing to end), otherwise the reason the end was not confirmed
  * (the session then expires by its TTL). NULL is fine. */
 VL_API vl_status vl_session_close(vl_session *s);
