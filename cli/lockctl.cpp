@@ -1,0 +1,1175 @@
+// lockctl: Voltlock from the shell (issue 15, docs/lockctl.md), built on libvoltlock's C API.
+// etcdctl's conventions: global --endpoints/--dial-timeout/--command-timeout/-w, one error line
+// on stderr, distinct exit codes.
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "voltlock.h"
+
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr const char* kVersion = "0.1.0";
+
+enum Exit : int {
+    kExitOk = 0,
+    kExitFailedCondition = 1,
+    kExitUsage = 2,
+    kExitUnavailable = 3,
+    kExitServerError = 4,
+};
+
+const char* const kUsage = R"(lockctl: Voltlock from the shell
+
+Usage: lockctl [global flags] COMMAND [args] [flags]
+
+Commands:
+  put KEY VALUE [--prev-revision N] [--lease SESSION] [--sequencer SEQ]
+                                   write a key (VALUE '-' reads stdin; any bytes)
+  set KEY VALUE                    the same as put
+  get KEY [--prefix] [--limit N] [--rev-only] [--consistency l|s]
+  del KEY [--prefix] [--prev-revision N]
+  watch KEY [--prefix] [--rev N]   stream changes until interrupted; resumes across failover
+  lock NAME [--shared] [--ttl 10s] [--wait 30s] [--kill-grace 10s] [-- COMMAND ARGS...]
+                                   hold a lock while COMMAND runs (its fencing token in
+                                   $VOLTLOCK_SEQUENCER), or print the sequencer and hold it
+                                   until interrupted
+  elect NAME [PROPOSAL] [--listen] [--ttl 10s]
+                                   campaign and keep leadership until interrupted, or print
+                                   each new leader's value
+  barrier NAME --count N [--wait 30s] [--ttl 10s]
+  session grant --ttl 10s [--name NAME] | keepalive ID [--once] | revoke ID | list | get ID
+  sequencer check [SEQ]            SEQ as printed by lock (default $VOLTLOCK_SEQUENCER)
+  member list | endpoint status | endpoint health | status
+  version | completion bash
+
+Global flags:
+  --endpoints LIST         comma-separated URLs (else $VOLTLOCK_ENDPOINTS, else
+                           http://127.0.0.1:7480)
+  --dial-timeout DUR       connecting to one endpoint (default 2s)
+  --command-timeout DUR    one request, every retry included (default 10s)
+  -w, --write-out FORMAT   simple (default), json (one document per result), table
+  -h, --help               this text, or a command's
+
+Durations: 500ms, 10s, 1m, 1h (a bare number is seconds).
+
+Exit codes:
+  0  success
+  1  a failed condition: key not found, CAS mismatch, lock busy, wait timed out, sequencer
+     invalid, session unknown or lost, barrier not ready
+  2  usage error (bad command, flag or argument)
+  3  the cell is unavailable or unreachable (no endpoint answered in time, no leader)
+  4  any other server error
+  lock -- COMMAND exits with COMMAND's status (128+N if killed by signal N).
+Errors go to stderr as one line: the server's code and message.
+)";
+
+// ---- Arguments ---------------------------------------------------------------------------------
+
+struct UsageError {
+    std::string text;
+};
+
+const std::set<std::string> kValueFlags = {
+    "--endpoints", "--dial-timeout", "--command-timeout", "--write-out", "--prev-revision",
+    "--lease", "--sequencer", "--limit", "--consistency", "--rev", "--ttl", "--wait",
+    "--count", "--kill-grace", "--name"};
+const std::set<std::string> kBoolFlags = {"--prefix", "--rev-only", "--shared", "--listen",
+                                          "--help", "--once"};
+const std::set<std::string> kGlobalFlags = {"--endpoints", "--dial-timeout", "--command-timeout",
+                                            "--write-out", "--help"};
+
+struct Args {
+    std::vector<std::string> words;            // command and positionals
+    std::map<std::string, std::string> flags;  // given flags (booleans as "true")
+    std::vector<std::string> command;          // after "--"
+
+    bool has(const std::string& flag) const { return flags.count(flag) > 0; }
+    std::optional<std::string> get(const std::string& flag) const
+    {
+        const auto found = flags.find(flag);
+        if (found == flags.end()) return std::nullopt;
+        return found->second;
+    }
+};
+
+Args parse_args(int argc, char** argv)
+{
+    Args args;
+    for (int i = 1; i < argc; i++) {
+        std::string word = argv[i];
+        if (word == "--") {
+            args.command.assign(argv + i + 1, argv + argc);
+            break;
+        }
+        if (word == "-w") word = "--write-out";
+        if (word == "-h") word = "--help";
+        if (word.size() > 1 && word[0] == '-' && word != "-") {
+            std::string value;
+            bool has_value = false;
+            if (const size_t eq = word.find('='); eq != std::string::npos) {
+                value = word.substr(eq + 1);
+                word = word.substr(0, eq);
+                has_value = true;
+            }
+            if (kBoolFlags.count(word)) {
+                if (has_value) throw UsageError{"flag " + word + " takes no value"};
+                args.flags[word] = "true";
+            } else if (kValueFlags.count(word)) {
+                if (!has_value) {
+                    if (i + 1 >= argc) throw UsageError{"flag " + word + " needs a value"};
+                    value = argv[++i];
+                }
+                args.flags[word] = value;
+            } else {
+                throw UsageError{"unknown flag " + word};
+            }
+            continue;
+        }
+        args.words.push_back(word);
+    }
+    return args;
+}
+
+// Refuses flags the command does not take (global flags are always allowed).
+void allow_flags(const Args& args, const std::set<std::string>& allowed, const std::string& cmd)
+{
+    for (const auto& [flag, value] : args.flags)
+        if (!kGlobalFlags.count(flag) && !allowed.count(flag))
+            throw UsageError{cmd + " does not take " + flag};
+}
+
+void expect_words(const Args& args, size_t least, size_t most, const std::string& shape)
+{
+    if (args.words.size() < least || args.words.size() > most)
+        throw UsageError{"usage: lockctl " + shape};
+}
+
+uint64_t parse_u64(const std::string& text, const std::string& what)
+{
+    uint64_t value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || error != std::errc{} || end != text.data() + text.size())
+        throw UsageError{what + ": '" + text + "' is not a non-negative integer"};
+    return value;
+}
+
+// "500ms", "10s", "1m", "1h", or a bare number of seconds.
+uint64_t parse_duration_ms(const std::string& text, const std::string& what)
+{
+    size_t digits = 0;
+    while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) ||
+                                     text[digits] == '.'))
+        digits++;
+    const std::string number = text.substr(0, digits), unit = text.substr(digits);
+    double value = 0;
+    try {
+        size_t used = 0;
+        value = std::stod(number, &used);
+        if (used != number.size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+        throw UsageError{what + ": '" + text + "' is not a duration (like 500ms, 10s, 1m)"};
+    }
+    const std::map<std::string, double> units = {
+        {"", 1000}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+    const auto found = units.find(unit);
+    if (found == units.end())
+        throw UsageError{what + ": unknown unit in '" + text + "' (ms, s, m, h)"};
+    const double ms = value * found->second;
+    if (ms > 1e12) throw UsageError{what + ": '" + text + "' is too long"};
+    return static_cast<uint64_t>(ms);
+}
+
+uint32_t duration_flag(const Args& args, const std::string& flag, uint64_t fallback_ms)
+{
+    const auto text = args.get(flag);
+    const uint64_t ms = text ? parse_duration_ms(*text, flag) : fallback_ms;
+    if (ms > UINT32_MAX) throw UsageError{flag + " is too long"};
+    return static_cast<uint32_t>(ms);
+}
+
+// ---- Output ------------------------------------------------------------------------------------
+
+enum class Format { simple, json, table };
+
+bool is_utf8(std::string_view bytes)
+{
+    for (size_t i = 0; i < bytes.size();) {
+        const auto lead = static_cast<unsigned char>(bytes[i]);
+        const size_t extra = lead < 0x80 ? 0
+                             : (lead & 0xe0) == 0xc0 ? 1
+                             : (lead & 0xf0) == 0xe0 ? 2
+                             : (lead & 0xf8) == 0xf0 ? 3
+                                                     : 4;
+        if (extra == 4 || i + extra >= bytes.size() + (extra == 0 ? 1 : 0)) return false;
+        for (size_t k = 1; k <= extra; k++)
+            if ((static_cast<unsigned char>(bytes[i + k]) & 0xc0) != 0x80) return false;
+        i += extra + 1;
+    }
+    return true;
+}
+
+std::string base64(std::string_view bytes)
+{
+    static constexpr char kAlphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    for (size_t i = 0; i < bytes.size(); i += 3) {
+        uint32_t n = uint32_t(uint8_t(bytes[i])) << 16;
+        if (i + 1 < bytes.size()) n |= uint32_t(uint8_t(bytes[i + 1])) << 8;
+        if (i + 2 < bytes.size()) n |= uint8_t(bytes[i + 2]);
+        out += kAlphabet[(n >> 18) & 63];
+        out += kAlphabet[(n >> 12) & 63];
+        out += i + 1 < bytes.size() ? kAlphabet[(n >> 6) & 63] : '=';
+        out += i + 2 < bytes.size() ? kAlphabet[n & 63] : '=';
+    }
+    return out;
+}
+
+// A value in JSON output: the text when it is UTF-8, else base64 with "encoding": "base64".
+void put_value(Json& object, std::string_view bytes)
+{
+    if (is_utf8(bytes)) {
+        object["value"] = std::string(bytes);
+    } else {
+        object["value"] = base64(bytes);
+        object["encoding"] = "base64";
+    }
+}
+
+std::string_view value_of(const vl_kv& kv)
+{
+    return {reinterpret_cast<const char*>(kv.value), kv.value_len};
+}
+
+Json kv_json(const vl_kv& kv)
+{
+    Json object{{"key", kv.key},
+                {"create_revision", kv.create_revision},
+                {"mod_revision", kv.mod_revision},
+                {"version", kv.version},
+                {"session", kv.session}};
+    put_value(object, value_of(kv));
+    return object;
+}
+
+void print_json(const Json& document) { std::cout << document.dump() << "\n" << std::flush; }
+
+// A table in etcdctl's style: a header, rows, '|' between columns.
+void print_table(const std::vector<std::string>& header,
+                 const std::vector<std::vector<std::string>>& rows)
+{
+    std::vector<size_t> width(header.size());
+    for (size_t i = 0; i < header.size(); i++) width[i] = header[i].size();
+    for (const auto& row : rows)
+        for (size_t i = 0; i < row.size() && i < width.size(); i++)
+            width[i] = std::max(width[i], row[i].size());
+    auto rule = [&] {
+        std::string line = "+";
+        for (size_t w : width) line += std::string(w + 2, '-') + "+";
+        std::cout << line << "\n";
+    };
+    auto line = [&](const std::vector<std::string>& cells) {
+        std::string text = "|";
+        for (size_t i = 0; i < width.size(); i++) {
+            const std::string cell = i < cells.size() ? cells[i] : "";
+            text += " " + cell + std::string(width[i] - cell.size(), ' ') + " |";
+        }
+        std::cout << text << "\n";
+    };
+    rule();
+    line(header);
+    rule();
+    for (const auto& row : rows) line(row);
+    rule();
+    std::cout << std::flush;
+}
+
+std::string printable(std::string_view bytes)
+{
+    return is_utf8(bytes) ? std::string(bytes) : "base64:" + base64(bytes);
+}
+
+// ---- Errors ------------------------------------------------------------------------------------
+
+int exit_code_for(vl_status status)
+{
+    switch (status) {
+    case VL_OK:
+        return kExitOk;
+    case VL_ERR_KEY_NOT_FOUND:
+    case VL_ERR_BARRIER_NOT_FOUND:
+    case VL_ERR_CAS_MISMATCH:
+    case VL_ERR_LOCK_BUSY:
+    case VL_ERR_WAIT_TIMED_OUT:
+    case VL_ERR_SEQUENCER_INVALID:
+    case VL_ERR_BARRIER_NOT_READY:
+    case VL_ERR_UNKNOWN_SESSION:
+    case VL_ERR_SESSION_LOST:
+    case VL_ERR_NOT_HELD:
+    case VL_ERR_NOT_MEMBER:
+    case VL_ERR_MODE_CONFLICT:
+    case VL_ERR_COUNT_MISMATCH:
+    case VL_ERR_BARRIER_IN_USE:
+    case VL_ERR_WAIT_WITHDRAWN:
+    case VL_ERR_COMPACTED:
+        return kExitFailedCondition;
+    case VL_ERR_INVALID_ARGUMENT:
+        return kExitUsage;
+    case VL_ERR_TRANSPORT:
+    case VL_ERR_TIMEOUT:
+    case VL_ERR_UNAVAILABLE:
+    case VL_ERR_NOT_LEADER:
+    case VL_ERR_WAIT_OUTCOME_UNKNOWN:
+    case VL_ERR_NOT_READY:
+        return kExitUnavailable;
+    default:
+        return kExitServerError;
+    }
+}
+
+// A failed call: its one error line on stderr, and the exit code it maps to.
+struct Failed {
+    vl_status status;
+    std::string text;
+};
+
+// The error text is read from the handle after the call (never before: the call replaces it).
+void check(vl_status status, const char* text)
+{
+    if (status != VL_OK) throw Failed{status, text && *text ? text : vl_status_name(status)};
+}
+void check(vl_status status, vl_client* c) { check(status, c ? vl_client_errstr(c) : nullptr); }
+void check(vl_status status, vl_session* s) { check(status, s ? vl_session_errstr(s) : nullptr); }
+void check(vl_status status, vl_watch* w) { check(status, w ? vl_watch_errstr(w) : nullptr); }
+
+// ---- Signals -----------------------------------------------------------------------------------
+
+volatile sig_atomic_t g_signal = 0;
+
+void on_signal(int signal_number) { g_signal = signal_number; }
+
+void install_signal_handlers()
+{
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+    sigaction(SIGHUP, &action, nullptr);
+}
+
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// ---- The context every command runs in ----------------------------------------------------------
+
+class Context {
+public:
+    Context(const Args& args) : args_(args)
+    {
+        const std::string format = args.get("--write-out").value_or("simple");
+        if (format == "simple") format_ = Format::simple;
+        else if (format == "json") format_ = Format::json;
+        else if (format == "table") format_ = Format::table;
+        else throw UsageError{"-w: '" + format + "' is not simple, json or table"};
+        // Without --endpoints the library takes $VOLTLOCK_ENDPOINTS, else http://127.0.0.1:7480.
+        endpoints_ = args.get("--endpoints");
+        vl_client_options_init(&options_);
+        options_.dial_timeout_ms = duration_flag(args, "--dial-timeout", 2000);
+        options_.command_timeout_ms = duration_flag(args, "--command-timeout", 10000);
+        if (options_.dial_timeout_ms == 0 || options_.command_timeout_ms == 0)
+            throw UsageError{"timeouts must be above zero"};
+    }
+    ~Context() { vl_client_close(client_); }
+
+    vl_client* client()
+    {
+        if (!client_) {
+            char why[512];
+            const vl_status status =
+                vl_client_open(endpoints_ ? endpoints_->c_str() : nullptr, &options_, why,
+                               sizeof why, &client_);
+            if (status == VL_ERR_INVALID_ARGUMENT) throw UsageError{std::string("--endpoints: ") + why};
+            check(status, why);
+        }
+        return client_;
+    }
+    Format format() const { return format_; }
+    const Args& args() const { return args_; }
+
+private:
+    const Args& args_;
+    Format format_ = Format::simple;
+    std::optional<std::string> endpoints_;
+    vl_client_options options_{};
+    vl_client* client_ = nullptr;
+};
+
+// A session for a command that needs one, closed on every way out.
+class ScopedSession {
+public:
+    ScopedSession(Context& ctx, uint32_t ttl_ms, vl_session_lost_fn on_lost = nullptr,
+                  void* user_data = nullptr)
+    {
+        vl_session_options options;
+        vl_session_options_init(&options);
+        options.name = "lockctl";
+        options.on_session_lost = on_lost;
+        options.user_data = user_data;
+        check(vl_session_open(ctx.client(), ttl_ms, &options, &session_), ctx.client());
+    }
+    ~ScopedSession() { vl_session_close(session_); }
+    vl_session* get() const { return session_; }
+
+private:
+    vl_session* session_ = nullptr;
+};
+
+std::string read_value(const std::string& word)
+{
+    if (word != "-") return word;
+    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+std::unique_ptr<vl_sequencer, void (*)(vl_sequencer*)> parse_sequencer(const std::string& text)
+{
+    vl_sequencer* seq = nullptr;
+    if (vl_sequencer_parse(text.c_str(), &seq) != VL_OK)
+        throw UsageError{"sequencer: '" + text + "' is not a sequencer (the JSON lock prints)"};
+    return {seq, vl_sequencer_free};
+}
+
+std::string sequencer_text(const vl_sequencer* seq)
+{
+    char* text = nullptr;
+    check(vl_sequencer_format(seq, &text), "the sequencer could not be formatted");
+    std::string out = text;
+    vl_string_free(text);
+    return out;
+}
+
+// ---- KV commands -------------------------------------------------------------------------------
+
+int cmd_put(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {"--prev-revision", "--lease", "--sequencer"}, "put");
+    expect_words(args, 3, 3, "put KEY VALUE [--prev-revision N] [--lease SESSION] [--sequencer SEQ]");
+    const std::string value = read_value(args.words[2]);
+    vl_put_options options{};
+    if (auto rev = args.get("--prev-revision")) {
+        options.check_prev_revision = true;
+        options.prev_revision = parse_u64(*rev, "--prev-revision");
+    }
+    if (auto lease = args.get("--lease")) options.session_id = parse_u64(*lease, "--lease");
+    std::unique_ptr<vl_sequencer, void (*)(vl_sequencer*)> seq(nullptr, vl_sequencer_free);
+    if (auto text = args.get("--sequencer")) {
+        seq = parse_sequencer(*text);
+        options.sequencer = seq.get();
+    }
+    vl_put_result result{};
+    check(vl_put(ctx.client(), args.words[1].c_str(), value.data(), value.size(), &options, &result),
+          ctx.client());
+    const Json document{{"revision", result.revision},
+                        {"prev_mod_revision", result.prev_mod_revision},
+                        {"create_revision", result.create_revision},
+                        {"version", result.version}};
+    if (ctx.format() == Format::json) print_json(document);
+    else if (ctx.format() == Format::table)
+        print_table({"REVISION", "VERSION"}, {{std::to_string(result.revision),
+                                               std::to_string(result.version)}});
+    else std::cout << "OK\n";
+    return kExitOk;
+}
+
+int cmd_get(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {"--prefix", "--limit", "--rev-only", "--consistency"}, "get");
+    expect_words(args, 2, 2, "get KEY [--prefix] [--limit N] [--rev-only] [--consistency l|s]");
+    const std::string consistency = args.get("--consistency").value_or("l");
+    if (consistency != "l" && consistency != "s")
+        throw UsageError{"--consistency: 'l' (linearizable) or 's' (serializable, stale)"};
+    const int flags = consistency == "s" ? VL_READ_STALE : VL_READ_LINEARIZABLE;
+    const uint64_t limit = args.has("--limit") ? parse_u64(*args.get("--limit"), "--limit") : 0;
+    if (args.has("--limit") && !args.has("--prefix")) throw UsageError{"--limit needs --prefix"};
+    std::vector<Json> kvs;
+    std::vector<std::string> values;  // the raw bytes, for the simple format
+    uint64_t revision = 0;
+    const std::string& key = args.words[1];
+    auto take = [&](const vl_kv& kv) {
+        kvs.push_back(kv_json(kv));
+        values.emplace_back(value_of(kv));
+    };
+    if (args.has("--prefix")) {
+        std::string after;
+        while (limit == 0 || kvs.size() < limit) {
+            vl_kv_list* list = nullptr;
+            const uint64_t want = limit ? std::min<uint64_t>(limit - kvs.size(), 1000) : 0;
+            check(vl_get_prefix(ctx.client(), key.c_str(), after.empty() ? nullptr : after.c_str(),
+                                static_cast<uint32_t>(want), flags, &list),
+                  ctx.client());
+            for (size_t i = 0; i < list->count; i++) take(list->kvs[i]);
+            revision = list->revision;
+            const bool more = list->more;
+            if (more) after = list->next_after;
+            vl_kv_list_free(list);
+            if (!more) break;
+        }
+    } else {
+        vl_kv* kv = nullptr;
+        check(vl_get(ctx.client(), key.c_str(), flags, &kv), ctx.client());
+        take(*kv);
+        revision = kv->mod_revision;
+        vl_kv_free(kv);
+    }
+    if (ctx.format() == Format::json) {
+        Json document{{"kvs", kvs}, {"count", kvs.size()}};
+        if (args.has("--prefix")) document["revision"] = revision;
+        print_json(document);
+    } else if (ctx.format() == Format::table) {
+        std::vector<std::vector<std::string>> rows;
+        for (size_t i = 0; i < kvs.size(); i++)
+            rows.push_back({kvs[i]["key"], args.has("--rev-only") ? "" : printable(values[i]),
+                            std::to_string(kvs[i]["mod_revision"].get<uint64_t>()),
+                            std::to_string(kvs[i]["version"].get<uint64_t>()),
+                            std::to_string(kvs[i]["session"].get<uint64_t>())});
+        print_table({"KEY", "VALUE", "MOD_REVISION", "VERSION", "SESSION"}, rows);
+    } else {
+        // etcdctl's simple format: the key, then the value, each on its own line; the raw
+        // bytes, so `get K` gives back what `put K -` wrote.
+        for (size_t i = 0; i < kvs.size(); i++) {
+            if (args.has("--rev-only")) {
+                std::cout << kvs[i]["mod_revision"].get<uint64_t>() << "\n";
+                continue;
+            }
+            std::cout << kvs[i]["key"].get<std::string>() << "\n" << values[i] << "\n";
+        }
+        std::cout << std::flush;
+    }
+    return kExitOk;
+}
+
+int cmd_del(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {"--prefix", "--prev-revision"}, "del");
+    expect_words(args, 2, 2, "del KEY [--prefix] [--prev-revision N]");
+    vl_delete_options options{};
+    options.prefix = args.has("--prefix");
+    if (auto rev = args.get("--prev-revision")) {
+        if (options.prefix) throw UsageError{"--prev-revision applies to one key, not --prefix"};
+        options.check_prev_revision = true;
+        options.prev_revision = parse_u64(*rev, "--prev-revision");
+    }
+    vl_delete_result result{};
+    check(vl_delete(ctx.client(), args.words[1].c_str(), &options, &result), ctx.client());
+    if (ctx.format() == Format::json)
+        print_json({{"deleted", result.deleted}, {"revision", result.revision}});
+    else if (ctx.format() == Format::table)
+        print_table({"DELETED", "REVISION"},
+                    {{std::to_string(result.deleted), std::to_string(result.revision)}});
+    else std::cout << result.deleted << "\n";
+    // etcdctl: deleting nothing is not an error for a prefix; for one key it is "not found".
+    if (result.deleted == 0 && !options.prefix) {
+        std::cerr << "Error: key_not_found: no key " << args.words[1] << "\n";
+        return kExitFailedCondition;
+    }
+    return kExitOk;
+}
+
+Json event_json(const vl_event& e)
+{
+    Json object{{"revision", e.revision}, {"type", e.type},       {"key", e.key},
+                {"prev_revision", e.prev_revision}, {"session", e.session}, {"cause", e.cause}};
+    if (e.value) put_value(object, {reinterpret_cast<const char*>(e.value), e.value_len});
+    return object;
+}
+
+void print_event(Format format, const vl_event& e)
+{
+    if (format == Format::json) {
+        print_json(event_json(e));
+        return;
+    }
+    std::string type = e.type;
+    std::transform(type.begin(), type.end(), type.begin(), ::toupper);
+    if (format == Format::table) {
+        const std::string value =
+            e.value ? printable({reinterpret_cast<const char*>(e.value), e.value_len}) : "";
+        print_table({"TYPE", "KEY", "VALUE", "REVISION"}, {{type, e.key, value,
+                                                            std::to_string(e.revision)}});
+        return;
+    }
+    // etcdctl watch's simple format: type, key, value on lines of their own.
+    std::cout << type << "\n" << e.key << "\n";
+    if (e.value) {
+        std::cout.write(reinterpret_cast<const char*>(e.value),
+                        static_cast<std::streamsize>(e.value_len));
+        std::cout << "\n";
+    }
+    std::cout << std::flush;
+}
+
+int cmd_watch(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {"--prefix", "--rev"}, "watch");
+    expect_words(args, 2, 2, "watch KEY [--prefix] [--rev N]");
+    vl_watch_options options{};
+    options.prefix = args.has("--prefix");
+    if (auto rev = args.get("--rev")) options.start_revision = parse_u64(*rev, "--rev");
+    vl_watch* w = nullptr;
+    check(vl_watch_open(ctx.client(), args.words[1].c_str(), &options, &w), ctx.client());
+    std::unique_ptr<vl_watch, void (*)(vl_watch*)> watch(w, vl_watch_close);
+    while (!g_signal) {
+        vl_event* e = nullptr;
+        const vl_status status = vl_watch_next(w, 200, &e);
+        if (status == VL_ERR_TIMEOUT) continue;
+        check(status, w);
+        print_event(ctx.format(), *e);
+        vl_event_free(e);
+    }
+    return kExitOk;
+}
+
+// ---- Lock, elect, barrier ----------------------------------------------------------------------
+
+struct LossFlag {
+    std::atomic<bool> lost{false};
+};
+
+void note_loss(vl_session*, vl_status, void* user_data)
+{
+    static_cast<LossFlag*>(user_data)->lost = true;
+}
+
+int exit_status_of(int wait_status)
+{
+    if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+    if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+    return kExitServerError;
+}
+
+// Runs command with the lock held: its own process group, VOLTLOCK_SEQUENCER set; signals to
+// lockctl go on to it; if the session is lost, SIGTERM, then SIGKILL after the grace period.
+int run_holding(const std::vector<std::string>& command, const std::string& sequencer,
+                const LossFlag& loss, uint32_t grace_ms)
+{
+    const pid_t child = fork();
+    if (child < 0) throw Failed{VL_ERR_SERVER_OTHER, std::string("fork: ") + std::strerror(errno)};
+    if (child == 0) {
+        setpgid(0, 0);
+        setenv("VOLTLOCK_SEQUENCER", sequencer.c_str(), 1);
+        std::vector<char*> argv;
+        for (const auto& word : command) argv.push_back(const_cast<char*>(word.c_str()));
+        argv.push_back(nullptr);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        execvp(argv[0], argv.data());
+        std::fprintf(stderr, "Error: cannot run %s: %s\n", argv[0], std::strerror(errno));
+        _exit(127);
+    }
+    setpgid(child, child);
+    std::optional<std::chrono::steady_clock::time_point> kill_at;
+    int forwarded = 0;
+    while (true) {
+        int status = 0;
+        const pid_t done = waitpid(child, &status, WNOHANG);
+        if (done == child) return exit_status_of(status);
+        if (g_signal && g_signal != forwarded) {
+            forwarded = g_signal;
+            kill(-child, forwarded);
+        }
+        if (loss.lost && !kill_at) {
+            std::cerr << "Error: session_lost: the lock's session was lost; stopping the command\n";
+            kill(-child, SIGTERM);
+            kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+        }
+        if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+            kill(-child, SIGKILL);
+            kill_at = std::chrono::steady_clock::time_point::max();
+        }
+        sleep_ms(20);
+    }
+}
+
+int cmd_lock(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {"--shared", "--ttl", "--wait", "--kill-grace"}, "lock");
+    expect_words(args, 2, 2, "lock NAME [--shared] [--ttl 10s] [--wait 30s] [-- COMMAND ARGS...]");
+    const uint32_t ttl = duration_flag(args, "--ttl", 10000);
+    const uint32_t wait = duration_flag(args, "--wait", 30000);
+    const uint32_t grace = duration_flag(args, "--kill-grace", 10000);
+    LossFlag loss;
+    ScopedSession session(ctx, ttl, note_loss, &loss);
+    vl_sequencer* raw = nullptr;
+    check(vl_lock_acquire(session.get(), args.words[1].c_str(),
+                          args.has("--shared") ? VL_LOCK_SHARED : VL_LOCK_EXCLUSIVE, wait, &raw),
+          session.get());
+    std::unique_ptr<vl_sequencer, void (*)(vl_sequencer*)> seq(raw, vl_sequencer_free);
+    const std::string text = sequencer_text(seq.get());
+    if (!args.command.empty()) {
+        const int status = run_holding(args.command, text, loss, grace);
+        if (!loss.lost) vl_lock_release(session.get(), args.words[1].c_str());
+        return status;
+    }
+    if (ctx.format() == Format::json)
+        print_json({{"sequencer", Json::parse(text)}, {"session", vl_session_id(session.get())}});
+    else if (ctx.format() == Format::table)
+        print_table({"LOCK", "MODE", "GENERATION", "SESSION"},
+                    {{seq->lock, seq->mode == VL_LOCK_SHARED ? "shared" : "exclusive",
+                      std::to_string(seq->generation), std::to_string(seq->session)}});
+    else std::cout << text << "\n" << std::flush;
+    while (!g_signal && !loss.lost) sleep_ms(50);
+    if (loss.lost) check(vl_session_status(session.get()), "session_lost: the lock is gone");
+    check(vl_lock_release(session.get(), args.words[1].c_str()), session.get());
+    return kExitOk;
+}
+
+int cmd_elect(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {"--listen", "--ttl"}, "elect");
+    const std::string& name = args.words.size() > 1 ? args.words[1] : "";
+    if (args.has("--listen")) {
+        expect_words(args, 2, 2, "elect NAME --listen");
+        // The leader's value is the key NAME, owned by the leader's session: print each one.
+        uint64_t from = 0;
+        vl_kv* current = nullptr;
+        const vl_status status = vl_get(ctx.client(), name.c_str(), 0, &current);
+        if (status == VL_OK) {
+            std::cout.write(reinterpret_cast<char*>(current->value),
+                            static_cast<std::streamsize>(current->value_len));
+            std::cout << "\n" << std::flush;
+            from = current->mod_revision + 1;
+            vl_kv_free(current);
+        } else if (status != VL_ERR_KEY_NOT_FOUND) {
+            check(status, ctx.client());
+        }
+        vl_watch_options options{};
+        options.start_revision = from;
+        vl_watch* w = nullptr;
+        check(vl_watch_open(ctx.client(), name.c_str(), &options, &w), ctx.client());
+        std::unique_ptr<vl_watch, void (*)(vl_watch*)> watch(w, vl_watch_close);
+        while (!g_signal) {
+            vl_event* e = nullptr;
+            const vl_status next = vl_watch_next(w, 200, &e);
+            if (next == VL_ERR_TIMEOUT) continue;
+            check(next, w);
+            if (e->value) {
+                std::cout.write(reinterpret_cast<char*>(e->value),
+                                static_cast<std::streamsize>(e->value_len));
+                std::cout << "\n" << std::flush;
+            }
+            vl_event_free(e);
+        }
+        return kExitOk;
+    }
+    expect_words(args, 3, 3, "elect NAME PROPOSAL [--ttl 10s]");
+    const std::string& proposal = args.words[2];
+    LossFlag loss;
+    ScopedSession session(ctx, duration_flag(args, "--ttl", 10000), note_loss, &loss);
+    // Campaign: wait for the election's lock a second at a time, so an interrupt is seen.
+    vl_sequencer* raw = nullptr;
+    while (true) {
+        const vl_status status =
+            vl_lock_acquire(session.get(), name.c_str(), VL_LOCK_EXCLUSIVE, 1000, &raw);
+        if (status == VL_OK) break;
+        if (status != VL_ERR_WAIT_TIMED_OUT) check(status, session.get());
+        if (g_signal) return kExitOk;
+    }
+    std::unique_ptr<vl_sequencer, void (*)(vl_sequencer*)> seq(raw, vl_sequencer_free);
+    // The leader's value: owned by its session (gone with it), written fenced by its grant.
+    vl_put_options options{};
+    options.session = session.get();
+    options.sequencer = seq.get();
+    check(vl_put(ctx.client(), name.c_str(), proposal.data(), proposal.size(), &options, nullptr),
+          ctx.client());
+    if (ctx.format() == Format::json)
+        print_json({{"name", name}, {"value", proposal}, {"session", vl_session_id(session.get())},
+                    {"generation", seq->generation}});
+    else std::cout << proposal << "\n" << std::flush;
+    while (!g_signal && !loss.lost) sleep_ms(50);
+    if (loss.lost) check(vl_session_status(session.get()), "session_lost: leadership is gone");
+    vl_delete_options fenced{};
+    fenced.sequencer = seq.get();
+    vl_delete(ctx.client(), name.c_str(), &fenced, nullptr);
+    return kExitOk;
+}
+
+int cmd_barrier(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {"--count", "--wait", "--ttl"}, "barrier");
+    expect_words(args, 2, 2, "barrier NAME --count N [--wait 30s]");
+    if (!args.has("--count")) throw UsageError{"barrier needs --count N"};
+    const uint64_t count = parse_u64(*args.get("--count"), "--count");
+    if (count < 1 || count > 1024) throw UsageError{"--count must be 1 to 1024"};
+    const uint32_t wait = duration_flag(args, "--wait", 30000);
+    ScopedSession session(ctx, duration_flag(args, "--ttl", 10000));
+    check(vl_barrier_enter(session.get(), args.words[1].c_str(), static_cast<uint32_t>(count), wait),
+          session.get());
+    check(vl_barrier_leave(session.get(), args.words[1].c_str(), wait),
+          session.get());
+    if (ctx.format() == Format::json) print_json({{"barrier", args.words[1]}, {"passed", true}});
+    else std::cout << "passed\n";
+    return kExitOk;
+}
+
+// ---- Sessions, sequencers ------------------------------------------------------------------------
+
+void print_info(Context& ctx, const std::string& path)
+{
+    char* text = nullptr;
+    check(vl_info_get(ctx.client(), path.c_str(), -1, &text), ctx.client());
+    const Json document = Json::parse(text);
+    vl_string_free(text);
+    if (ctx.format() == Format::table && document.contains("sessions")) {
+        std::vector<std::vector<std::string>> rows;
+        for (const Json& s : document["sessions"])
+            rows.push_back({std::to_string(s.value("session", uint64_t{0})), s.value("name", ""),
+                            std::to_string(s.value("ttl_ms", uint64_t{0}))});
+        print_table({"SESSION", "NAME", "TTL_MS"}, rows);
+        return;
+    }
+    if (ctx.format() == Format::simple && document.contains("sessions")) {
+        for (const Json& s : document["sessions"])
+            std::cout << s.value("session", uint64_t{0}) << " " << s.value("name", "") << "\n";
+        return;
+    }
+    std::cout << (ctx.format() == Format::json ? document.dump() : document.dump(2)) << "\n";
+}
+
+int cmd_session(Context& ctx)
+{
+    const Args& args = ctx.args();
+    const std::string sub = args.words.size() > 1 ? args.words[1] : "";
+    if (sub == "grant") {
+        allow_flags(args, {"--ttl", "--name"}, "session grant");
+        expect_words(args, 2, 2, "session grant --ttl 10s [--name NAME]");
+        if (!args.has("--ttl")) throw UsageError{"session grant needs --ttl"};
+        uint64_t id = 0;
+        const std::string name = args.get("--name").value_or("lockctl");
+        check(vl_session_grant_id(ctx.client(), duration_flag(args, "--ttl", 0), name.c_str(), &id),
+              ctx.client());
+        if (ctx.format() == Format::json) print_json({{"session", id}});
+        else std::cout << id << "\n";
+        return kExitOk;
+    }
+    if (sub == "keepalive") {
+        allow_flags(args, {"--once"}, "session keepalive");
+        expect_words(args, 3, 3, "session keepalive ID [--once]");
+        const uint64_t id = parse_u64(args.words[2], "ID");
+        while (true) {
+            uint32_t ttl = 0;
+            check(vl_session_keepalive_id(ctx.client(), id, &ttl), ctx.client());
+            if (ctx.format() == Format::json) print_json({{"session", id}, {"ttl_ms", ttl}});
+            else std::cout << "session " << id << " kept alive with TTL " << ttl << "ms\n"
+                           << std::flush;
+            if (args.has("--once")) return kExitOk;
+            for (uint32_t slept = 0; slept < ttl / 3 && !g_signal; slept += 50) sleep_ms(50);
+            if (g_signal) return kExitOk;
+        }
+    }
+    if (sub == "revoke") {
+        allow_flags(args, {}, "session revoke");
+        expect_words(args, 3, 3, "session revoke ID");
+        check(vl_session_revoke_id(ctx.client(), parse_u64(args.words[2], "ID")), ctx.client());
+        if (ctx.format() == Format::json) print_json({{"revoked", true}});
+        else std::cout << "session " << args.words[2] << " revoked\n";
+        return kExitOk;
+    }
+    if (sub == "list") {
+        allow_flags(args, {}, "session list");
+        expect_words(args, 2, 2, "session list");
+        print_info(ctx, "/v1/sessions");
+        return kExitOk;
+    }
+    if (sub == "get") {
+        allow_flags(args, {}, "session get");
+        expect_words(args, 3, 3, "session get ID");
+        print_info(ctx, "/v1/sessions/" + std::to_string(parse_u64(args.words[2], "ID")));
+        return kExitOk;
+    }
+    throw UsageError{"usage: lockctl session grant|keepalive|revoke|list|get"};
+}
+
+int cmd_sequencer(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {}, "sequencer check");
+    if (args.words.size() < 2 || args.words[1] != "check")
+        throw UsageError{"usage: lockctl sequencer check [SEQ]"};
+    expect_words(args, 2, 3, "sequencer check [SEQ]");
+    const char* env = std::getenv("VOLTLOCK_SEQUENCER");
+    if (args.words.size() == 2 && !env)
+        throw UsageError{"sequencer check: give SEQ or set VOLTLOCK_SEQUENCER"};
+    const auto seq = parse_sequencer(args.words.size() == 3 ? args.words[2] : env);
+    bool valid = false;
+    check(vl_sequencer_check(ctx.client(), seq.get(), &valid), ctx.client());
+    if (ctx.format() == Format::json) print_json({{"valid", valid}});
+    else std::cout << (valid ? "valid" : "invalid") << "\n";
+    if (!valid) {
+        std::cerr << "Error: sequencer_invalid: that grant of " << seq->lock << " has ended\n";
+        return kExitFailedCondition;
+    }
+    return kExitOk;
+}
+
+// ---- Cluster information -----------------------------------------------------------------------
+
+Json info(Context& ctx, const std::string& path, int endpoint)
+{
+    char* text = nullptr;
+    check(vl_info_get(ctx.client(), path.c_str(), endpoint, &text), ctx.client());
+    Json document = Json::parse(text);
+    vl_string_free(text);
+    return document;
+}
+
+std::string text_of(const Json& value)
+{
+    return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+int cmd_member(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {}, "member list");
+    if (args.words.size() != 2 || args.words[1] != "list") throw UsageError{"usage: lockctl member list"};
+    const Json cluster = info(ctx, "/v1/cluster", -1);
+    if (ctx.format() == Format::json) {
+        print_json({{"members", cluster["members"]}, {"leader", cluster["leader"]},
+                    {"view", cluster["view"]}});
+        return kExitOk;
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const Json& m : cluster["members"])
+        rows.push_back({text_of(m["replica"]), text_of(m["role"]),
+                        "http://" + text_of(m["ip"]) + ":" + text_of(m["http_port"]),
+                        text_of(m["ip"]) + ":" + text_of(m["udp_port"])});
+    if (ctx.format() == Format::table) {
+        print_table({"REPLICA", "ROLE", "HTTP", "UDP"}, rows);
+    } else {
+        for (const auto& row : rows)
+            std::cout << row[0] << ", " << row[1] << ", " << row[2] << ", " << row[3] << "\n";
+    }
+    return kExitOk;
+}
+
+int cmd_endpoint(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {}, "endpoint");
+    const std::string sub = args.words.size() == 2 ? args.words[1] : "";
+    if (sub != "status" && sub != "health") throw UsageError{"usage: lockctl endpoint status|health"};
+    vl_client* c = ctx.client();
+    int worst = kExitOk;
+    std::vector<Json> documents;
+    std::vector<std::vector<std::string>> rows;
+    for (size_t i = 0; i < vl_client_endpoint_count(c); i++) {
+        const std::string url = vl_client_endpoint(c, i);
+        const auto start = std::chrono::steady_clock::now();
+        char* text = nullptr;
+        const vl_status status =
+            vl_info_get(c, sub == "status" ? "/v1/status" : "/readyz", int(i), &text);
+        const std::chrono::duration<double, std::milli> took =
+            std::chrono::steady_clock::now() - start;
+        char took_text[32];
+        std::snprintf(took_text, sizeof took_text, "%.1fms", took.count());
+        if (status != VL_OK) {
+            worst = std::max(worst, exit_code_for(status));
+            documents.push_back({{"endpoint", url}, {"health", false},
+                                 {"error", vl_client_errstr(c)}});
+            rows.push_back({url, "unhealthy", vl_client_errstr(c), took_text});
+            continue;
+        }
+        Json document = Json::parse(text);
+        vl_string_free(text);
+        if (sub == "health") {
+            documents.push_back({{"endpoint", url}, {"health", true}, {"took", took_text}});
+            rows.push_back({url, "healthy", "", took_text});
+        } else {
+            documents.push_back({{"endpoint", url}, {"status", document}});
+            rows.push_back({url, text_of(document["replica"]), text_of(document["status"]),
+                            text_of(document["view"]), text_of(document["leader"]),
+                            text_of(document["op"]), text_of(document["commit"])});
+        }
+    }
+    if (ctx.format() == Format::json) {
+        for (const Json& d : documents) print_json(d);
+    } else if (sub == "health") {
+        if (ctx.format() == Format::table) {
+            print_table({"ENDPOINT", "HEALTH", "ERROR", "TOOK"}, rows);
+        } else {
+            for (const auto& row : rows)
+                std::cout << row[0] << " is " << row[1] << (row[2].empty() ? "" : ": " + row[2])
+                          << " (took " << row[3] << ")\n";
+        }
+    } else if (ctx.format() == Format::table) {
+        print_table({"ENDPOINT", "REPLICA", "STATUS", "VIEW", "LEADER", "OP", "COMMIT"}, rows);
+    } else {
+        for (const auto& row : rows) {
+            std::string line = row[0];
+            for (size_t k = 1; k < row.size(); k++) line += ", " + row[k];
+            std::cout << line << "\n";
+        }
+    }
+    if (worst != kExitOk) std::cerr << "Error: an endpoint did not answer (see above)\n";
+    return worst;
+}
+
+int cmd_status(Context& ctx)
+{
+    allow_flags(ctx.args(), {}, "status");
+    expect_words(ctx.args(), 1, 1, "status");
+    const Json cluster = info(ctx, "/v1/cluster", -1);
+    const Json api = cluster.value("api", Json::object());
+    if (ctx.format() == Format::json) {
+        print_json(cluster);
+    } else if (ctx.format() == Format::table) {
+        print_table({"CLUSTER", "STATUS", "VIEW", "LEADER", "COMMIT", "REVISION", "SESSIONS",
+                     "LOCKS", "KEYS"},
+                    {{text_of(cluster["cluster_id"]), text_of(cluster["status"]),
+                      text_of(cluster["view"]), text_of(cluster["leader"]),
+                      text_of(cluster["commit"]), text_of(api.value("revision", Json())),
+                      text_of(api.value("sessions", Json())), text_of(api.value("locks", Json())),
+                      text_of(api.value("keys", Json()))}});
+    } else {
+        std::cout << "cluster " << text_of(cluster["cluster_id"]) << ": "
+                  << text_of(cluster["status"]) << ", view " << text_of(cluster["view"])
+                  << ", leader r" << text_of(cluster["leader"]) << ", commit "
+                  << text_of(cluster["commit"]) << ", revision "
+                  << text_of(api.value("revision", Json())) << "\n";
+    }
+    return kExitOk;
+}
+
+int cmd_version(Context& ctx)
+{
+    allow_flags(ctx.args(), {}, "version");
+    if (ctx.format() == Format::json)
+        print_json({{"lockctl", kVersion}, {"libvoltlock", vl_version()}, {"api", "v1"}});
+    else std::cout << "lockctl version: " << kVersion << "\nlibvoltlock version: " << vl_version()
+                   << "\nAPI version: v1\n";
+    return kExitOk;
+}
+
+int cmd_completion(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {}, "completion");
+    if (args.words.size() != 2 || args.words[1] != "bash")
+        throw UsageError{"usage: lockctl completion bash (zsh: not yet)"};
+    std::cout << R"(# lockctl bash completion: source <(lockctl completion bash)
+_lockctl() {
+    local cur prev words
+    cur="${COMP_WORDS[COMP_CWORD]}"
+    prev="${COMP_WORDS[COMP_CWORD-1]}"
+    local commands="put set get del watch lock elect barrier session sequencer member endpoint status version completion"
+    local globals="--endpoints --dial-timeout --command-timeout -w --write-out --help"
+    case "$prev" in
+        -w|--write-out) COMPREPLY=($(compgen -W "simple json table" -- "$cur")); return ;;
+        session) COMPREPLY=($(compgen -W "grant keepalive revoke list get" -- "$cur")); return ;;
+        sequencer) COMPREPLY=($(compgen -W "check" -- "$cur")); return ;;
+        member) COMPREPLY=($(compgen -W "list" -- "$cur")); return ;;
+        endpoint) COMPREPLY=($(compgen -W "status health" -- "$cur")); return ;;
+        completion) COMPREPLY=($(compgen -W "bash" -- "$cur")); return ;;
+    esac
+    if [[ "$cur" == -* ]]; then
+        local flags="$globals --prefix --limit --rev-only --consistency --prev-revision --lease --sequencer --rev --shared --ttl --wait --kill-grace --listen --count --once --name"
+        COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+    elif [[ $COMP_CWORD -eq 1 ]]; then
+        COMPREPLY=($(compgen -W "$commands" -- "$cur"))
+    fi
+}
+complete -F _lockctl lockctl
+)";
+    return kExitOk;
+}
+
+const std::map<std::string, std::function<int(Context&)>> kCommands = {
+    {"put", cmd_put},         {"set", cmd_put},         {"get", cmd_get},
+    {"del", cmd_del},         {"watch", cmd_watch},     {"lock", cmd_lock},
+    {"elect", cmd_elect},     {"barrier", cmd_barrier}, {"session", cmd_session},
+    {"sequencer", cmd_sequencer}, {"member", cmd_member}, {"endpoint", cmd_endpoint},
+    {"status", cmd_status},   {"version", cmd_version}, {"completion", cmd_completion},
+};
+
+// The usage lines of one command, for `lockctl CMD --help`, then the global flags.
+std::string command_help(const std::string& command)
+{
+    std::istringstream usage(kUsage);
+    std::string line, lines;
+    bool in_command = false;
+    while (std::getline(usage, line)) {
+        const bool starts = line.rfind("  " + command + " ", 0) == 0 || line == "  " + command;
+        const bool continuation = line.rfind("        ", 0) == 0;
+        in_command = starts || (in_command && continuation);
+        if (in_command) lines += line + "\n";
+    }
+    const std::string all = kUsage;
+    if (lines.empty()) return all;
+    return "Usage:\n" + lines + "\n" + all.substr(all.find("Global flags:"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    install_signal_handlers();
+    try {
+        const Args args = parse_args(argc, argv);
+        if (args.words.empty()) {
+            std::cout << kUsage;
+            return args.has("--help") ? kExitOk : kExitUsage;
+        }
+        const auto command = kCommands.find(args.words[0]);
+        if (command == kCommands.end())
+            throw UsageError{"unknown command '" + args.words[0] + "' (lockctl --help lists them)"};
+        if (args.has("--help")) {
+            std::cout << command_help(args.words[0]);
+            return kExitOk;
+        }
+        if (!args.command.empty() && args.words[0] != "lock")
+            throw UsageError{"only lock takes a command after --"};
+        Context ctx(args);
+        return command->second(ctx);
+    } catch (const UsageError& e) {
+        std::cerr << "Error: " << e.text << "\n";
+        return kExitUsage;
+    } catch (const Failed& e) {
+        std::cerr << "Error: " << e.text << "\n";
+        return exit_code_for(e.status);
+    } catch (const std::exception& e) {
+        std::cerr << "Error: " << e.what() << "\n";
+        return kExitServerError;
+    }
+}

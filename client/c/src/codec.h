@@ -1,0 +1,97 @@
+// The protocol codec of libvoltlock: request paths and bodies out, answers in, with no I/O
+// (hiredis's split). Everything here is pure and unit-tested against recorded answers
+// (tests/clib/codec_test.cpp); the transport (transport.h) only moves bytes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "voltlock.h"
+
+namespace voltlock::client {
+
+using Json = nlohmann::json;
+
+// The server's error code (docs/api.md) as a status; VL_ERR_SERVER_OTHER for a code this
+// library does not know.
+vl_status status_from_code(std::string_view code);
+const char* status_name(vl_status status);
+
+// Whether a status means "the cell could not answer now; the same request may be sent again"
+// (503s and transport failures).
+bool is_retryable(vl_status status);
+
+// An HTTP answer as the transport saw it.
+struct Answer {
+    int http_status = 0;
+    std::string body;
+    std::optional<int> leader_hint;  // X-Voltlock-Leader, or an error's details.leader
+};
+
+// A decoded error answer: its status and one line of text, "<code>: <message>".
+struct Failure {
+    vl_status status = VL_OK;
+    std::string text;
+};
+
+// VL_OK with the body parsed for a 2xx answer; otherwise the error it carries. A 2xx whose body
+// is not a JSON object is VL_ERR_PROTOCOL.
+Failure decode_answer(const Answer& answer, Json* body);
+
+// Percent-encodes a key or name for a path: everything but unreserved characters and '/'.
+std::string encode_path_segment(std::string_view name);
+// Percent-encodes a query value (also '/').
+std::string encode_query_value(std::string_view value);
+
+std::string base64_encode(std::string_view bytes);
+std::optional<std::string> base64_decode(std::string_view text);
+
+// The value of a kv or event object: "value", base64-decoded if "encoding" says so.
+std::optional<std::string> decode_value(const Json& object);
+
+// Validation of what the API accepts, done before sending so a bad argument changes nothing
+// and costs no round trip.
+bool valid_name(const char* name);  // 1..512 bytes, no control characters
+
+// Builders of C results (malloc'd; freed by the matching vl_*_free). nullptr: out of memory.
+// Throw nlohmann::json exceptions on a body of the wrong shape (the caller maps them to
+// VL_ERR_PROTOCOL).
+vl_kv* kv_from_json(const Json& object);
+vl_kv_list* kv_list_from_json(const Json& body);
+vl_sequencer* sequencer_from_json(const Json& object);
+vl_event* event_from_json(const std::string& data);
+Json sequencer_to_json(const vl_sequencer& seq);
+
+char* copy_string(std::string_view text);  // malloc'd, NUL-terminated
+
+// One server-sent event block (text/event-stream): its fields, or a comment.
+struct SseBlock {
+    std::string event;
+    std::string data;
+    std::optional<uint64_t> id;
+    std::vector<std::string> comments;
+};
+
+// Splits a text/event-stream into blocks as the bytes arrive, in any pieces.
+class SseParser {
+public:
+    // Appends bytes; returns the blocks they completed.
+    std::vector<SseBlock> feed(std::string_view bytes);
+
+private:
+    void take_line(std::string_view line, std::vector<SseBlock>& done);
+
+    std::string partial_line_;
+    SseBlock block_;
+    bool block_has_content_ = false;
+};
+
+// ": watching from revision N" -> N.
+std::optional<uint64_t> watching_from_revision(std::string_view comment);
+
+}  // namespace voltlock::client

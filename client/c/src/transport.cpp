@@ -1,0 +1,295 @@
+#include "transport.h"
+
+#include <algorithm>
+#include <charconv>
+#include <random>
+#include <thread>
+
+#include <httplib.h>
+
+namespace voltlock::client {
+
+namespace {
+
+// A request that does not wait at the server and has no answer within this long is sent again
+// elsewhere (same identity): a replica stopped or cut off must not hold the call to its
+// deadline while the others could answer.
+constexpr milliseconds kAttemptCap{3000};
+// Idle kept-alive connections kept per endpoint.
+constexpr size_t kPoolLimit = 64;
+constexpr milliseconds kRoundBackoffFirst{50};
+constexpr milliseconds kRoundBackoffMost{500};
+
+std::optional<int> parse_int(std::string_view text)
+{
+    int value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+    return value;
+}
+
+uint64_t random_client_id()
+{
+    std::random_device device;
+    std::mt19937_64 generator((uint64_t(device()) << 32) ^ device());
+    uint64_t id = 0;
+    while (id == 0) id = generator();
+    return id;
+}
+
+}  // namespace
+
+std::optional<std::vector<Endpoint>> parse_endpoints(std::string_view list, std::string* why)
+{
+    std::vector<Endpoint> out;
+    size_t start = 0;
+    while (start <= list.size()) {
+        size_t end = list.find(',', start);
+        if (end == std::string_view::npos) end = list.size();
+        std::string_view item = list.substr(start, end - start);
+        while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+        while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+        start = end + 1;
+        if (item.empty()) continue;
+        if (item.substr(0, 8) == "https://") {
+            *why = "endpoint " + std::string(item) + ": https is not supported";
+            return std::nullopt;
+        }
+        if (item.substr(0, 7) == "http://") item.remove_prefix(7);
+        while (!item.empty() && item.back() == '/') item.remove_suffix(1);
+        const size_t colon = item.rfind(':');
+        Endpoint endpoint;
+        endpoint.host = std::string(item.substr(0, colon));
+        std::optional<int> port = 7480;
+        if (colon != std::string_view::npos) port = parse_int(item.substr(colon + 1));
+        if (endpoint.host.empty() || !port || *port <= 0 || *port > 65535 ||
+            endpoint.host.find('/') != std::string::npos) {
+            *why = "endpoint '" + std::string(item) + "' is not host:port or http://host:port";
+            return std::nullopt;
+        }
+        endpoint.port = *port;
+        endpoint.url = "http://" + endpoint.host + ":" + std::to_string(endpoint.port);
+        out.push_back(std::move(endpoint));
+    }
+    if (out.empty()) {
+        *why = "no endpoints given";
+        return std::nullopt;
+    }
+    return out;
+}
+
+void CancelToken::cancel()
+{
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    for (httplib::Client* client : running_) client->stop();
+}
+
+bool CancelToken::enter(httplib::Client* client)
+{
+    std::lock_guard lock(mutex_);
+    if (cancelled_) return false;
+    running_.insert(client);
+    return true;
+}
+
+void CancelToken::leave(httplib::Client* client)
+{
+    std::lock_guard lock(mutex_);
+    running_.erase(client);
+}
+
+Transport::Transport(std::vector<Endpoint> endpoints, TransportOptions options)
+    : endpoints_(std::move(endpoints)),
+      options_(options),
+      idle_(endpoints_.size()),
+      next_client_id_(options.client_id_seed ? options.client_id_seed : random_client_id())
+{
+}
+
+Transport::~Transport() = default;
+
+Transport::Identity Transport::take_identity()
+{
+    std::lock_guard lock(identity_mutex_);
+    if (!idle_identities_.empty()) {
+        Identity identity = idle_identities_.back();
+        idle_identities_.pop_back();
+        return identity;
+    }
+    // One identity per request in flight: the cell keeps only each client id's latest request.
+    Identity fresh{next_client_id_, 0};
+    next_client_id_ = options_.client_id_seed ? next_client_id_ + 1 : random_client_id();
+    return fresh;
+}
+
+void Transport::give_back_identity(Identity identity)
+{
+    std::lock_guard lock(identity_mutex_);
+    idle_identities_.push_back(identity);
+}
+
+std::unique_ptr<httplib::Client> Transport::checkout(size_t index)
+{
+    {
+        std::lock_guard lock(pool_mutex_);
+        auto& idle = idle_[index];
+        if (!idle.empty()) {
+            auto client = std::move(idle.back());
+            idle.pop_back();
+            return client;
+        }
+    }
+    auto client = std::make_unique<httplib::Client>(endpoints_[index].host, endpoints_[index].port);
+    client->set_keep_alive(true);
+    client->set_tcp_nodelay(true);  // headers and body are separate writes (docs/api.md)
+    client->set_url_encode(false);  // paths come encoded from the codec
+    return client;
+}
+
+void Transport::checkin(size_t index, std::unique_ptr<httplib::Client> client)
+{
+    std::lock_guard lock(pool_mutex_);
+    if (idle_[index].size() < kPoolLimit) idle_[index].push_back(std::move(client));
+}
+
+void Transport::note_failure(size_t index)
+{
+    // Connections to an endpoint that just failed are likely dead too.
+    std::vector<std::unique_ptr<httplib::Client>> dropped;
+    std::lock_guard lock(pool_mutex_);
+    dropped.swap(idle_[index]);
+}
+
+void Transport::learn_members(size_t index)
+{
+    std::lock_guard lock(members_mutex_);
+    if (members_known_) return;
+    auto client = checkout(index);
+    client->set_connection_timeout(options_.dial_timeout);
+    client->set_read_timeout(std::chrono::seconds(1));
+    auto result = client->Get("/v1/cluster");
+    if (!result || result->status != 200) return;
+    const Json body = Json::parse(result->body, nullptr, false);
+    if (body.is_discarded() || !body.contains("members") || !body["members"].is_array()) return;
+    for (const Json& member : body["members"]) {
+        if (!member.is_object()) continue;
+        const std::string ip = member.value("ip", std::string{});
+        const int port = member.value("http_port", 0);
+        const int replica = member.value("replica", -1);
+        for (size_t i = 0; i < endpoints_.size(); i++)
+            if (endpoints_[i].host == ip && endpoints_[i].port == port)
+                replica_to_endpoint_[replica] = i;
+    }
+    members_known_ = true;
+    checkin(index, std::move(client));
+}
+
+void Transport::note_answer(size_t index, std::optional<int> leader_hint)
+{
+    if (leader_hint) {
+        learn_members(index);
+        std::lock_guard lock(members_mutex_);
+        const auto found = replica_to_endpoint_.find(*leader_hint);
+        if (found != replica_to_endpoint_.end()) {
+            preferred_ = found->second;
+            return;
+        }
+    }
+    preferred_ = index;
+}
+
+Outcome Transport::call(const Request& request, Clock::time_point deadline, CancelToken* cancel)
+{
+    std::optional<Identity> identity;
+    httplib::Headers headers;
+    if (request.mutating) {
+        identity = take_identity();
+        identity->last_request_number++;
+        headers.emplace("X-Voltlock-Client-Id", std::to_string(identity->client_id));
+        headers.emplace("X-Voltlock-Request-Number",
+                        std::to_string(identity->last_request_number));
+    }
+    const bool pinned = request.endpoint_index >= 0;
+    size_t index = pinned ? size_t(request.endpoint_index) : preferred_.load();
+    Outcome last{VL_ERR_TIMEOUT, "no attempt was made before the deadline", {}};
+    bool answered = false;
+    size_t attempts = 0;
+    while (!answered) {
+        if (cancel && cancel->cancelled()) {
+            last = {VL_ERR_SESSION_LOST, "the session was lost during the call", {}};
+            break;
+        }
+        const auto now = Clock::now();
+        if (now >= deadline) break;
+        const auto remaining = std::chrono::duration_cast<milliseconds>(deadline - now);
+        const milliseconds attempt = request.waits ? remaining : std::min(remaining, kAttemptCap);
+        const Endpoint& endpoint = endpoints_[index];
+        auto client = checkout(index);
+        client->set_connection_timeout(std::min(options_.dial_timeout, remaining));
+        client->set_read_timeout(attempt);
+        client->set_write_timeout(attempt);
+        if (cancel && !cancel->enter(client.get())) continue;  // loop says "lost"
+        httplib::Result result = [&] {
+            const std::string_view method = request.method;
+            if (method == "GET") return client->Get(request.path, headers);
+            if (method == "POST")
+                return client->Post(request.path, headers, request.body, "application/json");
+            if (method == "PUT")
+                return client->Put(request.path, headers, request.body, "application/json");
+            return client->Delete(request.path, headers, request.body, "application/json");
+        }();
+        if (cancel) cancel->leave(client.get());
+        attempts++;
+        std::optional<int> leader_hint;
+        if (!result) {
+            last = {VL_ERR_TRANSPORT,
+                    endpoint.url + ": " + httplib::to_string(result.error()), {}};
+            note_failure(index);
+        } else {
+            Answer answer{result->status, result->body, std::nullopt};
+            if (result->has_header("X-Voltlock-Leader"))
+                answer.leader_hint = parse_int(result->get_header_value("X-Voltlock-Leader"));
+            Json body;
+            const Failure failure = decode_answer(answer, &body);
+            checkin(index, std::move(client));
+            if (failure.status == VL_ERR_NOT_LEADER && body.contains("details") &&
+                body["details"].is_object() && body["details"].value("leader", -1) >= 0)
+                leader_hint = body["details"]["leader"].get<int>();
+            if (failure.status == VL_OK || !is_retryable(failure.status)) {
+                note_answer(index, answer.leader_hint);
+                last = {failure.status, failure.text, std::move(body)};
+                answered = true;
+                break;
+            }
+            last = {failure.status, endpoint.url + ": " + failure.text, std::move(body)};
+        }
+        if (pinned) break;
+        // Next: the leader if one was named, else the next endpoint round the list; after a
+        // whole round without an answer, a short pause (a view change takes a moment).
+        size_t next = (index + 1) % endpoints_.size();
+        if (leader_hint) {
+            learn_members(index);
+            std::lock_guard lock(members_mutex_);
+            const auto found = replica_to_endpoint_.find(*leader_hint);
+            if (found != replica_to_endpoint_.end() && found->second != index)
+                next = found->second;
+        }
+        index = next;
+        if (attempts % endpoints_.size() == 0) {
+            const auto rounds = attempts / endpoints_.size();
+            auto pause = std::min(kRoundBackoffMost, kRoundBackoffFirst * (1 << std::min<size_t>(
+                                                                             rounds - 1, 4)));
+            const auto until = std::min(deadline, Clock::now() + pause);
+            while (Clock::now() < until && !(cancel && cancel->cancelled()))
+                std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(20),
+                                                                       until - Clock::now()));
+        }
+    }
+    if (identity) give_back_identity(*identity);
+    if (!answered && !pinned && last.status != VL_ERR_SESSION_LOST && Clock::now() >= deadline)
+        last = {VL_ERR_TIMEOUT, "no answer before the deadline; last: " + last.text, {}};
+    return last;
+}
+
+}  // namespace voltlock::client

@@ -1,0 +1,907 @@
+// The C ABI of libvoltlock (include/voltlock.h) over the codec and the transport. Every entry
+// point catches everything: no exception crosses the ABI.
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <new>
+#include <thread>
+#include <unordered_map>
+
+#include <httplib.h>
+
+#include "codec.h"
+#include "transport.h"
+#include "voltlock.h"
+
+using namespace voltlock::client;
+
+namespace {
+
+// The last error's text, one slot per thread, on each handle (hiredis keeps it on the handle;
+// per thread because a client is shared by threads).
+class ErrorSlots {
+public:
+    vl_status set(vl_status status, std::string text) const
+    {
+        std::lock_guard lock(mutex_);
+        slots_[std::this_thread::get_id()] = status == VL_OK ? std::string{} : std::move(text);
+        return status;
+    }
+    const char* get() const
+    {
+        std::lock_guard lock(mutex_);
+        return slots_[std::this_thread::get_id()].c_str();
+    }
+
+private:
+    mutable std::mutex mutex_;
+    mutable std::unordered_map<std::thread::id, std::string> slots_;
+};
+
+// Runs body, turning any exception into a status and text on the handle.
+template <class Body>
+vl_status guarded(const ErrorSlots& errors, Body&& body)
+{
+    try {
+        return body();
+    } catch (const std::bad_alloc&) {
+        return errors.set(VL_ERR_NO_MEMORY, "out of memory");
+    } catch (const std::exception& e) {
+        return errors.set(VL_ERR_PROTOCOL, std::string("unexpected answer: ") + e.what());
+    } catch (...) {
+        return errors.set(VL_ERR_PROTOCOL, "unexpected failure");
+    }
+}
+
+vl_status invalid(const ErrorSlots& errors, const std::string& what)
+{
+    return errors.set(VL_ERR_INVALID_ARGUMENT, "client_invalid_argument: " + what);
+}
+
+std::string u64(uint64_t n) { return std::to_string(n); }
+
+}  // namespace
+
+struct vl_client {
+    vl_client(std::vector<Endpoint> endpoints, TransportOptions options)
+        : transport(std::move(endpoints), options)
+    {
+    }
+    Transport transport;
+    ErrorSlots errors;
+
+    // Sends a request with the client's deadline (plus extra for waits); the outcome's text
+    // goes on `errors`.
+    vl_status send(const ErrorSlots& on, const Request& request, Json* body,
+                   milliseconds extra = milliseconds(0), CancelToken* cancel = nullptr)
+    {
+        Outcome outcome = transport.call(request, transport.deadline_after(extra), cancel);
+        if (body) *body = std::move(outcome.body);
+        return on.set(outcome.status, outcome.text);
+    }
+};
+
+struct vl_session {
+    vl_client* client = nullptr;
+    uint64_t id = 0;
+    milliseconds ttl{0};
+    vl_session_lost_fn on_lost = nullptr;
+    void* user_data = nullptr;
+    ErrorSlots errors;
+
+    // The lease, on the client's clock: counted from when the last answered keepalive was sent.
+    std::atomic<Clock::rep> lease_end{0};
+    std::atomic<int> lost{VL_OK};  // VL_OK, or why it was lost
+
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool stopping = false;
+    CancelToken calls;      // the session's own calls: cancelled when it is lost
+    CancelToken keepalive;  // the keepalive in flight: cancelled by vl_session_close
+    std::thread keepalive_thread;
+
+    Clock::time_point lease_deadline() const
+    {
+        return Clock::time_point(Clock::duration(lease_end.load()));
+    }
+    bool lease_holds() const { return lost.load() == VL_OK && Clock::now() < lease_deadline(); }
+    void declare_lost(vl_status why);
+    void run_keepalives();
+    // The status a call on the session answers: its own, unless the session was lost meanwhile.
+    vl_status after_call(vl_status status);
+};
+
+void vl_session::declare_lost(vl_status why)
+{
+    int expected = VL_OK;
+    if (!lost.compare_exchange_strong(expected, why)) return;
+    calls.cancel();
+    if (on_lost) on_lost(this, why, user_data);
+}
+
+vl_status vl_session::after_call(vl_status status)
+{
+    if (status == VL_ERR_UNKNOWN_SESSION) declare_lost(VL_ERR_UNKNOWN_SESSION);
+    if (!lease_holds()) {
+        if (lost.load() == VL_OK) declare_lost(VL_ERR_SESSION_LOST);
+        return errors.set(static_cast<vl_status>(lost.load()),
+                          std::string(status_name(static_cast<vl_status>(lost.load()))) +
+                              ": the session's lease ran out or the cell ended it; its locks "
+                              "are gone");
+    }
+    return status;
+}
+
+void vl_session::run_keepalives()
+{
+    const milliseconds interval = ttl / 3;
+    constexpr milliseconds kRetryPause{100};
+    Clock::time_point next = Clock::now() + interval;
+    const Request request{.method = "POST",
+                          .path = "/v1/sessions/" + u64(id) + ":keepalive",
+                          .mutating = true};
+    while (true) {
+        {
+            std::unique_lock lock(mutex);
+            wake.wait_until(lock, std::min(next, lease_deadline()), [&] { return stopping; });
+            if (stopping) return;
+        }
+        if (Clock::now() >= lease_deadline()) {
+            declare_lost(VL_ERR_SESSION_LOST);
+            return;
+        }
+        const Clock::time_point sent = Clock::now();
+        // An answer after the lease ran out is no use: the lease is the deadline.
+        Outcome outcome = client->transport.call(request, lease_deadline(), &keepalive);
+        if (outcome.status == VL_OK) {
+            const auto granted = milliseconds(outcome.body.value("ttl_ms", uint64_t(ttl.count())));
+            lease_end = (sent + granted).time_since_epoch().count();
+            next = sent + interval;
+        } else if (outcome.status == VL_ERR_UNKNOWN_SESSION) {
+            declare_lost(VL_ERR_UNKNOWN_SESSION);
+            return;
+        } else {
+            next = Clock::now() + kRetryPause;
+        }
+    }
+}
+
+struct vl_watch {
+    vl_client* client = nullptr;
+    std::string path;  // without start_revision
+    ErrorSlots errors;
+
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<vl_event*> ready;
+    std::vector<vl_event*> pending;  // events of a revision whose id has not come yet
+    uint64_t last_complete = 0;      // resume from last_complete + 1
+    uint64_t last_delivered = 0;
+    bool opened = false;             // the first stream answered 200
+    vl_status final_status = VL_OK;  // the watch failed for good
+    std::string final_text;
+    bool stopping = false;
+    httplib::Client* streaming = nullptr;
+    std::thread thread;
+
+    ~vl_watch()
+    {
+        for (vl_event* e : ready) vl_event_free(e);
+        for (vl_event* e : pending) vl_event_free(e);
+    }
+    void run();
+    // One stream from endpoint `index` until it ends; false if it failed for good.
+    void stream_once(size_t index);
+    void take(const SseBlock& block);
+    void fail(vl_status status, std::string text);
+};
+
+void vl_watch::fail(vl_status status, std::string text)
+{
+    std::lock_guard lock(mutex);
+    final_status = status;
+    final_text = std::move(text);
+    changed.notify_all();
+}
+
+void vl_watch::take(const SseBlock& block)
+{
+    std::lock_guard lock(mutex);
+    for (const std::string& comment : block.comments)
+        if (auto from = watching_from_revision(comment); from && last_complete == 0 && *from > 0)
+            last_complete = *from - 1;
+    if (block.event == "error") {
+        Json body = Json::parse(block.data, nullptr, false);
+        const std::string code = body.is_object() ? body.value("code", "") : "";
+        final_status = code.empty() ? VL_ERR_PROTOCOL : status_from_code(code);
+        final_text = code + ": " + (body.is_object() ? body.value("message", "") : block.data);
+        changed.notify_all();
+        return;
+    }
+    if (block.data.empty()) return;
+    vl_event* event = event_from_json(block.data);
+    if (!event) throw std::bad_alloc();
+    if (event->revision <= last_complete) {  // already delivered before a resume
+        vl_event_free(event);
+        return;
+    }
+    pending.push_back(event);
+    if (block.id) {
+        // The id closes its revision: only now are its events safe to hand out, since a
+        // resume starts at the next revision.
+        for (vl_event* e : pending) ready.push_back(e);
+        pending.clear();
+        last_complete = *block.id;
+        changed.notify_all();
+    }
+}
+
+void vl_watch::stream_once(size_t index)
+{
+    Transport& transport = client->transport;
+    auto http = transport.checkout(index);
+    http->set_connection_timeout(transport.options().dial_timeout);
+    // The server sends a comment every 10 s of quiet: 15 s of nothing is a dead stream.
+    http->set_read_timeout(std::chrono::seconds(15));
+    std::string resume_path;
+    {
+        std::lock_guard lock(mutex);
+        if (stopping) return;
+        streaming = http.get();
+        resume_path = path;
+        if (last_complete > 0) resume_path += "&start_revision=" + u64(last_complete + 1);
+        for (vl_event* e : pending) vl_event_free(e);  // an unfinished revision comes again
+        pending.clear();
+    }
+    int status = 0;
+    std::string error_body;
+    SseParser parser;
+    auto result = http->Get(
+        resume_path, httplib::Headers{},
+        [&](const httplib::Response& response) {
+            status = response.status;
+            if (status == 200) {
+                std::lock_guard lock(mutex);
+                opened = true;
+                changed.notify_all();
+            }
+            return true;
+        },
+        [&](const char* data, size_t length) {
+            if (status != 200) {
+                error_body.append(data, length);
+                return error_body.size() < 65536;
+            }
+            for (const SseBlock& block : parser.feed(std::string_view(data, length))) take(block);
+            std::lock_guard lock(mutex);
+            return !stopping && final_status == VL_OK;
+        });
+    {
+        std::lock_guard lock(mutex);
+        streaming = nullptr;
+    }
+    if (result && status != 200) {
+        const Failure failure = decode_answer(Answer{status, error_body, std::nullopt}, nullptr);
+        if (!is_retryable(failure.status)) fail(failure.status, failure.text);
+        return;
+    }
+    if (result) transport.checkin(index, std::move(http));
+    else transport.note_failure(index);
+}
+
+void vl_watch::run()
+{
+    const size_t count = client->transport.endpoints().size();
+    size_t index = client->transport.preferred();
+    size_t failures = 0;
+    while (true) {
+        try {
+            stream_once(index);
+        } catch (const std::bad_alloc&) {
+            fail(VL_ERR_NO_MEMORY, "out of memory");
+        } catch (const std::exception& e) {
+            fail(VL_ERR_PROTOCOL, std::string("a watch event was not understood: ") + e.what());
+        }
+        std::unique_lock lock(mutex);
+        if (stopping || final_status != VL_OK) return;
+        // The stream broke: resume at the next endpoint, pausing a little more after each
+        // failure in a row (a view change, a replica restarting).
+        index = (index + 1) % count;
+        failures++;
+        const auto pause = milliseconds(std::min<size_t>(50 * failures, 1000));
+        changed.wait_for(lock, pause, [&] { return stopping; });
+        if (stopping) return;
+    }
+}
+
+extern "C" {
+
+const char* vl_version(void) { return "0.1.0"; }
+
+const char* vl_status_name(vl_status status) { return status_name(status); }
+
+void vl_client_options_init(vl_client_options* opts)
+{
+    if (opts) *opts = vl_client_options{2000, 10000, 0};
+}
+
+vl_status vl_client_open(const char* endpoints, const vl_client_options* opts, char* errstr_out,
+                         size_t errstr_len, vl_client** out)
+{
+    auto report = [&](vl_status status, const std::string& text) {
+        if (errstr_out && errstr_len > 0) {
+            const size_t n = std::min(text.size(), errstr_len - 1);
+            std::memcpy(errstr_out, text.data(), n);
+            errstr_out[n] = '\0';
+        }
+        return status;
+    };
+    if (!out) return report(VL_ERR_INVALID_ARGUMENT, "out is NULL");
+    *out = nullptr;
+    if (!endpoints) {
+        const char* from_environment = std::getenv("VOLTLOCK_ENDPOINTS");
+        endpoints = from_environment && *from_environment ? from_environment
+                                                           : "http://127.0.0.1:7480";
+    }
+    try {
+        std::string why;
+        auto parsed = parse_endpoints(endpoints, &why);
+        if (!parsed) return report(VL_ERR_INVALID_ARGUMENT, why);
+        vl_client_options defaults;
+        vl_client_options_init(&defaults);
+        const vl_client_options& o = opts ? *opts : defaults;
+        TransportOptions options;
+        options.dial_timeout = milliseconds(o.dial_timeout_ms ? o.dial_timeout_ms : 2000);
+        options.command_timeout = milliseconds(o.command_timeout_ms ? o.command_timeout_ms : 10000);
+        options.client_id_seed = o.client_id_seed;
+        *out = new vl_client(std::move(*parsed), options);
+        return report(VL_OK, "");
+    } catch (...) {
+        return report(VL_ERR_NO_MEMORY, "out of memory");
+    }
+}
+
+void vl_client_close(vl_client* c) { delete c; }
+
+const char* vl_client_errstr(const vl_client* c) { return c ? c->errors.get() : "client is NULL"; }
+
+const char* vl_client_current_endpoint(const vl_client* c)
+{
+    return c->transport.endpoints()[c->transport.preferred()].url.c_str();
+}
+
+size_t vl_client_endpoint_count(const vl_client* c) { return c->transport.endpoints().size(); }
+
+const char* vl_client_endpoint(const vl_client* c, size_t index)
+{
+    if (index >= c->transport.endpoints().size()) return nullptr;
+    return c->transport.endpoints()[index].url.c_str();
+}
+
+// ---- Sessions ---------------------------------------------------------------------------------
+
+void vl_session_options_init(vl_session_options* opts)
+{
+    if (opts) *opts = vl_session_options{0, nullptr, nullptr, nullptr};
+}
+
+namespace {
+
+// The body of POST /v1/sessions, or the reason it cannot be sent.
+std::optional<Json> session_request(const vl_client* c, uint32_t ttl_ms, uint32_t lock_delay_ms,
+                                    const char* name)
+{
+    if (ttl_ms < 1000 || ttl_ms > 24u * 3600 * 1000) {
+        invalid(c->errors, "ttl_ms must be 1,000 to 86,400,000");
+        return std::nullopt;
+    }
+    Json body{{"ttl_ms", ttl_ms}};
+    if (lock_delay_ms) {
+        if (lock_delay_ms > 60000) {
+            invalid(c->errors, "lock_delay_ms must be at most 60,000");
+            return std::nullopt;
+        }
+        body["lock_delay_ms"] = lock_delay_ms;
+    }
+    if (name) {
+        if (std::strlen(name) > 128) {
+            invalid(c->errors, "a session name is at most 128 bytes");
+            return std::nullopt;
+        }
+        body["name"] = name;
+    }
+    return body;
+}
+
+}  // namespace
+
+vl_status vl_session_grant_id(vl_client* c, uint32_t ttl_ms, const char* name,
+                              uint64_t* session_id_out)
+{
+    if (!c || !session_id_out) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(c->errors, [&] {
+        const auto request_body = session_request(c, ttl_ms, 0, name);
+        if (!request_body) return VL_ERR_INVALID_ARGUMENT;
+        Json body;
+        const vl_status status = c->send(
+            c->errors, Request{.method = "POST", .path = "/v1/sessions",
+                               .body = request_body->dump(), .mutating = true},
+            &body);
+        if (status == VL_OK) *session_id_out = body.at("session").get<uint64_t>();
+        return status;
+    });
+}
+
+vl_status vl_session_open(vl_client* c, uint32_t ttl_ms, const vl_session_options* opts,
+                          vl_session** out)
+{
+    if (!c || !out) return VL_ERR_INVALID_ARGUMENT;
+    *out = nullptr;
+    return guarded(c->errors, [&] {
+        const auto request_body =
+            session_request(c, ttl_ms, opts ? opts->lock_delay_ms : 0, opts ? opts->name : nullptr);
+        if (!request_body) return VL_ERR_INVALID_ARGUMENT;
+        auto session = std::make_unique<vl_session>();
+        session->client = c;
+        session->ttl = milliseconds(ttl_ms);
+        if (opts) {
+            session->on_lost = opts->on_session_lost;
+            session->user_data = opts->user_data;
+        }
+        const Clock::time_point sent = Clock::now();
+        Json body;
+        const vl_status status = c->send(
+            c->errors, Request{.method = "POST", .path = "/v1/sessions",
+                               .body = request_body->dump(), .mutating = true},
+            &body);
+        if (status != VL_OK) return status;
+        session->id = body.at("session").get<uint64_t>();
+        session->lease_end = (sent + milliseconds(ttl_ms)).time_since_epoch().count();
+        vl_session* raw = session.get();
+        session->keepalive_thread = std::thread([raw] { raw->run_keepalives(); });
+        *out = session.release();
+        return VL_OK;
+    });
+}
+
+vl_status vl_session_close(vl_session* s)
+{
+    if (!s) return VL_OK;
+    vl_client* c = s->client;
+    {
+        std::lock_guard lock(s->mutex);
+        s->stopping = true;
+    }
+    s->wake.notify_all();
+    s->keepalive.cancel();
+    if (s->keepalive_thread.joinable()) s->keepalive_thread.join();
+    vl_status status = VL_OK;
+    if (s->lost.load() == VL_OK) {
+        status = guarded(c->errors, [&] {
+            const vl_status ended = c->send(
+                c->errors,
+                Request{.method = "DELETE", .path = "/v1/sessions/" + u64(s->id), .mutating = true},
+                nullptr);
+            return ended == VL_ERR_UNKNOWN_SESSION ? c->errors.set(VL_OK, "") : ended;
+        });
+    }
+    delete s;
+    return status;
+}
+
+uint64_t vl_session_id(const vl_session* s) { return s ? s->id : 0; }
+
+vl_status vl_session_status(const vl_session* s)
+{
+    if (!s) return VL_ERR_INVALID_ARGUMENT;
+    const int lost = s->lost.load();
+    if (lost != VL_OK) return static_cast<vl_status>(lost);
+    return s->lease_holds() ? VL_OK : VL_ERR_SESSION_LOST;
+}
+
+uint64_t vl_session_lease_remaining_ms(const vl_session* s)
+{
+    if (!s || !s->lease_holds()) return 0;
+    return uint64_t(std::chrono::duration_cast<milliseconds>(s->lease_deadline() - Clock::now())
+                        .count());
+}
+
+const char* vl_session_errstr(const vl_session* s)
+{
+    return s ? s->errors.get() : "session is NULL";
+}
+
+vl_status vl_session_keepalive_id(vl_client* c, uint64_t session_id, uint32_t* ttl_ms_out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(c->errors, [&] {
+        Json body;
+        const vl_status status = c->send(
+            c->errors, Request{.method = "POST", .path = "/v1/sessions/" + u64(session_id) +
+                                                         ":keepalive", .mutating = true},
+            &body);
+        if (status == VL_OK && ttl_ms_out) *ttl_ms_out = body.at("ttl_ms").get<uint32_t>();
+        return status;
+    });
+}
+
+vl_status vl_session_revoke_id(vl_client* c, uint64_t session_id)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(c->errors, [&] {
+        return c->send(c->errors,
+                       Request{.method = "DELETE", .path = "/v1/sessions/" + u64(session_id),
+                               .mutating = true},
+                       nullptr);
+    });
+}
+
+// ---- Sequencers and locks ---------------------------------------------------------------------
+
+
+vl_status vl_sequencer_format(const vl_sequencer* seq, char** out)
+{
+    if (!seq || !seq->lock || !out) return VL_ERR_INVALID_ARGUMENT;
+    try {
+        *out = copy_string(sequencer_to_json(*seq).dump());
+        return *out ? VL_OK : VL_ERR_NO_MEMORY;
+    } catch (...) {
+        *out = nullptr;
+        return VL_ERR_INVALID_ARGUMENT;  // a lock name that is not UTF-8
+    }
+}
+
+vl_status vl_sequencer_parse(const char* text, vl_sequencer** out)
+{
+    if (!text || !out) return VL_ERR_INVALID_ARGUMENT;
+    *out = nullptr;
+    try {
+        const Json object = Json::parse(text);
+        if (!object.is_object()) return VL_ERR_INVALID_ARGUMENT;
+        *out = sequencer_from_json(object);
+        return *out ? VL_OK : VL_ERR_NO_MEMORY;
+    } catch (const std::bad_alloc&) {
+        return VL_ERR_NO_MEMORY;
+    } catch (...) {
+        return VL_ERR_INVALID_ARGUMENT;
+    }
+}
+
+vl_status vl_sequencer_check(vl_client* c, const vl_sequencer* seq, bool* valid_out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(c->errors, [&] {
+        if (!seq || !valid_name(seq->lock) || !valid_out)
+            return invalid(c->errors, "a sequencer with a lock name and valid_out are required");
+        Json body;
+        const vl_status status = c->send(
+            c->errors, Request{.method = "POST", .path = "/v1/sequencers:check",
+                               .body = Json{{"sequencer", sequencer_to_json(*seq)}}.dump()},
+            &body);
+        if (status == VL_OK) *valid_out = body.at("valid").get<bool>();
+        return status;
+    });
+}
+
+vl_status vl_lock_acquire(vl_session* s, const char* name, vl_lock_mode mode, uint32_t wait_ms,
+                          vl_sequencer** seq_out)
+{
+    if (!s) return VL_ERR_INVALID_ARGUMENT;
+    if (seq_out) *seq_out = nullptr;
+    return guarded(s->errors, [&] {
+        if (!valid_name(name)) return invalid(s->errors, "a lock name is 1 to 512 bytes of text");
+        if (mode != VL_LOCK_EXCLUSIVE && mode != VL_LOCK_SHARED)
+            return invalid(s->errors, "mode must be VL_LOCK_EXCLUSIVE or VL_LOCK_SHARED");
+        if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
+        if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
+        Json request{{"session", s->id},
+                     {"mode", mode == VL_LOCK_SHARED ? "shared" : "exclusive"},
+                     {"wait_ms", wait_ms}};
+        Json body;
+        vl_status status = s->client->send(
+            s->errors,
+            Request{.method = "POST", .path = "/v1/locks/" + encode_path_segment(name) + ":acquire",
+                    .body = request.dump(), .mutating = true, .waits = wait_ms > 0},
+            &body, milliseconds(wait_ms), &s->calls);
+        status = s->after_call(status);
+        if (status != VL_OK) return status;
+        vl_sequencer* seq = sequencer_from_json(body.at("sequencer"));
+        if (!seq) return s->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+        if (seq_out) *seq_out = seq;
+        else vl_sequencer_free(seq);
+        return VL_OK;
+    });
+}
+
+vl_status vl_lock_release(vl_session* s, const char* name)
+{
+    if (!s) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(s->errors, [&] {
+        if (!valid_name(name)) return invalid(s->errors, "a lock name is 1 to 512 bytes of text");
+        if (s->lost.load() != VL_OK) return s->after_call(VL_OK);
+        Json body;
+        const vl_status status = s->client->send(
+            s->errors,
+            Request{.method = "POST", .path = "/v1/locks/" + encode_path_segment(name) + ":release",
+                    .body = Json{{"session", s->id}}.dump(), .mutating = true},
+            &body, milliseconds(0), &s->calls);
+        if (status == VL_ERR_UNKNOWN_SESSION) return s->after_call(status);
+        return status;
+    });
+}
+
+// ---- Key-value --------------------------------------------------------------------------------
+
+
+
+vl_status vl_get(vl_client* c, const char* key, int flags, vl_kv** out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    if (out) *out = nullptr;
+    return guarded(c->errors, [&] {
+        if (!valid_name(key)) return invalid(c->errors, "a key is 1 to 512 bytes of text");
+        if (!out) return invalid(c->errors, "out is NULL");
+        std::string path = "/v1/kv/" + encode_path_segment(key) + "?encoding=base64";
+        if (flags & VL_READ_STALE) path += "&stale=true";
+        Json body;
+        const vl_status status = c->send(c->errors, Request{.path = path}, &body);
+        if (status != VL_OK) return status;
+        *out = kv_from_json(body);
+        return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+    });
+}
+
+vl_status vl_get_prefix(vl_client* c, const char* prefix, const char* after, uint32_t limit,
+                        int flags, vl_kv_list** out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    if (out) *out = nullptr;
+    return guarded(c->errors, [&] {
+        if (!prefix || std::strlen(prefix) > 512 || (*prefix && !valid_name(prefix)))
+            return invalid(c->errors, "a prefix is 0 to 512 bytes of text");
+        if (!out) return invalid(c->errors, "out is NULL");
+        std::string path = "/v1/kv/" + encode_path_segment(prefix) + "?prefix=true&encoding=base64";
+        if (after && *after) path += "&after=" + encode_query_value(after);
+        if (limit) path += "&limit=" + u64(limit);
+        if (flags & VL_READ_STALE) path += "&stale=true";
+        Json body;
+        const vl_status status = c->send(c->errors, Request{.path = path}, &body);
+        if (status != VL_OK) return status;
+        *out = kv_list_from_json(body);
+        return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+    });
+}
+
+vl_status vl_put(vl_client* c, const char* key, const void* value, size_t value_len,
+                 const vl_put_options* opts, vl_put_result* result)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(c->errors, [&] {
+        if (!valid_name(key)) return invalid(c->errors, "a key is 1 to 512 bytes of text");
+        if (!value && value_len > 0) return invalid(c->errors, "value is NULL");
+        const std::string_view bytes(static_cast<const char*>(value), value ? value_len : 0);
+        Json request{{"value", base64_encode(bytes)}, {"encoding", "base64"}};
+        if (opts && opts->check_prev_revision) request["prev_revision"] = opts->prev_revision;
+        if (opts && opts->session) {
+            if (opts->session->lost.load() != VL_OK)
+                return c->errors.set(VL_ERR_SESSION_LOST, "session_lost: the key's session is lost");
+            request["session"] = opts->session->id;
+        } else if (opts && opts->session_id) {
+            request["session"] = opts->session_id;
+        }
+        if (opts && opts->sequencer) {
+            if (!valid_name(opts->sequencer->lock))
+                return invalid(c->errors, "the sequencer has no lock name");
+            request["sequencer"] = sequencer_to_json(*opts->sequencer);
+        }
+        Json body;
+        const vl_status status = c->send(
+            c->errors, Request{.method = "PUT", .path = "/v1/kv/" + encode_path_segment(key),
+                               .body = request.dump(), .mutating = true},
+            &body);
+        if (status == VL_OK && result) {
+            result->revision = body.at("revision").get<uint64_t>();
+            result->prev_mod_revision = body.value("prev_mod_revision", uint64_t{0});
+            result->create_revision = body.value("create_revision", uint64_t{0});
+            result->version = body.value("version", uint64_t{0});
+        }
+        return status;
+    });
+}
+
+vl_status vl_delete(vl_client* c, const char* key, const vl_delete_options* opts,
+                    vl_delete_result* result)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(c->errors, [&] {
+        const bool prefix = opts && opts->prefix;
+        if (!key || (!prefix && !valid_name(key)) || (prefix && *key && !valid_name(key)))
+            return invalid(c->errors, "a key is 1 to 512 bytes of text");
+        std::string path = "/v1/kv/" + encode_path_segment(key);
+        char separator = '?';
+        if (prefix) {
+            path += "?prefix=true";
+            separator = '&';
+        }
+        if (opts && opts->check_prev_revision) {
+            if (prefix) return invalid(c->errors, "prev_revision applies to one key, not a prefix");
+            path += separator + std::string("prev_revision=") + u64(opts->prev_revision);
+        }
+        std::string request_body;
+        if (opts && opts->sequencer)
+            request_body = Json{{"sequencer", sequencer_to_json(*opts->sequencer)}}.dump();
+        Json body;
+        const vl_status status = c->send(
+            c->errors,
+            Request{.method = "DELETE", .path = path, .body = request_body, .mutating = true},
+            &body);
+        if (status == VL_OK && result) {
+            result->deleted = body.at("deleted").get<uint64_t>();
+            result->revision = body.at("revision").get<uint64_t>();
+        }
+        return status;
+    });
+}
+
+// ---- Watches ----------------------------------------------------------------------------------
+
+
+vl_status vl_watch_open(vl_client* c, const char* key, const vl_watch_options* opts,
+                        vl_watch** out)
+{
+    if (!c || !out) return VL_ERR_INVALID_ARGUMENT;
+    *out = nullptr;
+    return guarded(c->errors, [&] {
+        const bool prefix = opts && opts->prefix;
+        if (!key || (!prefix && !valid_name(key)) || (prefix && *key && !valid_name(key)))
+            return invalid(c->errors, "a key is 1 to 512 bytes of text");
+        auto watch = std::make_unique<vl_watch>();
+        watch->client = c;
+        watch->path = "/v1/watch/" + encode_path_segment(key) + "?encoding=base64";
+        if (prefix) watch->path += "&prefix=true";
+        if (opts && opts->spaces) watch->path += "&spaces=" + encode_query_value(opts->spaces);
+        if (opts && opts->start_revision > 0) watch->last_complete = opts->start_revision - 1;
+        vl_watch* raw = watch.get();
+        watch->thread = std::thread([raw] { raw->run(); });
+        std::unique_lock lock(watch->mutex);
+        const bool settled = watch->changed.wait_until(
+            lock, c->transport.deadline_after(),
+            [&] { return watch->opened || watch->final_status != VL_OK; });
+        vl_status status = VL_OK;
+        std::string text;
+        if (!settled) {
+            status = VL_ERR_TIMEOUT;
+            text = "no endpoint opened the watch before the deadline";
+        } else if (!watch->opened) {
+            status = watch->final_status;
+            text = watch->final_text;
+        }
+        lock.unlock();
+        if (status != VL_OK) {
+            vl_watch_close(watch.release());
+            return c->errors.set(status, text);
+        }
+        *out = watch.release();
+        return VL_OK;
+    });
+}
+
+vl_status vl_watch_next(vl_watch* w, uint32_t timeout_ms, vl_event** event_out)
+{
+    if (!w || !event_out) return VL_ERR_INVALID_ARGUMENT;
+    *event_out = nullptr;
+    return guarded(w->errors, [&] {
+        std::unique_lock lock(w->mutex);
+        w->changed.wait_for(lock, milliseconds(timeout_ms), [&] {
+            return !w->ready.empty() || w->final_status != VL_OK || w->stopping;
+        });
+        if (!w->ready.empty()) {
+            *event_out = w->ready.front();
+            w->ready.pop_front();
+            w->last_delivered = (*event_out)->revision;
+            return w->errors.set(VL_OK, "");
+        }
+        if (w->final_status != VL_OK) return w->errors.set(w->final_status, w->final_text);
+        if (w->stopping) return w->errors.set(VL_ERR_CLOSED, "closed: the watch was closed");
+        return w->errors.set(VL_ERR_TIMEOUT, "timeout: no event within the time given");
+    });
+}
+
+uint64_t vl_watch_last_revision(const vl_watch* w)
+{
+    if (!w) return 0;
+    std::lock_guard lock(const_cast<vl_watch*>(w)->mutex);
+    return w->last_delivered;
+}
+
+void vl_watch_close(vl_watch* w)
+{
+    if (!w) return;
+    {
+        std::lock_guard lock(w->mutex);
+        w->stopping = true;
+        if (w->streaming) w->streaming->stop();
+        w->changed.notify_all();
+    }
+    if (w->thread.joinable()) w->thread.join();
+    delete w;
+}
+
+const char* vl_watch_errstr(const vl_watch* w) { return w ? w->errors.get() : "watch is NULL"; }
+
+// ---- Barriers ---------------------------------------------------------------------------------
+
+vl_status vl_barrier_enter(vl_session* s, const char* name, uint32_t count, uint32_t wait_ms)
+{
+    if (!s) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(s->errors, [&] {
+        if (!valid_name(name)) return invalid(s->errors, "a barrier name is 1 to 512 bytes");
+        if (count < 1 || count > 1024) return invalid(s->errors, "count must be 1 to 1,024");
+        if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
+        if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
+        const vl_status status = s->client->send(
+            s->errors,
+            Request{.method = "POST",
+                    .path = "/v1/barriers/" + encode_path_segment(name) + ":enter",
+                    .body = Json{{"session", s->id}, {"count", count}, {"wait_ms", wait_ms}}.dump(),
+                    .mutating = true, .waits = wait_ms > 0},
+            nullptr, milliseconds(wait_ms), &s->calls);
+        return s->after_call(status);
+    });
+}
+
+vl_status vl_barrier_leave(vl_session* s, const char* name, uint32_t wait_ms)
+{
+    if (!s) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(s->errors, [&] {
+        if (!valid_name(name)) return invalid(s->errors, "a barrier name is 1 to 512 bytes");
+        if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
+        if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
+        const vl_status status = s->client->send(
+            s->errors,
+            Request{.method = "POST",
+                    .path = "/v1/barriers/" + encode_path_segment(name) + ":leave",
+                    .body = Json{{"session", s->id}, {"wait_ms", wait_ms}}.dump(),
+                    .mutating = true, .waits = wait_ms > 0},
+            nullptr, milliseconds(wait_ms), &s->calls);
+        return s->after_call(status);
+    });
+}
+
+// ---- Information ------------------------------------------------------------------------------
+
+vl_status vl_info_get(vl_client* c, const char* path, int endpoint_index, char** json_out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    if (json_out) *json_out = nullptr;
+    return guarded(c->errors, [&] {
+        if (!path || !json_out) return invalid(c->errors, "path and json_out are required");
+        const std::string_view p = path;
+        const bool known = p == "/v1/cluster" || p == "/v1/status" || p == "/healthz" ||
+                           p == "/readyz" || p == "/v1/sessions" || p == "/v1/locks" ||
+                           p == "/v1/barriers" || p.starts_with("/v1/sessions/") ||
+                           p.starts_with("/v1/locks/") || p.starts_with("/v1/barriers/");
+        if (!known) return invalid(c->errors, std::string("not an information path: ") + path);
+        if (endpoint_index >= int(c->transport.endpoints().size()))
+            return invalid(c->errors, "endpoint_index is past the list");
+        std::string encoded = "/";
+        size_t slash = 0;
+        // Names after the collection go encoded; the collection's own path stays as it is.
+        for (const char* collection : {"/v1/sessions/", "/v1/locks/", "/v1/barriers/"})
+            if (p.starts_with(collection)) slash = std::strlen(collection);
+        encoded = slash ? std::string(p.substr(0, slash)) + encode_path_segment(p.substr(slash))
+                        : std::string(p);
+        Json body;
+        const vl_status status = c->send(
+            c->errors, Request{.path = encoded, .endpoint_index = endpoint_index}, &body);
+        if (status != VL_OK) return status;
+        *json_out = copy_string(body.dump());
+        return *json_out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,282 @@
+// libvoltlock when things go wrong: a dead endpoint first in the list, the leader killed with -9
+// while a session holds a lock, a watch streams and a wait is in flight, the leader stopped, the
+// client cut off until its session is lost, and calls that must give up in time.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <csignal>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rig.h"
+
+namespace {
+
+constexpr auto kSecond = std::chrono::milliseconds(1000);
+
+struct LostSignal {
+    std::atomic<int> calls{0};
+    std::atomic<int> why{VL_OK};
+    std::atomic<vl_session*> session{nullptr};
+};
+
+void on_lost(vl_session* s, vl_status why, void* user_data)
+{
+    auto* signal = static_cast<LostSignal*>(user_data);
+    signal->session = s;
+    signal->why = why;
+    signal->calls++;
+}
+
+// Cuts the client namespace off from every replica (the replicas still reach each other).
+void cut_client_off()
+{
+    for (int r = 0; r < 3; r++) rig::cell("partition", std::to_string(r) + " --peers client");
+}
+
+// The network whole, the killed replica (if any) restarted, a leader elected.
+void restore_cell(int killed = -1)
+{
+    rig::cell("heal");
+    if (killed >= 0) rig::cell("start", std::to_string(killed));
+    rig::cell("wait");
+}
+
+}  // namespace
+
+TEST_CASE("a dead endpoint first in the list costs one dial timeout, once")
+{
+    // 10.77.0.99 is on the cell's subnet but nobody answers: connects to it hang, not fail.
+    vl_client* c = rig::open_client(10000, "http://10.77.0.99:7480," + rig::endpoints());
+    const std::string key = rig::unique("dead-first");
+    const auto start = std::chrono::steady_clock::now();
+    REQUIRE(vl_put(c, key.c_str(), "v", 1, nullptr, nullptr) == VL_OK);
+    CHECK(rig::elapsed_ms(start) < 3000);
+    // The live endpoint is now preferred: the next calls do not pay again.
+    const auto again = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; i++) {
+        vl_kv* kv = nullptr;
+        REQUIRE(vl_get(c, key.c_str(), 0, &kv) == VL_OK);
+        vl_kv_free(kv);
+    }
+    CHECK(rig::elapsed_ms(again) < 2000);  // paying the dial timeout again: 5 x 500 ms
+    CHECK(std::string(vl_client_current_endpoint(c)) != "http://10.77.0.99:7480");
+    vl_client_close(c);
+}
+
+TEST_CASE("no call blocks past its deadline when nothing answers")
+{
+    vl_client* c = rig::open_client(1500, "http://10.77.0.98:7480,http://10.77.0.99:7480");
+    vl_kv* kv = nullptr;
+    auto start = std::chrono::steady_clock::now();
+    const vl_status status = vl_get(c, "anything", 0, &kv);
+    CHECK((status == VL_ERR_TIMEOUT || status == VL_ERR_TRANSPORT));
+    CHECK(rig::elapsed_ms(start) < 3000);
+    vl_session* s = nullptr;
+    start = std::chrono::steady_clock::now();
+    CHECK(vl_session_open(c, 5000, nullptr, &s) != VL_OK);
+    CHECK(rig::elapsed_ms(start) < 3000);
+    vl_watch* w = nullptr;
+    start = std::chrono::steady_clock::now();
+    CHECK(vl_watch_open(c, "anything", nullptr, &w) == VL_ERR_TIMEOUT);
+    CHECK(rig::elapsed_ms(start) < 3000);
+    vl_client_close(c);
+}
+
+TEST_CASE("leader kill -9: the session and its lock survive, a waiting acquire completes, the "
+          "watch resumes with no gap and no duplicate")
+{
+    vl_client* c = rig::open_client(15000);
+    const std::string lock = rig::unique("failover-lock");
+    const std::string waited = rig::unique("failover-wait");
+    const std::string prefix = rig::unique("failover-watch") + "/";
+    LostSignal lost;
+    vl_session_options options;
+    vl_session_options_init(&options);
+    options.on_session_lost = on_lost;
+    options.user_data = &lost;
+    vl_session *holder = nullptr, *waiter = nullptr;
+    REQUIRE(vl_session_open(c, 6000, &options, &holder) == VL_OK);
+    REQUIRE(vl_session_open(c, 6000, &options, &waiter) == VL_OK);
+    vl_sequencer* seq = nullptr;
+    REQUIRE(vl_lock_acquire(holder, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, &seq) == VL_OK);
+    REQUIRE(vl_lock_acquire(holder, waited.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_OK);
+
+    vl_watch_options watch_options{};
+    watch_options.prefix = true;
+    vl_watch* w = nullptr;
+    REQUIRE(vl_watch_open(c, prefix.c_str(), &watch_options, &w) == VL_OK);
+
+    // A wait in flight across the kill: granted when the holder releases, after the failover.
+    std::atomic<int> wait_status{-1};
+    std::thread wait_thread([&] {
+        wait_status = vl_lock_acquire(waiter, waited.c_str(), VL_LOCK_EXCLUSIVE, 30000, nullptr);
+    });
+
+    // A writer that records every acknowledged revision, before, during and after the kill.
+    std::atomic<bool> stop_writing{false};
+    std::mutex acked_mutex;
+    std::map<uint64_t, std::string> acked;  // revision -> value
+    std::atomic<int> write_failures{0};
+    std::thread writer([&] {
+        for (int i = 0; !stop_writing; i++) {
+            const std::string value = std::to_string(i);
+            vl_put_result result{};
+            const std::string key = prefix + std::to_string(i % 5);
+            if (vl_put(c, key.c_str(), value.data(), value.size(), nullptr, &result) == VL_OK) {
+                std::lock_guard guard(acked_mutex);
+                acked[result.revision] = value;
+            } else {
+                write_failures++;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    });
+    auto acked_count = [&] {
+        std::lock_guard guard(acked_mutex);
+        return acked.size();
+    };
+    REQUIRE(rig::eventually(10 * kSecond, [&] { return acked_count() >= 20; }));
+    const int old_leader = rig::leader(c);
+    rig::cell("kill", std::to_string(old_leader));
+    const size_t at_kill = acked_count();
+    REQUIRE(rig::eventually(20 * kSecond, [&] { return acked_count() >= at_kill + 30; }));
+    REQUIRE(vl_lock_release(holder, waited.c_str()) == VL_OK);
+    stop_writing = true;
+    writer.join();
+    wait_thread.join();
+    CHECK(wait_status == VL_OK);
+
+    // Every acknowledged write appears exactly once, in revision order, with no revision of
+    // the prefix skipped (writes whose answer was lost may appear too: they committed).
+    std::map<uint64_t, std::string> events;
+    uint64_t previous = 0;
+    bool ordered = true;
+    const uint64_t last_acked = acked.rbegin()->first;
+    while (previous < last_acked) {
+        vl_event* e = nullptr;
+        const vl_status status = vl_watch_next(w, 15000, &e);
+        REQUIRE_MESSAGE(status == VL_OK, vl_watch_errstr(w));
+        ordered = ordered && e->revision > previous;
+        previous = e->revision;
+        events[e->revision] = std::string(reinterpret_cast<char*>(e->value), e->value_len);
+        vl_event_free(e);
+    }
+    CHECK(ordered);
+    for (const auto& [revision, value] : acked) {
+        CAPTURE(revision);
+        REQUIRE(events.count(revision) == 1);
+        CHECK(events[revision] == value);
+    }
+    CHECK(events.size() <= acked.size() + size_t(write_failures.load()));
+    vl_watch_close(w);
+
+    // The session and its lock survived: still held, still fencing.
+    CHECK(lost.calls == 0);
+    CHECK(vl_session_status(holder) == VL_OK);
+    bool valid = false;
+    REQUIRE(vl_sequencer_check(c, seq, &valid) == VL_OK);
+    CHECK(valid);
+    CHECK(vl_lock_acquire(waiter, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) ==
+          VL_ERR_LOCK_BUSY);
+    vl_sequencer_free(seq);
+    CHECK(vl_session_close(holder) == VL_OK);
+    CHECK(vl_session_close(waiter) == VL_OK);
+    vl_client_close(c);
+    restore_cell(old_leader);
+}
+
+TEST_CASE("leader stopped (SIGSTOP) mid-call: the call completes elsewhere in time")
+{
+    vl_client* c = rig::open_client(15000);
+    vl_session* s = nullptr;
+    REQUIRE(vl_session_open(c, 10000, nullptr, &s) == VL_OK);
+    const int old_leader = rig::leader(c);
+    const int pid = rig::pid(old_leader);
+    REQUIRE(::kill(pid, SIGSTOP) == 0);
+    const std::string key = rig::unique("stopped-leader");
+    const auto start = std::chrono::steady_clock::now();
+    const vl_status status = vl_put(c, key.c_str(), "v", 1, nullptr, nullptr);
+    const long long took = rig::elapsed_ms(start);
+    ::kill(pid, SIGCONT);
+    CHECK(status == VL_OK);
+    CHECK(took < 15000);
+    CHECK(vl_session_status(s) == VL_OK);
+    CHECK(vl_session_close(s) == VL_OK);
+    vl_client_close(c);
+    restore_cell();
+}
+
+TEST_CASE("a client cut off from the cell learns its session is lost, at once and only once")
+{
+    vl_client* c = rig::open_client(3000);
+    const std::string lock = rig::unique("partition-lock");
+    LostSignal lost;
+    vl_session_options options;
+    vl_session_options_init(&options);
+    options.on_session_lost = on_lost;
+    options.user_data = &lost;
+    vl_session* s = nullptr;
+    REQUIRE(vl_session_open(c, 2000, &options, &s) == VL_OK);
+    REQUIRE(vl_lock_acquire(s, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_OK);
+
+    // A wait in flight when the lease runs out returns then, not at its own deadline.
+    vl_client* other = rig::open_client(3000);
+    vl_session* rival = nullptr;
+    REQUIRE(vl_session_open(other, 10000, nullptr, &rival) == VL_OK);
+    const std::string rivals_lock = rig::unique("partition-rival");
+    REQUIRE(vl_lock_acquire(rival, rivals_lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_OK);
+    std::atomic<int> wait_status{-1};
+    std::atomic<long long> wait_took{0};
+    cut_client_off();
+    const auto cut = std::chrono::steady_clock::now();
+    std::thread waiting([&] {
+        const auto start = std::chrono::steady_clock::now();
+        wait_status = vl_lock_acquire(s, rivals_lock.c_str(), VL_LOCK_EXCLUSIVE, 60000, nullptr);
+        wait_took = rig::elapsed_ms(start);
+    });
+    REQUIRE(rig::eventually(5 * kSecond, [&] { return lost.calls.load() > 0; }));
+    const long long noticed = rig::elapsed_ms(cut);
+    CHECK(noticed <= 2500);  // the 2 s lease ran from before the cut was whole; + scheduling
+    CHECK(lost.why == VL_ERR_SESSION_LOST);
+    CHECK(lost.session == s);
+    CHECK(vl_session_status(s) == VL_ERR_SESSION_LOST);
+    CHECK(vl_session_lease_remaining_ms(s) == 0);
+    waiting.join();
+    CHECK(wait_status == VL_ERR_SESSION_LOST);
+    CHECK(wait_took < 4000);
+    CHECK(vl_lock_acquire(s, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_ERR_SESSION_LOST);
+    rig::cell("heal");
+
+    // The cell expired it too: the rival takes the lock once the lease is gone there.
+    CHECK(rig::eventually(10 * kSecond, [&] {
+        return vl_lock_acquire(rival, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_OK;
+    }));
+    CHECK(lost.calls == 1);
+    CHECK(vl_session_close(s) == VL_OK);  // nothing left to end
+    CHECK(vl_session_close(rival) == VL_OK);
+    vl_client_close(other);
+    vl_client_close(c);
+}
+
+TEST_CASE("a session ended by someone else is reported as lost by the keepalive thread")
+{
+    vl_client* c = rig::open_client();
+    LostSignal lost;
+    vl_session_options options;
+    vl_session_options_init(&options);
+    options.on_session_lost = on_lost;
+    options.user_data = &lost;
+    vl_session* s = nullptr;
+    REQUIRE(vl_session_open(c, 3000, &options, &s) == VL_OK);
+    REQUIRE(vl_session_revoke_id(c, vl_session_id(s)) == VL_OK);
+    REQUIRE(rig::eventually(3 * kSecond, [&] { return lost.calls.load() > 0; }));
+    CHECK(lost.why == VL_ERR_UNKNOWN_SESSION);
+    CHECK(vl_session_status(s) == VL_ERR_UNKNOWN_SESSION);
+    CHECK(vl_lock_acquire(s, "any", VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_ERR_UNKNOWN_SESSION);
+    CHECK(vl_session_close(s) == VL_OK);
+    vl_client_close(c);
+}

@@ -1,0 +1,351 @@
+// libvoltlock against a real cell: every call, its errors, and threads sharing one client.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "c11_calls.h"
+#include "rig.h"
+
+namespace {
+
+std::string text_of(const vl_kv* kv)
+{
+    return std::string(reinterpret_cast<const char*>(kv->value), kv->value_len);
+}
+
+vl_status put_text(vl_client* c, const std::string& key, const std::string& value,
+                   const vl_put_options* opts = nullptr, vl_put_result* result = nullptr)
+{
+    return vl_put(c, key.c_str(), value.data(), value.size(), opts, result);
+}
+
+}  // namespace
+
+TEST_CASE("the API from plain C11: every call once")
+{
+    char why[512] = "";
+    CHECK_MESSAGE(c11_walkthrough(rig::endpoints().c_str(), rig::unique("c11").c_str(), why,
+                                  sizeof why) == 0,
+                  why);
+}
+
+TEST_CASE("kv: put, get, compare-and-set, delete, binary values, paging, stale reads")
+{
+    vl_client* c = rig::open_client();
+    const std::string prefix = rig::unique("kv") + "/";
+    vl_put_result first{};
+    REQUIRE(put_text(c, prefix + "a", "1", nullptr, &first) == VL_OK);
+    CHECK(first.version == 1);
+
+    vl_put_options cas{};
+    cas.check_prev_revision = true;
+    cas.prev_revision = first.revision + 1000;
+    CHECK(put_text(c, prefix + "a", "2", &cas) == VL_ERR_CAS_MISMATCH);
+    CHECK(std::string(vl_client_errstr(c)).starts_with("cas_mismatch: "));
+    cas.prev_revision = 0;  // only if absent
+    CHECK(put_text(c, prefix + "a", "2", &cas) == VL_ERR_CAS_MISMATCH);
+    cas.prev_revision = first.revision;
+    vl_put_result second{};
+    REQUIRE(put_text(c, prefix + "a", "2", &cas, &second) == VL_OK);
+    CHECK(second.prev_mod_revision == first.revision);
+    CHECK(second.version == 2);
+
+    vl_kv* kv = nullptr;
+    REQUIRE(vl_get(c, (prefix + "a").c_str(), VL_READ_LINEARIZABLE, &kv) == VL_OK);
+    CHECK(text_of(kv) == "2");
+    CHECK(kv->mod_revision == second.revision);
+    vl_kv_free(kv);
+    CHECK(vl_get(c, (prefix + "nothing").c_str(), 0, &kv) == VL_ERR_KEY_NOT_FOUND);
+    CHECK(kv == nullptr);
+    CHECK(std::string(vl_client_errstr(c)).starts_with("key_not_found: "));
+
+    // Any bytes, NULs and invalid UTF-8 included.
+    const std::string binary("\0\xff\xfe\n\0z", 6);
+    REQUIRE(put_text(c, prefix + "bin", binary) == VL_OK);
+    REQUIRE(vl_get(c, (prefix + "bin").c_str(), VL_READ_STALE, &kv) == VL_OK);
+    CHECK(text_of(kv) == binary);
+    vl_kv_free(kv);
+
+    for (int i = 0; i < 7; i++) REQUIRE(put_text(c, prefix + "page/" + std::to_string(i), "v") == VL_OK);
+    std::vector<std::string> keys;
+    std::string after;
+    int pages = 0;
+    while (true) {
+        vl_kv_list* list = nullptr;
+        REQUIRE(vl_get_prefix(c, (prefix + "page/").c_str(), after.empty() ? nullptr : after.c_str(),
+                              3, 0, &list) == VL_OK);
+        pages++;
+        for (size_t i = 0; i < list->count; i++) keys.emplace_back(list->kvs[i].key);
+        const bool more = list->more;
+        if (more) after = list->next_after;
+        vl_kv_list_free(list);
+        if (!more) break;
+    }
+    CHECK(pages == 3);
+    REQUIRE(keys.size() == 7);
+    CHECK(keys.front() == prefix + "page/0");
+    CHECK(keys.back() == prefix + "page/6");
+
+    vl_delete_options one{};
+    one.check_prev_revision = true;
+    one.prev_revision = first.revision;  // stale: the key was written again since
+    CHECK(vl_delete(c, (prefix + "a").c_str(), &one, nullptr) == VL_ERR_CAS_MISMATCH);
+    vl_delete_options everything{};
+    everything.prefix = true;
+    vl_delete_result deleted{};
+    REQUIRE(vl_delete(c, prefix.c_str(), &everything, &deleted) == VL_OK);
+    CHECK(deleted.deleted == 9);
+
+    const std::string too_large(4000, 'x');
+    CHECK(put_text(c, prefix + "big", too_large) == VL_ERR_TOO_LARGE);
+    vl_client_close(c);
+}
+
+TEST_CASE("bad arguments are refused before anything is sent")
+{
+    vl_client* c = rig::open_client();
+    vl_kv* kv = nullptr;
+    CHECK(vl_get(c, "", 0, &kv) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(vl_get(c, "a\nb", 0, &kv) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(vl_client_errstr(c)).find("key") != std::string::npos);
+    CHECK(vl_put(c, "k", nullptr, 3, nullptr, nullptr) == VL_ERR_INVALID_ARGUMENT);
+    vl_session* s = nullptr;
+    CHECK(vl_session_open(c, 10, nullptr, &s) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(s == nullptr);
+    vl_sequencer* seq = nullptr;
+    CHECK(vl_sequencer_parse("{\"lock\":\"l\"}", &seq) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(vl_sequencer_parse("not json", &seq) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(seq == nullptr);
+    char why[128];
+    vl_client* bad = nullptr;
+    CHECK(vl_client_open("https://x:1", nullptr, why, sizeof why, &bad) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(why).find("https") != std::string::npos);
+    CHECK(vl_client_open(",,", nullptr, why, sizeof why, &bad) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(bad == nullptr);
+    char* json = nullptr;
+    CHECK(vl_info_get(c, "/v1/kv/x", -1, &json) == VL_ERR_INVALID_ARGUMENT);
+    vl_client_close(c);
+}
+
+TEST_CASE("locks: busy, waits that time out, shared holders, fencing, release")
+{
+    vl_client* c = rig::open_client();
+    const std::string lock = rig::unique("lock");
+    vl_session *a = nullptr, *b = nullptr;
+    REQUIRE(vl_session_open(c, 10000, nullptr, &a) == VL_OK);
+    REQUIRE(vl_session_open(c, 10000, nullptr, &b) == VL_OK);
+
+    vl_sequencer* held = nullptr;
+    REQUIRE(vl_lock_acquire(a, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, &held) == VL_OK);
+    CHECK(vl_lock_acquire(b, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_ERR_LOCK_BUSY);
+    CHECK(std::string(vl_session_errstr(b)).starts_with("lock_busy: "));
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(vl_lock_acquire(b, lock.c_str(), VL_LOCK_EXCLUSIVE, 1000, nullptr) ==
+          VL_ERR_WAIT_TIMED_OUT);
+    CHECK(rig::elapsed_ms(start) >= 900);
+    CHECK(rig::elapsed_ms(start) < 5000);
+    CHECK(vl_lock_acquire(b, lock.c_str(), VL_LOCK_SHARED, 0, nullptr) == VL_ERR_LOCK_BUSY);
+
+    // A fenced write goes through while the grant is current, and not after it ended.
+    const std::string key = rig::unique("fenced");
+    vl_put_options fenced{};
+    fenced.sequencer = held;
+    CHECK(put_text(c, key, "by a", &fenced) == VL_OK);
+    REQUIRE(vl_lock_release(a, lock.c_str()) == VL_OK);
+    CHECK(vl_lock_release(a, lock.c_str()) == VL_ERR_NOT_HELD);
+    CHECK(put_text(c, key, "late", &fenced) == VL_ERR_SEQUENCER_INVALID);
+    bool valid = true;
+    REQUIRE(vl_sequencer_check(c, held, &valid) == VL_OK);
+    CHECK_FALSE(valid);
+    vl_delete_options fenced_delete{};
+    fenced_delete.sequencer = held;
+    CHECK(vl_delete(c, key.c_str(), &fenced_delete, nullptr) == VL_ERR_SEQUENCER_INVALID);
+
+    // Shared: both hold at once; generations grow.
+    vl_sequencer *sa = nullptr, *sb = nullptr;
+    REQUIRE(vl_lock_acquire(a, lock.c_str(), VL_LOCK_SHARED, 0, &sa) == VL_OK);
+    REQUIRE(vl_lock_acquire(b, lock.c_str(), VL_LOCK_SHARED, 0, &sb) == VL_OK);
+    CHECK(sa->mode == VL_LOCK_SHARED);
+    CHECK(sa->generation > held->generation);
+    char* formatted = nullptr;
+    REQUIRE(vl_sequencer_format(sb, &formatted) == VL_OK);
+    CHECK(nlohmann::json::parse(formatted)["mode"] == "shared");
+    vl_string_free(formatted);
+    vl_sequencer_free(sa);
+    vl_sequencer_free(sb);
+    vl_sequencer_free(held);
+
+    // Ending a session releases its locks at once.
+    CHECK(vl_session_close(b) == VL_OK);
+    CHECK(vl_lock_release(a, lock.c_str()) == VL_OK);
+    CHECK(vl_session_close(a) == VL_OK);
+    vl_client_close(c);
+}
+
+TEST_CASE("ephemeral keys go with their session; sessions by id")
+{
+    vl_client* c = rig::open_client();
+    vl_session* s = nullptr;
+    vl_session_options options;
+    vl_session_options_init(&options);
+    options.name = "ephemeral-owner";
+    REQUIRE(vl_session_open(c, 10000, &options, &s) == VL_OK);
+    const std::string key = rig::unique("ephemeral");
+    vl_put_options owned{};
+    owned.session = s;
+    REQUIRE(put_text(c, key, "here", &owned) == VL_OK);
+    vl_kv* kv = nullptr;
+    REQUIRE(vl_get(c, key.c_str(), 0, &kv) == VL_OK);
+    CHECK(kv->session == vl_session_id(s));
+    vl_kv_free(kv);
+
+    char* json = nullptr;
+    const std::string path = "/v1/sessions/" + std::to_string(vl_session_id(s));
+    REQUIRE(vl_info_get(c, path.c_str(), -1, &json) == VL_OK);
+    CHECK(nlohmann::json::parse(json)["name"] == "ephemeral-owner");
+    vl_string_free(json);
+    uint32_t ttl = 0;
+    REQUIRE(vl_session_keepalive_id(c, vl_session_id(s), &ttl) == VL_OK);
+    CHECK(ttl == 10000);
+
+    CHECK(vl_session_close(s) == VL_OK);
+    CHECK(vl_get(c, key.c_str(), 0, &kv) == VL_ERR_KEY_NOT_FOUND);
+    CHECK(vl_session_keepalive_id(c, 999999999, &ttl) == VL_ERR_UNKNOWN_SESSION);
+    CHECK(vl_session_revoke_id(c, 999999999) == VL_ERR_UNKNOWN_SESSION);
+    vl_client_close(c);
+}
+
+TEST_CASE("barriers: two sessions on two threads pass together")
+{
+    vl_client* c = rig::open_client();
+    const std::string barrier = rig::unique("barrier");
+    vl_session *a = nullptr, *b = nullptr;
+    REQUIRE(vl_session_open(c, 10000, nullptr, &a) == VL_OK);
+    REQUIRE(vl_session_open(c, 10000, nullptr, &b) == VL_OK);
+    CHECK(vl_barrier_enter(a, barrier.c_str(), 2, 0) == VL_ERR_BARRIER_NOT_READY);
+    std::atomic<int> entered_b{-1};
+    std::thread other([&] { entered_b = vl_barrier_enter(b, barrier.c_str(), 2, 10000); });
+    CHECK(vl_barrier_enter(a, barrier.c_str(), 2, 10000) == VL_OK);
+    other.join();
+    CHECK(entered_b == VL_OK);
+    CHECK(vl_barrier_enter(a, barrier.c_str(), 3, 0) != VL_OK);
+    std::thread leave_b([&] { entered_b = vl_barrier_leave(b, barrier.c_str(), 10000); });
+    CHECK(vl_barrier_leave(a, barrier.c_str(), 10000) == VL_OK);
+    leave_b.join();
+    CHECK(entered_b == VL_OK);
+    vl_session_close(a);
+    vl_session_close(b);
+    vl_client_close(c);
+}
+
+TEST_CASE("8 threads sharing one client increment a counter under one lock, exactly")
+{
+    vl_client* c = rig::open_client(20000);
+    const std::string lock = rig::unique("counter-lock");
+    const std::string key = rig::unique("counter");
+    REQUIRE(put_text(c, key, "0") == VL_OK);
+    constexpr int kThreads = 8, kRounds = 15;
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; t++) {
+        threads.emplace_back([&] {
+            vl_session* s = nullptr;
+            if (vl_session_open(c, 10000, nullptr, &s) != VL_OK) {
+                failures++;
+                return;
+            }
+            for (int round = 0; round < kRounds; round++) {
+                vl_sequencer* seq = nullptr;
+                if (vl_lock_acquire(s, lock.c_str(), VL_LOCK_EXCLUSIVE, 30000, &seq) != VL_OK) {
+                    failures++;
+                    continue;
+                }
+                vl_kv* kv = nullptr;
+                if (vl_get(c, key.c_str(), 0, &kv) == VL_OK) {
+                    const std::string next = std::to_string(std::stoi(text_of(kv)) + 1);
+                    vl_put_options fenced{};
+                    fenced.sequencer = seq;
+                    if (put_text(c, key, next, &fenced) != VL_OK) failures++;
+                    vl_kv_free(kv);
+                } else {
+                    failures++;
+                }
+                if (vl_lock_release(s, lock.c_str()) != VL_OK) failures++;
+                vl_sequencer_free(seq);
+            }
+            if (vl_session_close(s) != VL_OK) failures++;
+        });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(failures == 0);
+    vl_kv* kv = nullptr;
+    REQUIRE(vl_get(c, key.c_str(), 0, &kv) == VL_OK);
+    CHECK(text_of(kv) == std::to_string(kThreads * kRounds));
+    vl_kv_free(kv);
+    vl_client_close(c);
+}
+
+TEST_CASE("watches: from a revision, from now, and closed while waiting")
+{
+    vl_client* c = rig::open_client();
+    const std::string prefix = rig::unique("watch") + "/";
+    vl_put_result first{};
+    REQUIRE(put_text(c, prefix + "x", "1", nullptr, &first) == VL_OK);
+    REQUIRE(put_text(c, prefix + "y", "2") == VL_OK);
+    REQUIRE(vl_delete(c, (prefix + "x").c_str(), nullptr, nullptr) == VL_OK);
+
+    vl_watch_options from_first{};
+    from_first.prefix = true;
+    from_first.start_revision = first.revision;
+    vl_watch* w = nullptr;
+    REQUIRE(vl_watch_open(c, prefix.c_str(), &from_first, &w) == VL_OK);
+    std::vector<std::string> seen;
+    for (int i = 0; i < 3; i++) {
+        vl_event* e = nullptr;
+        REQUIRE(vl_watch_next(w, 5000, &e) == VL_OK);
+        seen.push_back(std::string(e->type) + " " + e->key);
+        vl_event_free(e);
+    }
+    CHECK(seen == std::vector<std::string>{"put " + prefix + "x", "put " + prefix + "y",
+                                           "delete " + prefix + "x"});
+    vl_event* none = nullptr;
+    CHECK(vl_watch_next(w, 200, &none) == VL_ERR_TIMEOUT);
+    vl_watch_close(w);
+
+    // From now: only what happens after the open.
+    vl_watch_options from_now{};
+    from_now.prefix = true;
+    REQUIRE(vl_watch_open(c, prefix.c_str(), &from_now, &w) == VL_OK);
+    vl_put_result later{};
+    REQUIRE(put_text(c, prefix + "z", "3", nullptr, &later) == VL_OK);
+    vl_event* e = nullptr;
+    REQUIRE(vl_watch_next(w, 5000, &e) == VL_OK);
+    CHECK(e->revision == later.revision);
+    vl_event_free(e);
+    // Closing does not wait for the server's next heartbeat.
+    const auto start = std::chrono::steady_clock::now();
+    vl_watch_close(w);
+    CHECK(rig::elapsed_ms(start) < 1000);
+    vl_client_close(c);
+}
+
+TEST_CASE("open and close cycles leave nothing behind (LeakSanitizer checks the asan build)")
+{
+    for (int i = 0; i < 20; i++) {
+        vl_client* c = rig::open_client();
+        vl_session* s = nullptr;
+        REQUIRE(vl_session_open(c, 5000, nullptr, &s) == VL_OK);
+        vl_watch_options options{};
+        vl_watch* w = nullptr;
+        REQUIRE(vl_watch_open(c, "cycle", &options, &w) == VL_OK);
+        vl_watch_close(w);
+        REQUIRE(vl_session_close(s) == VL_OK);
+        vl_client_close(c);
+    }
+}

@@ -1,0 +1,212 @@
+// libvoltlock's codec against answers recorded from a real cell (docs/api.md, README): every
+// error code mapped, values in both encodings, listings, sequencers, watch streams cut anywhere.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "codec.h"
+#include "transport.h"
+
+using namespace voltlock::client;
+
+TEST_CASE("every error code of docs/api.md maps to its own status and back to its name")
+{
+    const char* codes[] = {"bad_json", "unknown_field", "invalid_argument", "unknown_session",
+                           "key_not_found", "barrier_not_found", "not_found", "wait_timed_out",
+                           "cas_mismatch", "sequencer_invalid", "lock_busy", "barrier_not_ready",
+                           "mode_conflict", "not_held", "not_member", "count_mismatch",
+                           "barrier_in_use", "wait_withdrawn", "request_number_reused",
+                           "request_number_stale", "compacted", "too_large", "not_lock_service",
+                           "unavailable", "not_leader", "wait_outcome_unknown", "not_ready"};
+    std::set<int> seen;
+    for (const char* code : codes) {
+        const vl_status status = status_from_code(code);
+        CAPTURE(code);
+        CHECK(status != VL_ERR_SERVER_OTHER);
+        CHECK(std::string(status_name(status)) == code);
+        CHECK(seen.insert(status).second);
+    }
+    CHECK(status_from_code("something_new") == VL_ERR_SERVER_OTHER);
+    CHECK(status_from_code("ok") == VL_ERR_SERVER_OTHER);  // "ok" is not a server error code
+    CHECK(std::string(status_name(VL_OK)) == "ok");
+}
+
+TEST_CASE("only 503s and transport failures are retried")
+{
+    CHECK(is_retryable(VL_ERR_UNAVAILABLE));
+    CHECK(is_retryable(VL_ERR_NOT_LEADER));
+    CHECK(is_retryable(VL_ERR_WAIT_OUTCOME_UNKNOWN));
+    CHECK(is_retryable(VL_ERR_TRANSPORT));
+    CHECK_FALSE(is_retryable(VL_ERR_LOCK_BUSY));
+    CHECK_FALSE(is_retryable(VL_ERR_CAS_MISMATCH));
+    CHECK_FALSE(is_retryable(VL_ERR_TIMEOUT));
+}
+
+TEST_CASE("answers: success, server errors, and what is not the API")
+{
+    Json body;
+    Failure ok = decode_answer(
+        {201, R"({"deadline_ms":1795311458578,"lease_epoch":1,"lock_delay_ms":0,"name":"demo",)"
+              R"("revision":1,"session":1,"ttl_ms":10000})", std::nullopt},
+        &body);
+    CHECK(ok.status == VL_OK);
+    CHECK(body["session"] == 1);
+
+    Failure busy = decode_answer(
+        {409, R"({"code":"lock_busy","details":{"delay_until_ms":0,"revision":5},)"
+              R"("message":"the lock is held; try again, or wait with wait_ms"})", std::nullopt},
+        &body);
+    CHECK(busy.status == VL_ERR_LOCK_BUSY);
+    CHECK(busy.text == "lock_busy: the lock is held; try again, or wait with wait_ms");
+    CHECK(body["details"]["revision"] == 5);
+
+    CHECK(decode_answer({503, "", std::nullopt}, nullptr).status == VL_ERR_UNAVAILABLE);
+    CHECK(decode_answer({502, "<html>bad gateway</html>", std::nullopt}, nullptr).status ==
+          VL_ERR_PROTOCOL);
+    CHECK(decode_answer({200, "[1,2]", std::nullopt}, nullptr).status == VL_ERR_PROTOCOL);
+    CHECK(decode_answer({200, "{trunc", std::nullopt}, nullptr).status == VL_ERR_PROTOCOL);
+}
+
+TEST_CASE("base64 round trips every byte and refuses what is not base64")
+{
+    std::string all;
+    for (int i = 0; i < 256; i++) all += char(i);
+    for (size_t n = 0; n <= all.size(); n += 37) {
+        const std::string part = all.substr(0, n);
+        CHECK(base64_decode(base64_encode(part)) == part);
+    }
+    CHECK(base64_encode("ab") == "YWI=");
+    CHECK(base64_encode("abc") == "YWJj");
+    CHECK(base64_encode("a") == "YQ==");
+    CHECK_FALSE(base64_decode("YQ=").has_value());
+    CHECK_FALSE(base64_decode("Y===").has_value());
+    CHECK_FALSE(base64_decode("YQ=a").has_value());
+    CHECK_FALSE(base64_decode("Y*==").has_value());
+}
+
+TEST_CASE("names go percent-encoded, keeping '/' in paths")
+{
+    CHECK(encode_path_segment("db/primary") == "db/primary");
+    CHECK(encode_path_segment("a b:c?d#%") == "a%20b%3Ac%3Fd%23%25");
+    CHECK(encode_path_segment("\xc3\xa9") == "%C3%A9");
+    CHECK(encode_query_value("cfg/a") == "cfg%2Fa");
+    CHECK(valid_name("db/primary"));
+    CHECK_FALSE(valid_name(""));
+    CHECK_FALSE(valid_name("a\nb"));
+    CHECK_FALSE(valid_name(std::string(513, 'k').c_str()));
+    CHECK(valid_name(std::string(512, 'k').c_str()));
+}
+
+TEST_CASE("a key in UTF-8 and in base64")
+{
+    vl_kv* kv = kv_from_json(Json::parse(
+        R"({"create_revision":3,"key":"config/db","mod_revision":3,"revision":5,)"
+        R"("value":"10.0.0.5:5432","version":1})"));
+    REQUIRE(kv);
+    CHECK(std::string(kv->key) == "config/db");
+    CHECK(std::string(reinterpret_cast<char*>(kv->value), kv->value_len) == "10.0.0.5:5432");
+    CHECK(kv->value[kv->value_len] == 0);
+    CHECK(kv->mod_revision == 3);
+    CHECK(kv->session == 0);
+    vl_kv_free(kv);
+
+    kv = kv_from_json(Json::parse(
+        R"({"create_revision":7,"key":"bin","mod_revision":8,"value":"AP8B","encoding":"base64",)"
+        R"("version":2,"session":4})"));
+    REQUIRE(kv);
+    CHECK(kv->value_len == 3);
+    CHECK(std::memcmp(kv->value, "\x00\xff\x01", 3) == 0);
+    CHECK(kv->session == 4);
+    vl_kv_free(kv);
+
+    CHECK_THROWS(kv_from_json(Json::parse(R"({"key":"k","value":"%%%","encoding":"base64"})")));
+    CHECK_THROWS(kv_from_json(Json::parse(R"({"key":"k"})")));
+}
+
+TEST_CASE("a listing page with more to come")
+{
+    vl_kv_list* list = kv_list_from_json(Json::parse(
+        R"({"kvs":[{"create_revision":3,"key":"config/db","mod_revision":3,"value":"x","version":1},)"
+        R"({"create_revision":4,"key":"config/pool","mod_revision":4,"value":"16","version":1}],)"
+        R"("more":true,"next_after":"config/pool","revision":4})"));
+    REQUIRE(list);
+    CHECK(list->count == 2);
+    CHECK(list->more);
+    CHECK(std::string(list->next_after) == "config/pool");
+    CHECK(std::string(list->kvs[1].key) == "config/pool");
+    vl_kv_list_free(list);
+
+    list = kv_list_from_json(Json::parse(R"({"kvs":[],"more":false,"revision":9})"));
+    REQUIRE(list);
+    CHECK(list->count == 0);
+    CHECK(list->next_after == nullptr);
+    vl_kv_list_free(list);
+}
+
+TEST_CASE("sequencers parse, format and refuse a bad mode")
+{
+    const Json recorded = Json::parse(
+        R"({"generation":1,"lock":"db/primary","mode":"exclusive","session":1})");
+    vl_sequencer* seq = sequencer_from_json(recorded);
+    REQUIRE(seq);
+    CHECK(std::string(seq->lock) == "db/primary");
+    CHECK(seq->mode == VL_LOCK_EXCLUSIVE);
+    CHECK(sequencer_to_json(*seq) == recorded);
+    vl_sequencer_free(seq);
+    CHECK_THROWS(sequencer_from_json(Json::parse(
+        R"({"generation":1,"lock":"l","mode":"sideways","session":1})")));
+}
+
+TEST_CASE("a watch stream split at every byte gives the same blocks")
+{
+    const std::string stream =
+        "retry: 1000\n: watching from revision 3\n\n"
+        "id: 3\nevent: put\ndata: {\"cause\":\"request\",\"key\":\"config/db\",\"prev_revision\":0,"
+        "\"revision\":3,\"session\":0,\"type\":\"put\",\"value\":\"MTA=\",\"encoding\":\"base64\"}\n\n"
+        "event: delete\r\ndata: {\"revision\":4,\"type\":\"delete\",\"key\":\"a\"}\r\n\r\n"
+        ": heartbeat\n\n";
+    for (size_t cut = 0; cut <= stream.size(); cut++) {
+        SseParser parser;
+        auto blocks = parser.feed(std::string_view(stream).substr(0, cut));
+        auto rest = parser.feed(std::string_view(stream).substr(cut));
+        blocks.insert(blocks.end(), rest.begin(), rest.end());
+        REQUIRE(blocks.size() == 4);
+        CHECK(watching_from_revision(blocks[0].comments.at(0)) == 3u);
+        CHECK(blocks[1].id == 3u);
+        CHECK(blocks[1].event == "put");
+        CHECK_FALSE(blocks[2].id.has_value());
+        CHECK(blocks[2].event == "delete");
+        CHECK(blocks[3].comments.at(0) == "heartbeat");
+    }
+    SseParser parser;
+    auto blocks = parser.feed(stream);
+    vl_event* event = event_from_json(blocks[1].data);
+    REQUIRE(event);
+    CHECK(event->revision == 3);
+    CHECK(std::string(event->type) == "put");
+    CHECK(std::string(reinterpret_cast<char*>(event->value), event->value_len) == "10");
+    vl_event_free(event);
+    event = event_from_json(blocks[2].data);
+    REQUIRE(event);
+    CHECK(event->value == nullptr);
+    vl_event_free(event);
+    CHECK_FALSE(watching_from_revision("heartbeat").has_value());
+}
+
+TEST_CASE("endpoint lists: schemes, ports, spaces, and mistakes")
+{
+    std::string why;
+    auto parsed = parse_endpoints("http://10.77.0.10:7480, 10.77.0.11:7481/,host", &why);
+    REQUIRE(parsed);
+    REQUIRE(parsed->size() == 3);
+    CHECK((*parsed)[0].url == "http://10.77.0.10:7480");
+    CHECK((*parsed)[1].port == 7481);
+    CHECK((*parsed)[2].url == "http://host:7480");
+    CHECK_FALSE(parse_endpoints("", &why));
+    CHECK_FALSE(parse_endpoints("https://a:1", &why));
+    CHECK(why.find("https") != std::string::npos);
+    CHECK_FALSE(parse_endpoints("a:notaport", &why));
+    CHECK_FALSE(parse_endpoints("a:99999", &why));
+}

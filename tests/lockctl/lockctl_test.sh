@@ -1,0 +1,305 @@
+#!/usr/bin/env bash
+# lockctl as a shell user runs it, against a real 3-replica cell: every command, each output
+# format, every exit code, locks around commands, a watch across a leader kill -9, elections.
+# Runs in the cell's client namespace under tests/clib/run_in_cell.py, which sets LOCKCTL,
+# VL_TEST_ENDPOINTS, VL_TEST_CELL, VL_TEST_CELL_SCRIPT and VL_TEST_RUN.
+set -uo pipefail
+
+: "${LOCKCTL:?} ${VL_TEST_ENDPOINTS:?} ${VL_TEST_CELL:?} ${VL_TEST_CELL_SCRIPT:?} ${VL_TEST_RUN:?}"
+export VOLTLOCK_ENDPOINTS=$VL_TEST_ENDPOINTS
+work=$(mktemp -d)
+background=()
+cleanup() {
+    for pid in "${background[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+    "$VL_TEST_CELL_SCRIPT" heal --name "$VL_TEST_CELL" >/dev/null 2>&1
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+failures=0
+current=""
+section() { current=$1; echo "-- $1"; }
+fail() { echo "FAIL [$current]: $*"; failures=$((failures + 1)); }
+lockctl() { "$LOCKCTL" "$@"; }   # background runs use "$LOCKCTL" itself, so $! is its pid
+cell() { "$VL_TEST_CELL_SCRIPT" "$1" --name "$VL_TEST_CELL" "${@:2}" >/dev/null; }
+P=$VL_TEST_RUN   # every key and lock name of this run starts with it
+
+# expect CODE CMD...: runs CMD, keeps stdout in $out and stderr in $err, checks the exit code.
+expect() {
+    local want=$1
+    shift
+    out=$("$@" 2>"$work/stderr")
+    got=$?
+    err=$(cat "$work/stderr")
+    [ "$got" -eq "$want" ] || fail "$* exited $got, not $want (stderr: $err)"
+}
+same() { [ "$1" == "$2" ] || fail "expected '$2', got '$1'"; }
+contains() { [[ "$1" == *"$2"* ]] || fail "'$1' does not contain '$2'"; }
+one_line() { [ "$(printf '%s\n' "$1" | wc -l)" -eq 1 ] || fail "not one line: $1"; }
+json_field() { python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(eval('d'+sys.argv[2]))" "$1" "$2"; }
+# until_true SECONDS CMD...: polls CMD until it succeeds or the time is up.
+until_true() {
+    local deadline=$((SECONDS + $1))
+    shift
+    while [ $SECONDS -lt $deadline ]; do "$@" && return 0; sleep 0.1; done
+    "$@"
+}
+
+section "usage and exit code 2"
+expect 0 lockctl --help
+contains "$out" "Exit codes:"
+contains "$out" "3  the cell is unavailable"
+expect 2 lockctl
+expect 2 lockctl frobnicate
+contains "$err" "unknown command"
+one_line "$err"
+expect 2 lockctl get
+expect 2 lockctl get k --bogus
+contains "$err" "unknown flag --bogus"
+expect 2 lockctl lock x --ttl tenseconds
+contains "$err" "--ttl"
+expect 2 lockctl -w yaml get k
+expect 2 lockctl put k v --prev-revision minus-one
+expect 2 lockctl --endpoints https://x:1 get k
+expect 2 lockctl del k --prefix --prev-revision 3
+expect 0 lockctl put --help
+contains "$out" "put KEY VALUE"
+expect 0 lockctl version
+contains "$out" "lockctl version: "
+expect 0 lockctl -w json version
+same "$(json_field "$out" '["api"]')" "v1"
+
+section "put, set, get, del in each format"
+expect 0 lockctl put "$P/cfg/a" one
+same "$out" "OK"
+expect 0 lockctl set "$P/cfg/b" two
+expect 0 lockctl -w json put "$P/cfg/c" three
+rev_c=$(json_field "$out" '["revision"]')
+[ "$rev_c" -gt 0 ] || fail "no revision in $out"
+expect 0 lockctl get "$P/cfg/a"
+same "$out" "$P/cfg/a
+one"
+expect 0 lockctl get "$P/cfg/c" --rev-only
+same "$out" "$rev_c"
+expect 0 lockctl get "$P/cfg/" --prefix -w json
+same "$(json_field "$out" '["count"]')" "3"
+same "$(json_field "$out" '["kvs"][1]["value"]')" "two"
+expect 0 lockctl get "$P/cfg/" --prefix --limit 2 --consistency s
+same "$(printf '%s\n' "$out" | wc -l)" "4"
+expect 0 lockctl -w table get "$P/cfg/" --prefix
+contains "$out" "| KEY"
+contains "$out" "| $P/cfg/b "
+expect 1 lockctl get "$P/cfg/missing"
+contains "$err" "Error: key_not_found: "
+one_line "$err"
+expect 1 lockctl put "$P/cfg/a" x --prev-revision 999999
+contains "$err" "cas_mismatch"
+expect 0 lockctl put "$P/cfg/a" uno --prev-revision "$(lockctl get "$P/cfg/a" --rev-only)"
+expect 0 lockctl put "$P/cfg/new" v --prev-revision 0
+expect 1 lockctl put "$P/cfg/new" v --prev-revision 0
+expect 1 lockctl del "$P/cfg/a" --prev-revision 999999
+expect 0 lockctl del "$P/cfg/a"
+same "$out" "1"
+expect 1 lockctl del "$P/cfg/a"
+expect 0 lockctl -w json del "$P/cfg/" --prefix
+same "$(json_field "$out" '["deleted"]')" "3"
+expect 4 lockctl put "$P/big" "$(head -c 3000 /dev/zero | tr '\0' x)"
+contains "$err" "too_large"
+
+section "values from stdin, binary ones included"
+printf 'line one\nline two' | lockctl put "$P/stdin" - >/dev/null || fail "put from stdin"
+expect 0 lockctl get "$P/stdin"
+same "$out" "$P/stdin
+line one
+line two"
+head -c 300 /dev/urandom >"$work/binary"
+lockctl put "$P/bin" - <"$work/binary" >/dev/null || fail "binary put"
+lockctl get "$P/bin" | tail -c +$(( ${#P} + 6 )) | head -c 300 >"$work/back"
+cmp -s "$work/binary" "$work/back" || fail "binary value changed on the way"
+expect 0 lockctl -w json get "$P/bin"
+same "$(json_field "$out" '["kvs"][0]["encoding"]')" "base64"
+
+section "endpoints: the environment, a dead one first, none alive (exit 3)"
+VOLTLOCK_ENDPOINTS="http://10.77.0.99:7480,$VL_TEST_ENDPOINTS" expect 0 lockctl --dial-timeout 300ms put "$P/env" x
+expect 3 lockctl --endpoints http://10.77.0.99:7480 --dial-timeout 200ms --command-timeout 1s get k
+contains "$err" "Error: "
+one_line "$err"
+start=$SECONDS
+expect 3 env VOLTLOCK_ENDPOINTS=http://10.77.0.99:7480 "$LOCKCTL" --command-timeout 2s get k
+[ $((SECONDS - start)) -le 4 ] || fail "--command-timeout 2s took $((SECONDS - start)) s"
+
+section "cluster information"
+expect 0 lockctl member list
+same "$(printf '%s\n' "$out" | wc -l)" "3"
+contains "$out" "leader"
+expect 0 lockctl -w json member list
+same "$(json_field "$out" '["members"].__len__()')" "3"
+expect 0 lockctl -w table member list
+contains "$out" "| REPLICA"
+expect 0 lockctl endpoint status
+same "$(printf '%s\n' "$out" | wc -l)" "3"
+expect 0 lockctl -w table endpoint status
+contains "$out" "normal"
+expect 0 lockctl -w json endpoint health
+same "$(printf '%s\n' "$out" | grep -c '"health":true')" "3"
+expect 0 lockctl endpoint health
+contains "$out" "is healthy"
+expect 3 lockctl --endpoints "$VL_TEST_ENDPOINTS,http://10.77.0.99:7480" --dial-timeout 200ms endpoint health
+contains "$out" "http://10.77.0.99:7480 is unhealthy"
+expect 0 lockctl status
+contains "$out" "normal"
+expect 0 lockctl -w json status
+same "$(json_field "$out" '["status"]')" "normal"
+expect 0 lockctl -w table status
+
+section "sessions by id"
+expect 0 lockctl session grant --ttl 5s --name "$P-s"
+sid=$out
+expect 0 lockctl session keepalive "$sid" --once
+contains "$out" "kept alive with TTL 5000ms"
+expect 0 lockctl -w json session get "$sid"
+same "$(json_field "$out" '["name"]')" "$P-s"
+expect 0 lockctl session list
+contains "$out" "$sid $P-s"
+expect 0 lockctl put "$P/ephemeral" x --lease "$sid"
+expect 0 lockctl session revoke "$sid"
+expect 1 lockctl get "$P/ephemeral"
+expect 1 lockctl session revoke "$sid"
+contains "$err" "unknown_session"
+expect 2 lockctl session grant
+expect 2 lockctl session
+
+section "lock: held until interrupted, busy, timed out, sequencer check"
+"$LOCKCTL" lock "$P/held" >"$work/held.out" 2>"$work/held.err" &
+holder=$!
+background+=("$holder")
+until_true 10 test -s "$work/held.out" || fail "lock did not print its sequencer"
+seq=$(cat "$work/held.out")
+contains "$seq" '"lock":"'"$P/held"'"'
+expect 1 lockctl lock "$P/held" --wait 0
+contains "$err" "lock_busy"
+expect 1 lockctl lock "$P/held" --wait 500ms
+contains "$err" "wait_timed_out"
+expect 0 lockctl sequencer check "$seq"
+same "$out" "valid"
+expect 0 lockctl put "$P/fenced" by-holder --sequencer "$seq"
+VOLTLOCK_SEQUENCER=$seq expect 0 lockctl -w json sequencer check
+kill -INT "$holder"
+wait "$holder"
+same "$?" "0"
+expect 1 lockctl sequencer check "$seq"
+same "$out" "invalid"
+contains "$err" "sequencer_invalid"
+expect 1 lockctl put "$P/fenced" late --sequencer "$seq"
+contains "$err" "sequencer_invalid"
+expect 2 lockctl sequencer check '{"lock": 3}'
+expect 0 lockctl -w json lock "$P/json" -- true
+
+section "lock -- COMMAND: never overlapping, growing tokens, the command's exit status"
+: >"$work/overlap.log"
+runner='echo "start $VOLTLOCK_SEQUENCER" >>'"$work"'/overlap.log; sleep 0.2; echo end >>'"$work"'/overlap.log'
+pids=()
+for i in 1 2 3 4; do
+    "$LOCKCTL" lock "$P/mutex" --wait 30s -- sh -c "$runner" &
+    pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || fail "a lock -- sh run failed"; done
+python3 - "$work/overlap.log" <<'EOF' || fail "runs overlapped or tokens did not grow"
+import json, sys
+lines = open(sys.argv[1]).read().split("\n")[:-1]
+assert len(lines) == 8, lines
+last = 0
+for i in range(0, 8, 2):
+    kind, seq = lines[i].split(" ", 1)
+    assert kind == "start" and lines[i + 1] == "end", lines
+    generation = json.loads(seq)["generation"]
+    assert generation > last, (generation, last)
+    last = generation
+EOF
+expect 7 lockctl lock "$P/status" -- sh -c 'exit 7'
+expect 127 lockctl lock "$P/status" -- /no/such/program
+expect 2 lockctl get k -- echo nope
+
+section "lock -- COMMAND: the session lost kills the command"
+"$LOCKCTL" lock "$P/lost" --ttl 2s --kill-grace 1s -- sh -c "echo \$\$ >$work/cmd.pid; exec sleep 60" 2>"$work/lost.err" &
+runner_pid=$!
+background+=("$runner_pid")
+until_true 10 test -s "$work/cmd.pid" || fail "the command did not start"
+for r in 0 1 2; do cell partition "$r" --peers client; done
+cut_at=$SECONDS
+wait "$runner_pid"
+status=$?
+cell heal
+same "$status" "143"
+[ $((SECONDS - cut_at)) -le 6 ] || fail "the command was stopped $((SECONDS - cut_at)) s after the cut"
+contains "$(cat "$work/lost.err")" "session_lost"
+kill -0 "$(cat "$work/cmd.pid")" 2>/dev/null && fail "the command outlived the session"
+
+section "barrier"
+"$LOCKCTL" barrier "$P/b" --count 2 --wait 20s >"$work/b1" &
+b1=$!
+expect 0 lockctl barrier "$P/b" --count 2 --wait 20s
+same "$out" "passed"
+wait "$b1" || fail "the other barrier member failed"
+expect 1 lockctl barrier "$P/b2" --count 2 --wait 500ms
+contains "$err" "wait_timed_out"
+expect 2 lockctl barrier "$P/b3"
+
+section "watch across a leader kill -9: no gap, no duplicate"
+"$LOCKCTL" -w json watch "$P/w/" --prefix >"$work/watch.out" 2>"$work/watch.err" &
+watcher=$!
+background+=("$watcher")
+sleep 0.5
+leader=$(lockctl -w json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["leader"])')
+: >"$work/acked"
+for i in $(seq 1 60); do
+    if [ "$i" -eq 20 ]; then cell kill "$leader"; fi
+    lockctl --command-timeout 20s put "$P/w/k" "$i" >/dev/null && echo "$i" >>"$work/acked"
+done
+until_true 20 grep -q '"value":"60"' "$work/watch.out" || fail "the watch did not reach the last write"
+kill -INT "$watcher"
+wait "$watcher" || fail "watch did not exit 0 on SIGINT"
+python3 - "$work/watch.out" "$work/acked" <<'EOF' || fail "the watch missed or repeated events"
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+values = [e["value"] for e in events]
+acked = open(sys.argv[2]).read().split()
+assert values == [str(i) for i in range(1, 61)], values
+assert acked == values, (acked, values)
+revisions = [e["revision"] for e in events]
+assert revisions == sorted(set(revisions)), revisions
+EOF
+cell start "$leader"
+cell wait
+
+section "elect: the winner killed, the other takes over"
+"$LOCKCTL" elect "$P/e" alpha --ttl 2s >"$work/alpha" &
+alpha=$!
+background+=("$alpha")
+until_true 10 grep -q alpha "$work/alpha" || fail "alpha did not win an empty election"
+"$LOCKCTL" elect "$P/e" beta --ttl 2s >"$work/beta" &
+beta=$!
+background+=("$beta")
+"$LOCKCTL" elect "$P/e" --listen >"$work/listen" &
+listener=$!
+background+=("$listener")
+until_true 10 grep -q alpha "$work/listen" || fail "the listener did not print the leader"
+sleep 0.5
+[ -s "$work/beta" ] && fail "beta won while alpha led"
+kill -KILL "$alpha"
+until_true 15 grep -q beta "$work/beta" || fail "beta did not take over after alpha died"
+until_true 10 grep -q beta "$work/listen" || fail "the listener did not see beta"
+kill -INT "$beta" "$listener"
+wait "$beta" || fail "elect did not exit 0 on SIGINT"
+wait "$listener"
+
+section "completion"
+expect 0 lockctl completion bash
+bash -c "$out"$'\n'"complete -p lockctl" >/dev/null || fail "the completion script does not load"
+expect 2 lockctl completion fish
+
+if [ "$failures" -gt 0 ]; then
+    echo "lockctl tests: $failures failure(s)"
+    exit 1
+fi
+echo "lockctl tests: all passed"
