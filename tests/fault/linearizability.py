@@ -111,6 +111,24 @@ def _unlift(entry: _Entry) -> None:
         entry.next.prev = entry
 
 
+def _interchangeable_groups(ops: list) -> list:
+    """For each operation, its place in a group of interchangeable ones, or None. Operations
+    with unknown outcomes and equal kind and arguments have the same effect, the same return
+    (infinity), and differ only in when they were called: linearizing them in call order loses
+    no linearization (swap two and both still follow their calls), and keeps the search from
+    trying every subset of them. Returns (group, index in it) per operation."""
+    groups: dict = {}
+    for i in sorted(range(len(ops)), key=lambda i: ops[i].call):
+        if ops[i].unknown:
+            groups.setdefault((ops[i].kind, ops[i].args), []).append(i)
+    places: list = [None] * len(ops)
+    for number, members in enumerate(groups.values()):
+        if len(members) > 1:
+            for index, i in enumerate(members):
+                places[i] = (number, index)
+    return places
+
+
 def check_single(ops: list, step=register_step, initial=None,
                  budget_s: float = 30.0) -> Result:
     """Wing & Gong's search: take the earliest calls in turn as the next linearization point
@@ -119,6 +137,8 @@ def check_single(ops: list, step=register_step, initial=None,
     if not ops:
         return Result(True, 0)
     head = _entries(ops)
+    places = _interchangeable_groups(ops)
+    linearized_in_group: dict = {}
     state = initial
     linearized = 0
     seen = set()
@@ -133,6 +153,10 @@ def check_single(ops: list, step=register_step, initial=None,
             return Result(None, len(ops), explored)
         if entry.is_call:
             op = ops[entry.op_id]
+            place = places[entry.op_id]
+            if place is not None and linearized_in_group.get(place[0], 0) != place[1]:
+                entry = entry.next          # an earlier-called twin goes first
+                continue
             accepted, next_state = step(state, op)
             if accepted:
                 next_linearized = linearized | (1 << entry.op_id)
@@ -140,6 +164,8 @@ def check_single(ops: list, step=register_step, initial=None,
                     seen.add((next_linearized, next_state))
                     stack.append((entry, state))
                     state, linearized = next_state, next_linearized
+                    if place is not None:
+                        linearized_in_group[place[0]] = place[1] + 1
                     _lift(entry)
                     entry = head.next
                     continue
@@ -152,6 +178,8 @@ def check_single(ops: list, step=register_step, initial=None,
                 return Result(False, len(ops), explored, stuck_at)
             entry, state = stack.pop()
             linearized &= ~(1 << entry.op_id)
+            if places[entry.op_id] is not None:
+                linearized_in_group[places[entry.op_id][0]] = places[entry.op_id][1]
             _unlift(entry)
             entry = entry.next
     return Result(True, len(ops), explored)
@@ -170,10 +198,29 @@ def _pending_calls(head: _Entry, ops: list, until: _Entry) -> list:
     return pending
 
 
+UNOBSERVED = "<a value nobody observed>"
+
+
+def with_unobserved_values_merged(ops: list) -> list:
+    """The same history, the values that unknown operations wrote and nobody observed (no read
+    returned them, no compare-and-set expected them) replaced by one symbol. Such values are
+    interchangeable in the model, so this changes no answer; it lets twins form (above)."""
+    observed = {op.output for op in ops if op.kind == "read"}
+    observed |= {op.args[0] for op in ops if op.kind == "cas"}
+    merged = []
+    for op in ops:
+        if op.unknown and op.kind in ("write", "cas") and op.args[-1] not in observed:
+            op = Operation(op.client, op.call, op.ret, op.kind, op.args[:-1] + (UNOBSERVED,),
+                           op.output, op.key)
+        merged.append(op)
+    return merged
+
+
 def check(ops: list, budget_s: float = 30.0) -> dict:
     """Checks each key's operations on its own; returns {key: Result}."""
     by_key: dict = {}
     for op in ops:
         if not (op.kind == "read" and op.unknown):   # a read with no answer constrains nothing
             by_key.setdefault(op.key, []).append(op)
-    return {key: check_single(key_ops, budget_s=budget_s) for key, key_ops in by_key.items()}
+    return {key: check_single(with_unobserved_values_merged(key_ops), budget_s=budget_s)
+            for key, key_ops in by_key.items()}
