@@ -27,6 +27,7 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
     : config_(config),
       machine_(machine),
       acked_(config.replica_count, 0),
+      answered_tick_(config.replica_count, 0),
       start_view_change_from_(config.replica_count, false)
 {
     VL_ASSERT(config.replica_count >= 1 && config.replica_count <= VL_MAX_REPLICAS &&
@@ -111,8 +112,7 @@ bool Replica::must_fence_kernel(const Input& input) const
     // towards fencing costs a drain; erring the other way loses committed ops (vr_sim's kernel
     // model found the fetch case).
     if (!kernel_may_hold_acks_ || waiting_for_drain_) return false;
-    if (std::holds_alternative<Tick>(input))
-        return tick_ + 1 - last_heard_from_leader_tick_ >= config_.view_change_timeout_ticks;
+    if (std::holds_alternative<Tick>(input)) return leader_suspected(tick_ + 1);
     const auto* receive = std::get_if<Receive>(&input);
     if (!receive) return false;
     return std::visit(Overloaded{
@@ -161,6 +161,7 @@ void Replica::on_receive(const Receive& receive)
                    [&](const GetState& m) { on_get_state(m); },
                    [&](const NewState& m) { on_new_state(m); },
                    [&](const SnapshotOffer& m) { on_snapshot_offer(m); },
+                   [&](const CommitOk& m) { on_commit_ok(m); },
                },
                message);
 }
@@ -174,14 +175,25 @@ void Replica::on_tick(const Tick& tick)
     switch (status_) {
     case Status::normal:
         if (is_leader()) {
-            if (tick_ - last_sent_to_followers_tick_ >= config_.heartbeat_ticks &&
+            if (!leader_hears_quorum()) {
+                start_view_change(view_ + 1);  // nobody answers: a view that can commit
+                break;
+            }
+            // Busy or not: the followers' answers are how the leader knows they hear it.
+            if (tick_ - last_heartbeat_tick_ >= config_.heartbeat_ticks &&
                 config_.replica_count > 1) {
-                broadcast(Commit{.view = view_, .replica = config_.replica, .commit = commit_});
-                last_sent_to_followers_tick_ = tick_;
+                broadcast(Commit{.view = view_,
+                                 .replica = config_.replica,
+                                 .commit = commit_,
+                                 .heartbeat = tick_});
+                last_heartbeat_tick_ = tick_;
             }
             retransmit_prepares();
-        } else if (tick_ - last_heard_from_leader_tick_ >= config_.view_change_timeout_ticks) {
-            start_view_change(view_ + 1);  // §4.2: the leader went quiet
+            break;
+        }
+        note_commit_progress();
+        if (leader_suspected(tick_)) {
+            start_view_change(view_ + 1);  // §4.2: the leader went quiet, or deaf
         } else {
             retransmit_get_state();
         }
@@ -289,7 +301,6 @@ void Replica::send_prepares(bool flush_partial)
         }
         prepare.op = op();
         prepares_in_flight_.push_back({op() - count + 1, op(), tick_});
-        last_sent_to_followers_tick_ = tick_;
         if (config_.replica_count > 1) broadcast(std::move(prepare));
         advance_commit_as_leader();
     }
@@ -338,6 +349,41 @@ void Replica::on_commit(const Commit& m)
     if (is_leader()) return;
     last_heard_from_leader_tick_ = tick_;
     adopt_commit_as_follower(m.commit);
+    send(leader(), CommitOk{.view = view_, .replica = config_.replica, .heartbeat = m.heartbeat});
+}
+
+void Replica::on_commit_ok(const CommitOk& m)
+{
+    if (!is_leader() || m.view != view_) return;
+    answered_tick_[m.replica] = tick_;
+}
+
+bool Replica::leader_hears_quorum() const
+{
+    // f followers answered a heartbeat within the timeout (the leader answers itself).
+    std::vector<uint64_t> answered = answered_tick_;
+    answered[config_.replica] = tick_;
+    std::nth_element(answered.begin(), answered.begin() + (quorum() - 1), answered.end(),
+                     std::greater<uint64_t>());
+    return tick_ - answered[quorum() - 1] < config_.view_change_timeout_ticks;
+}
+
+void Replica::note_commit_progress()
+{
+    // A follower whose PrepareOKs (its own or its kernel's) reach the leader sees them committed
+    // within a heartbeat or two; a leader that cannot hear them never commits them.
+    if (awaiting_commit_op_ != 0 && commit_ >= awaiting_commit_op_) awaiting_commit_op_ = 0;
+    if (awaiting_commit_op_ == 0 && op() > commit_ && !fetch_) {
+        awaiting_commit_op_ = op();
+        awaiting_commit_since_tick_ = tick_;
+    }
+}
+
+bool Replica::leader_suspected(uint64_t at_tick) const
+{
+    const uint64_t timeout = config_.view_change_timeout_ticks;
+    return at_tick - last_heard_from_leader_tick_ >= timeout ||
+           (awaiting_commit_op_ != 0 && at_tick - awaiting_commit_since_tick_ >= timeout);
 }
 
 void Replica::advance_commit_as_leader(Op quorum_counted_op)
@@ -574,6 +620,7 @@ void Replica::become_leader()
     enter_normal(view_);
     counters_.view_changes += 1;
     commit_to(std::max(commit_, new_view_commit));
+    view_start_op_ = op();
     // Ops after the commit point are the view's uncommitted suffix: track them as in flight,
     // so that they are retransmitted as Prepares until the followers acknowledge them.
     const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES;
@@ -589,7 +636,8 @@ void Replica::become_leader()
     }
     for (ReplicaIndex r = 0; r < config_.replica_count; r++)
         if (r != config_.replica) send_start_view(r);
-    last_sent_to_followers_tick_ = tick_;
+    last_heartbeat_tick_ = tick_;
+    std::fill(answered_tick_.begin(), answered_tick_.end(), tick_);  // a timeout from now
     advance_commit_as_leader();
     // A state restored from a snapshot alone, or given by one, becomes the cell's history only
     // with a restart fence committed on top of it (until then another view may select an older
@@ -1277,6 +1325,7 @@ void Replica::enter_normal(View view)
     last_normal_view_ = view;
     status_since_tick_ = tick_;
     last_heard_from_leader_tick_ = tick_;
+    awaiting_commit_op_ = 0;
     failed_view_changes_ = 0;
 }
 
@@ -1310,8 +1359,8 @@ void Replica::check_invariants() const
     VL_ASSERT(log_base_ <= commit_, "only committed ops are compacted");
     VL_ASSERT(status_ != Status::recovering || commit_ == log_base_,
               "a recovering replica executes nothing until it has the leader's log");
-    VL_ASSERT(!is_leader() || op() - commit_ <= config_.pipeline_ops,
-              "the leader keeps at most pipeline_ops uncommitted");
+    VL_ASSERT(!is_leader() || op() <= std::max(commit_ + config_.pipeline_ops, view_start_op_),
+              "the leader appends at most pipeline_ops beyond its commit point");
     VL_ASSERT(!is_leader() || !fetch_, "the leader fetches from nobody");
     if (fetch_) {
         using Purpose = Fetch::Purpose;

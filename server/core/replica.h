@@ -313,6 +313,7 @@ private:
     void on_get_state(const GetState& m);
     void on_new_state(const NewState& m);
     void on_snapshot_offer(const SnapshotOffer& m);
+    void on_commit_ok(const CommitOk& m);
 
     // Normal operation (§4.1).
     void send_prepares(bool flush_partial);
@@ -323,6 +324,12 @@ private:
     void execute(Op op, const Entry& entry);
     void reply(ClientId client_id, const ClientSession& session);
     void retransmit_prepares();
+    // Failure detection that sees one-way loss (docs/replication.md): the leader steps down when
+    // no quorum answered its heartbeats for a view-change timeout; a follower gives up on a
+    // leader that it hears but that never commits what it acknowledged.
+    bool leader_hears_quorum() const;
+    void note_commit_progress();
+    bool leader_suspected(uint64_t at_tick) const;
 
     // View change (§4.2).
     void start_view_change(View view);
@@ -404,16 +411,27 @@ private:
     uint64_t tick_ = 0;
     uint64_t now_ms_ = 0;
     uint64_t last_heard_from_leader_tick_ = 0;   // follower
-    uint64_t last_sent_to_followers_tick_ = 0;   // leader
+    uint64_t last_heartbeat_tick_ = 0;           // leader: the last Commit it broadcast
+    // Follower: the op it held beyond the leader's commit number, and since when (0: none).
+    Op awaiting_commit_op_ = 0;
+    uint64_t awaiting_commit_since_tick_ = 0;
     uint64_t status_since_tick_ = 0;             // view change and recovery deadlines
     uint64_t status_messages_sent_tick_ = 0;     // their retransmission
     uint32_t failed_view_changes_ = 0;           // in a row: backs the timeout off
 
     // Leader.
     std::vector<Op> acked_;  // per replica, highest op acknowledged in this view
+    // Per replica, the tick a CommitOk of this view last came from it (the view's start counts).
+    std::vector<uint64_t> answered_tick_;
     std::deque<Request> pending_requests_;                            // not yet in the log
     std::unordered_map<ClientId, RequestNumber> requests_in_flight_;  // queued or uncommitted
     std::deque<InFlightPrepare> prepares_in_flight_;
+    // The op the selected log reached when this replica became leader. Normally within the
+    // pipeline of the old commit point, but not after a whole-cell restart with durability
+    // sync: every restored commit number is its snapshot's, so the whole log after it is
+    // uncommitted. The leader commits that suffix as followers acknowledge it, and appends new
+    // ops only once it is back within the pipeline (send_prepares).
+    Op view_start_op_ = 0;
 
     // View change (§4.2).
     std::vector<bool> start_view_change_from_;

@@ -51,6 +51,7 @@ ReplicaConfig Cluster::replica_config(ReplicaIndex r) const
         .replica = r,
         .replica_count = options_.replica_count,
         .max_message_bytes = options_.max_message_bytes,
+        .pipeline_ops = options_.pipeline_ops,
         .snapshot_every_ops = options_.snapshot_every_ops,
         .snapshot_every_ticks = options_.snapshot_every_ticks,
         .persist_log = options_.durability_sync,

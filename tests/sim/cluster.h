@@ -102,6 +102,7 @@ struct ClusterOptions {
     uint8_t replica_count = 3;
     uint32_t cluster_id = 7;
     uint32_t max_message_bytes = VL_DEFAULT_MESSAGE_BYTES;
+    uint32_t pipeline_ops = ReplicaConfig{}.pipeline_ops;  // the leader's uncommitted ops at most
     NetworkFaults faults;
 
     // Workload.

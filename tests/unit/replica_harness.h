@@ -174,6 +174,9 @@ inline std::string describe(const Message& message)
             [](const SnapshotOffer& m) {
                 return " v" + to_string(m.view) + " op" + to_string(m.op);
             },
+            [](const CommitOk& m) {
+                return " v" + to_string(m.view) + " heartbeat" + to_string(m.heartbeat);
+            },
         },
         message);
 }

@@ -173,7 +173,8 @@ TEST_CASE("DESIGN.md §5: a follower snapshots what it committed, as the leader 
     CHECK(describe(follower.effects()) == "send r0 prepare_ok v0 op3; kernel_state");
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 3});
     CHECK(describe(follower.effects()) ==
-          "executed 1; executed 2; executed 3; kernel_state; write_snapshot 3");
+          "executed 1; executed 2; executed 3; send r0 commit_ok v0 heartbeat0; kernel_state; "
+          "write_snapshot 3");
     follower.step(SnapshotWritten{.op = 3, .ok = true});
     CHECK(follower->log_base() == 3);
     CHECK(follower->op() == 3);
@@ -197,6 +198,8 @@ TEST_CASE("DESIGN.md §5: snapshot_every_ticks snapshots what was committed sinc
     fresh.step(SnapshotWritten{.op = 1, .ok = true});
     CHECK(fresh->log_base() == 1);
 
+    // A follower answers its heartbeats, or at tick 20 it would step down (heard by nobody).
+    fresh.receive(CommitOk{.view = 0, .replica = 1, .heartbeat = 10});
     fresh.tick(10);  // ticks 11..20: nothing new committed
     CHECK(fresh.effects_of<WriteSnapshot>().empty());
     commit_ops(fresh, 1, 101);  // at tick 20, ten after the last snapshot
@@ -298,7 +301,8 @@ TEST_CASE("§5.2: a lagging follower fetches the offered snapshot, installs it, 
     TestReplica follower(snapshot_config(2, 3));
 
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 5});
-    CHECK(describe(follower.effects()) == "send r0 get_state v0 op0; kernel_state");
+    CHECK(describe(follower.effects()) ==
+          "send r0 get_state v0 op0; send r0 commit_ok v0 heartbeat0; kernel_state");
     leader.receive(follower.sent_to<GetState>(0).at(0));
     CHECK(describe(leader.effects()) == "send r2 snapshot_offer v0 op3");
     follower.receive(leader.sent_to<SnapshotOffer>(2).at(0));
@@ -367,7 +371,8 @@ TEST_CASE("§5.2: an offer the follower is already past is ignored")
                                          entry(3, 1, "Wc"), entry(4, 1, "Wd")}});
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 6});  // it lacks 5 and 6
     CHECK(describe(follower.effects()) == "executed 1; executed 2; executed 3; executed 4; "
-                                          "send r0 get_state v0 op4; kernel_state");
+                                          "send r0 get_state v0 op4; "
+                                          "send r0 commit_ok v0 heartbeat0; kernel_state");
     follower.receive(SnapshotOffer{.view = 0, .replica = 0, .op = 3});
     CHECK(describe(follower.effects()) == "");
     follower.receive(SnapshotOffer{.view = 0, .replica = 1, .op = 5});  // not whom it asked
@@ -428,7 +433,8 @@ TEST_CASE("sync: a follower persists the entries before its PrepareOK")
                              .entries = {entry(3, 1, "Wc")}});  // a retransmission
     CHECK(describe(follower.effects()) == "send r0 prepare_ok v0 op3");
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 3});
-    CHECK(describe(follower.effects()) == "executed 3; kernel_state");
+    CHECK(describe(follower.effects()) ==
+          "executed 3; send r0 commit_ok v0 heartbeat0; kernel_state");
 }
 
 TEST_CASE("sync: the leader persists a batch before it broadcasts the Prepare")
@@ -715,7 +721,8 @@ TEST_CASE("sync: an installed snapshot is written before the log persisted after
     CompactedLeader c;
     TestReplica follower(snapshot_config(2, 0, true));
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 5});
-    CHECK(describe(follower.effects()) == "send r0 get_state v0 op0; kernel_state");
+    CHECK(describe(follower.effects()) ==
+          "send r0 get_state v0 op0; send r0 commit_ok v0 heartbeat0; kernel_state");
     follower.receive(SnapshotOffer{.view = 0, .replica = 0, .op = 3});
     CHECK(describe(follower.effects()) == "fetch_snapshot r0 op3");
     follower.step(SnapshotFetched{c.snapshot});
