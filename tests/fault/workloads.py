@@ -192,7 +192,8 @@ class LockWorker(Worker):
         sent = self.recorder.now()
         answer = self.client.request("POST", f"/v1/sessions/{self.session}:keepalive")
         if answer.status == 200:
-            self.lease_from = max(self.lease_from, sent)
+            if sent < self.lease_end():       # sent after a lapse, it renews no hold of ours
+                self.lease_from = max(self.lease_from, sent)
             return True
         if answer.status == 404 and answer.code() == "unknown_session":
             return False
