@@ -39,6 +39,7 @@ class ReplicaClient:
     BACKOFF_S = (0.05, 1.0)
 
     def __init__(self, endpoints: dict, rng: random.Random, timeout: float):
+        self.endpoints = endpoints
         self.namespace = endpoints["client_namespace"]
         self.replicas = endpoints["replicas"]
         self.rng = rng

@@ -51,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--register-workers", type=int, default=6)
     p.add_argument("--lock-workers", type=int, default=4)
     p.add_argument("--set-workers", type=int, default=2)
-    p.add_argument("--ttl-ms", type=int, default=3000, help="lock workers' session TTL")
+    p.add_argument("--ttl-ms", type=int, default=4000, help="lock workers' session TTL")
     p.add_argument("--json", help="write the report here as JSON too")
     args = p.parse_args(argv)
     args.nemeses = KINDS if args.nemeses == "all" else args.nemeses.split(",")
@@ -122,7 +122,8 @@ def run(args: argparse.Namespace) -> dict:
         locks = [LockWorker(*common(200 + i), lock=LOCKS[i % len(LOCKS)], ttl_ms=args.ttl_ms,
                             writes=writes) for i in range(args.lock_workers)]
         watch = WatchWorker(endpoints, stop_watch, seed())
-        nemesis = Nemesis(cell, args.nemeses, random.Random(seed()), recorder.now, stop_nemesis)
+        nemesis = Nemesis(cell, args.nemeses, random.Random(seed()), recorder.now, stop_nemesis,
+                          lease_ttl_s=args.ttl_ms / 1000)
         workers = registers + sets + locks
         for w in workers + [watch]:
             w.start()

@@ -8,7 +8,8 @@ Each kind, and what it does to the leader L (or a replica chosen at random):
     partition       cut L off from every peer and the client, both directions
     partition-in    drop traffic towards L only (one-way)
     partition-out   drop traffic from L only (one-way)
-    isolate-leader  cut L off from its peers only: clients still reach it (issue 11, case 1)
+    isolate-leader  cut L off from its peers only, for a lease TTL + 2-4 s: clients still reach
+                    it (issue 11, case 1)
     netem           delay, jitter and loss on a random replica's link, both directions
     power-cut       kill -9 every replica at once, start them all (durability sync only)
     restart         stop every replica gracefully (SIGTERM), start them all
@@ -43,7 +44,7 @@ class Fault:
 
 class Nemesis(threading.Thread):
     def __init__(self, cell: Cell, kinds: list, rng: random.Random, clock, stop: threading.Event,
-                 hold_s: tuple = (2.0, 3.5), quiet_s: tuple = (1.0, 3.0)):
+                 lease_ttl_s: float, hold_s: tuple = (2.0, 3.5), quiet_s: tuple = (1.0, 3.0)):
         super().__init__(daemon=True, name="Nemesis")
         self.cell = cell
         self.kinds = kinds
@@ -51,6 +52,9 @@ class Nemesis(threading.Thread):
         self.clock = clock
         self.stop_event = stop
         self.hold_s, self.quiet_s = hold_s, quiet_s
+        # A deposed leader matters to leases only if it stays cut off until the new leader has
+        # expired the sessions it kept alive: a TTL after the view change.
+        self.isolation_s = (lease_ttl_s + 2.0, lease_ttl_s + 4.0)
         self.faults: list = []
         self.error: BaseException | None = None
         self.paused: set = set()
@@ -89,7 +93,7 @@ class Nemesis(threading.Thread):
             self.cell.heal()
         elif kind == "isolate-leader":
             self.cell.partition(leader, peers=others)
-            time.sleep(hold)
+            time.sleep(self.rng.uniform(*self.isolation_s))
             self.cell.heal()
         elif kind == "netem":
             victim = self.rng.randrange(self.cell.replica_count)

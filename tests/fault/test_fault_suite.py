@@ -15,12 +15,12 @@ from fault_suite import parse_args, print_report, run
 
 pytestmark = pytest.mark.usefixtures("voltlockd")
 
-CI_NEMESES = ["kill", "pause", "partition", "partition-out", "netem", "power-cut", "restart"]
-# Left out of CI, with the reason:
-#   partition-in     issue 11 case 5: traffic dropped towards the leader only stops the cell
-#                    for the whole partition (no violation, but no service either).
-#   isolate-leader   issue 11 case 1: a deposed leader keeps answering keepalives, so two
-#                    clients can hold one lock by the lease rule.
+# Every fault kind runs in CI, in sync durability (fault_suite.py's default). Left out, with the
+# reason: a graceful `restart` in snapshot durability (issue 11 case 3, not fixed yet: a stop
+# of every replica loses what was written since the last snapshot; tests/integration/
+# test_safety_edges.py has it).
+CI_NEMESES = ["kill", "pause", "partition", "partition-in", "partition-out", "isolate-leader",
+              "netem", "power-cut", "restart"]
 
 SECONDS = float(os.environ.get("VOLTLOCK_FAULT_SECONDS", "40"))
 NEMESES = os.environ.get("VOLTLOCK_FAULT_NEMESES", ",".join(CI_NEMESES))

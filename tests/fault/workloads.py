@@ -187,43 +187,72 @@ class LockWorker(Worker):
         elif not answer.unknown:
             self.unexpected("POST /v1/sessions", answer)
 
-    def keepalive(self) -> bool:
-        """False once the session is known to be gone."""
-        sent = self.recorder.now()
-        answer = self.client.request("POST", f"/v1/sessions/{self.session}:keepalive")
-        if answer.status == 200:
-            if sent < self.lease_end():       # sent after a lapse, it renews no hold of ours
-                self.lease_from = max(self.lease_from, sent)
-            return True
-        if answer.status == 404 and answer.code() == "unknown_session":
-            return False
-        if not answer.unknown:
-            self.unexpected("keepalive", answer)
-        return True
+    def keep_alive(self, client: ReplicaClient, holding: threading.Event,
+                   gone: list) -> None:
+        """While the lock is held: a keepalive every sixth of a TTL on a connection of its own,
+        as an SDK's background thread sends them, whatever the holder is busy with. An answer
+        renews the lease from the send time, unless the lease ran out before the answer came (a
+        careful client does not start believing again). Appends the time the session was found
+        gone to `gone`."""
+        while holding.is_set() and not self.stop_event.is_set():
+            sent = self.recorder.now()
+            answer = client.request("POST", f"/v1/sessions/{self.session}:keepalive")
+            received = self.recorder.now()
+            if answer.status == 200:
+                if received < self.lease_end():
+                    self.lease_from = max(self.lease_from, sent)
+            elif answer.status == 404 and answer.code() == "unknown_session":
+                gone.append(received)
+                return
+            elif not answer.unknown:
+                self.unexpected("keepalive", answer)
+            holding.wait(self.ttl_s / 6)
+            if not holding.is_set():
+                return
 
     def hold(self, sequencer: dict, granted_at: float) -> None:
         generation = sequencer["generation"]
         self.grants.append(Grant(self.lock, generation, granted_at))
-        ends = []
-        deadline = granted_at + self.rng.uniform(0.2, 1.5)
-        while not self.stop_event.is_set() and self.recorder.now() < deadline:
-            if self.recorder.now() >= self.lease_end():
-                break
-            if not self.keepalive():
-                ends.append(self.recorder.now())
-                self.session = None
-                break
-            if self.recorder.now() >= self.lease_end():
-                break
-            if not self.fenced_write(sequencer):
-                ends.append(self.recorder.now())
-                break
-        ends.append(self.recorder.now())      # the release is sent now
+        ends, gone = [], []
+        holding = threading.Event()
+        holding.set()
+        keeper_client = ReplicaClient(self.client.endpoints,
+                                      random.Random(self.rng.randrange(1 << 31)),
+                                      self.client.timeout)
+        keeper_client.target = self.client.target
+        keeper = threading.Thread(target=self.guarded, args=(self.keep_alive, keeper_client,
+                                                             holding, gone),
+                                  daemon=True, name=f"{self.name}-keepalive")
+        keeper.start()
+        # Up to two TTLs: long enough to span a fault and the new leader's expiry of the lease.
+        deadline = granted_at + self.rng.uniform(0.2, 2 * self.ttl_s)
+        try:
+            while not self.stop_event.is_set() and self.recorder.now() < deadline:
+                if gone or self.recorder.now() >= self.lease_end():
+                    break
+                if not self.fenced_write(sequencer):
+                    ends.append(self.recorder.now())
+                    break
+                self.stop_event.wait(0.05)
+        finally:
+            holding.clear()
+            ends.append(self.recorder.now())      # the release is sent now
+            keeper.join()
+            keeper_client.close()
+        ends += gone
         ends.append(self.lease_end())
         self.holds.append(Hold(self.lock, self.number, sequencer["session"], generation,
                                granted_at, min(ends)))
-        if self.session is not None:
+        if gone:
+            self.session = None
+        else:
             self.release()
+
+    def guarded(self, target, *args) -> None:
+        try:
+            target(*args)
+        except BaseException as e:  # noqa: BLE001: the runner reports it as a failure
+            self.error = e
 
     def fenced_write(self, sequencer: dict) -> bool:
         """A write guarded by the sequencer; False once the cell refused it (the lock is gone)."""
