@@ -151,6 +151,10 @@ def run(args: argparse.Namespace) -> dict:
         stop_watch.set()
         watch.close()
         watch.join(timeout=30)
+        if not cell_is_back:              # keep what the replicas logged, for a look
+            cell.print_log_tails()
+            report["logs"] = cell.endpoints["state_dir"]
+            cell.down(keep_logs=True)
 
     for t in workers + [watch, nemesis]:
         if t.error is not None:
@@ -248,6 +252,8 @@ def print_report(report: dict, out=sys.stdout) -> None:
         print(f"    {v}", file=out)
     for e in report["errors"]:
         print(f"  error: {e}", file=out)
+    if report.get("logs"):
+        print(f"  the replicas' logs are kept in {report['logs']}", file=out)
     print(f"  reproduce the schedule with --seed={report['seed']} "
           f"--replicas={report['replicas']} --nemeses={','.join(report['nemeses'])}", file=out)
 
