@@ -49,16 +49,17 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
         const auto snapshot = decode_replica_snapshot(restored->snapshot);
         if (restored->snapshot.empty() || (snapshot && restore_snapshot(*snapshot))) {
             restored_ = true;
+            restored_whole_ = config.persist_log || restored->clean_stop;
             snapshot_fence_view_ = fence_view_;
-            state_unconfirmed_ = !config.persist_log;
-            log_ = restored->log;
+            state_unconfirmed_ = !restored_whole_;
+            if (restored_whole_) log_ = restored->log;
             // Durability sync persists our view and last normal view, never older than our own
             // snapshot's; a snapshot we fetched and installed carries its writer's, which are not
             // ours: claiming its last normal view for the log persisted after it (ops of an older
             // view) could win a view change against that view's log (vr_sim seed 191 x 5).
             // Durability snapshot has only the snapshot's, and no log after it; and the view
             // persisted since, so as never to run a view again.
-            if (config.persist_log)
+            if (restored_whole_)
                 std::tie(view_, last_normal_view_) =
                     std::pair{restored->view, restored->last_normal_view};
             else if (snapshot)
@@ -73,6 +74,7 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
 
 void Replica::step(const Input& input, Effects& out)
 {
+    if (stopped_) return;  // the shell is exiting
     out_ = &out;
     if (must_fence_kernel(input)) {
         // Off first (the record emitted below says fast_ack 0), then drain, then this input.
@@ -99,6 +101,7 @@ void Replica::dispatch(const Input& input)
                    [&](const KernelDrained&) { on_kernel_drained(); },
                    [&](const SnapshotWritten& written) { on_snapshot_written(written); },
                    [&](const SnapshotFetched& fetched) { on_snapshot_fetched(fetched); },
+                   [&](const Stop&) { on_stop(); },
                },
                input);
 }
@@ -113,6 +116,8 @@ bool Replica::must_fence_kernel(const Input& input) const
     // model found the fetch case).
     if (!kernel_may_hold_acks_ || waiting_for_drain_) return false;
     if (std::holds_alternative<Tick>(input)) return leader_suspected(tick_ + 1);
+    // What a stop writes must hold every op the kernel acknowledged.
+    if (std::holds_alternative<Stop>(input)) return true;
     const auto* receive = std::get_if<Receive>(&input);
     if (!receive) return false;
     return std::visit(Overloaded{
@@ -845,7 +850,7 @@ bool Replica::join_restart(View view)
     // it ends at our snapshot, and a live cell's view change that counted it could lose ops we
     // acknowledged after it (vr_sim seed 1 x 3: one crash lost ops 571-586); we join a restart
     // only by counting a quorum of restarting replicas ourselves (maybe_restart_cell).
-    if (!restored_ || !config_.persist_log || view <= view_) return false;
+    if (!restored_ || !restored_whole_ || view <= view_) return false;
     leave_restart_for_view_change();
     return true;
 }
@@ -856,7 +861,7 @@ void Replica::leave_restart_for_view_change()
     restart_votes_.clear();
     recovery_responses_.clear();
     status_ = Status::view_change;  // start_view_change sets the view
-    restart_view_change_ = !config_.persist_log;
+    restart_view_change_ = !restored_whole_;
     counters_.cell_restarts += 1;
 }
 
@@ -1264,6 +1269,30 @@ bool Replica::install_snapshot(const ReplicaSnapshot& snapshot, const Bytes& enc
     out_->push_back(WriteSnapshot{
         .op = log_base_, .snapshot = encoded, .before_next_effect = config_.persist_log});
     return true;
+}
+
+// ---- Graceful stop ----------------------------------------------------------------------------
+
+void Replica::on_stop()
+{
+    // Issue 11, scenario 3: an operator's planned restart of the whole cell loses nothing. With
+    // durability sync every step persisted the log already. With durability snapshot the state
+    // applied so far becomes the snapshot and everything acknowledged after it the log, as sync
+    // would have it; the restart then takes part in view changes with it (restored_whole_), and
+    // the cell comes back with every op any quorum acknowledged.
+    stopped_ = true;
+    pending_requests_.clear();  // never proposed: their clients retry elsewhere
+    if (config_.persist_log || !config_.persist_view) return;  // durable already; or no disk
+    // Only a state that is ours to promise: not one still being recovered, nor a restored one
+    // that no restart fence has confirmed (marked whole, it would pass for the cell's).
+    if (status_ == Status::recovering || state_unconfirmed_) return;
+    out_->push_back(WriteSnapshot{
+        .op = commit_, .snapshot = encode_snapshot(), .before_next_effect = true});
+    out_->push_back(PersistLog{
+        .after = commit_,
+        .entries = {log_.begin() + static_cast<ptrdiff_t>(commit_ - log_base_), log_.end()}});
+    out_->push_back(PersistView{.view = view_, .last_normal_view = last_normal_view_});
+    out_->push_back(PersistStopped{});
 }
 
 // ---- Plumbing -------------------------------------------------------------------------------
