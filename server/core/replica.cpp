@@ -222,7 +222,11 @@ void Replica::on_tick(const Tick& tick)
         if (recovery_round_ == 0 ||
             tick_ - status_since_tick_ >= config_.view_change_timeout_ticks) {
             start_recovery_round();
-        } else if (!recovery_target_ &&
+            break;
+        }
+        maybe_restart_cell();  // its wait for late answers may be over
+        if (status_ != Status::recovering) break;
+        if (!recovery_target_ &&
                    tick_ - status_messages_sent_tick_ >= config_.retransmit_ticks) {
             counters_.retransmissions += 1;
             status_messages_sent_tick_ = tick_;
@@ -677,6 +681,10 @@ void Replica::on_start_view(const StartView& m)
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.view == view_ && status_ == Status::normal) return;  // already in this view
     if (m.replica != leader_of(m.view)) return;
+    // The cell's history never gives way to a restored state that lacks ops of it: such a view
+    // started without us, from snapshots older than what we committed; its leader learns of
+    // our state when we take part in the next view change (issue 11, scenario 2).
+    if (!state_unconfirmed_ && m.state_unconfirmed && m.op < commit_) return;
     // A restored state, or a committed one the view does not hold (the restart's view that
     // made it committed ended before a quorum held it): the view's state replaces ours whole.
     if (state_unconfirmed_ || m.op < commit_) {
@@ -836,10 +844,28 @@ void Replica::maybe_restart_cell()
     // quorum runs normally to recover from, so the restarting replicas run a view change with
     // what each restored, and §4.2's rule selects the newest state among a quorum.
     if (!restored_ || restart_votes_.size() + 1 < quorum()) return;
+    // Until every replica answered, or half a round passed: a replica that runs normally may
+    // answer after the restarting ones did, and its state must not be left out (below).
+    const bool all_answered =
+        restart_votes_.size() + recovery_responses_.size() + 1 == config_.replica_count;
+    if (!all_answered && tick_ - status_since_tick_ < config_.view_change_timeout_ticks / 2)
+        return;
     View latest = view_;
     for (const auto& [replica, vote] : restart_votes_) latest = std::max(latest, vote.view);
+    // A replica that answered as normal never stopped: its state holds every op the cell
+    // committed, which a snapshot of ours may not. The restart's view is then one it leads, so
+    // that the view starts only with its state among those selected from, and the largest
+    // commit wins; a view led by a restarting replica could start from our snapshots alone and
+    // make it drop committed ops (issue 11, scenario 2: 10 of 130 acknowledged writes lost).
+    std::optional<ReplicaIndex> live;
+    for (const auto& [replica, response] : recovery_responses_) {
+        if (!live || response.view > recovery_responses_.at(*live).view) live = replica;
+        latest = std::max(latest, response.view);
+    }
+    View view = latest + 1;
+    while (live && leader_of(view) != *live) view += 1;
     leave_restart_for_view_change();
-    start_view_change(latest + 1);
+    start_view_change(view);
 }
 
 bool Replica::join_restart(View view)

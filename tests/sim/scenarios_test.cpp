@@ -701,6 +701,43 @@ TEST_CASE("durability snapshot: a stopped replica restarts with its log and join
     finish(cluster);
 }
 
+TEST_CASE("durability snapshot: f + 1 replicas restart from older snapshots while one that "
+          "holds every committed op runs on; its state wins, nothing committed is dropped")
+{
+    // Issue 11, scenario 2: r0 killed; ops committed by r1 and r2; r2 killed; r0 and r2 restart
+    // from their snapshots. They used to restart the cell between them, from their snapshots,
+    // and r1, which never stopped, installed their state and dropped the ops it held.
+    for (const bool electrode : {false, true}) {
+        CAPTURE(electrode);
+        ClusterOptions options = storage_options(3, 714, false);
+        if (electrode)
+            options.electrode.assign(3, ElectrodeOptions{.attached = true,
+                                                         .enabled = VL_FAST_PATHS_ALL});
+        Cluster cluster(options);
+        require_reaches(cluster, [&] { return cluster.completed_ops() >= 30; }, 1'000,
+                        "30 operations");
+        cluster.crash(0);
+        const size_t completed = cluster.completed_ops();
+        require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; },
+                        3'000, "100 more operations on r1 and r2");
+        cluster.crash(2);
+        const std::vector<CommittedOp> committed = cluster.committed();
+        REQUIRE(cluster.disk_snapshot_op(0) < committed.size());
+        REQUIRE(cluster.disk_snapshot_op(2) < committed.size());
+        cluster.run_ticks(10);
+        cluster.restart_from_disk(0);
+        cluster.restart_from_disk(2);
+        require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 3'000,
+                        "the cell runs again, with r1's state");
+        require_converged(cluster);
+        REQUIRE(cluster.committed().size() >= committed.size());
+        for (Op op = 1; op <= committed.size(); op++)
+            REQUIRE(cluster.committed()[op - 1].entry == committed[op - 1].entry);
+        CHECK(!cluster.resumed_op().has_value());
+        finish(cluster);
+    }
+}
+
 TEST_CASE("durability snapshot: the whole cell loses power; it comes back with everything up to "
           "the newest snapshot of the replicas that restart it")
 {
