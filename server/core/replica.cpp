@@ -49,16 +49,17 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
         const auto snapshot = decode_replica_snapshot(restored->snapshot);
         if (restored->snapshot.empty() || (snapshot && restore_snapshot(*snapshot))) {
             restored_ = true;
+            restored_whole_ = config.persist_log || restored->clean_stop;
             snapshot_fence_view_ = fence_view_;
-            state_unconfirmed_ = !config.persist_log;
-            log_ = restored->log;
+            state_unconfirmed_ = !restored_whole_;
+            if (restored_whole_) log_ = restored->log;
             // Durability sync persists our view and last normal view, never older than our own
             // snapshot's; a snapshot we fetched and installed carries its writer's, which are not
             // ours: claiming its last normal view for the log persisted after it (ops of an older
             // view) could win a view change against that view's log (vr_sim seed 191 x 5).
             // Durability snapshot has only the snapshot's, and no log after it; and the view
             // persisted since, so as never to run a view again.
-            if (config.persist_log)
+            if (restored_whole_)
                 std::tie(view_, last_normal_view_) =
                     std::pair{restored->view, restored->last_normal_view};
             else if (snapshot)
@@ -73,6 +74,7 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
 
 void Replica::step(const Input& input, Effects& out)
 {
+    if (stopped_) return;  // the shell is exiting
     out_ = &out;
     if (must_fence_kernel(input)) {
         // Off first (the record emitted below says fast_ack 0), then drain, then this input.
@@ -99,6 +101,7 @@ void Replica::dispatch(const Input& input)
                    [&](const KernelDrained&) { on_kernel_drained(); },
                    [&](const SnapshotWritten& written) { on_snapshot_written(written); },
                    [&](const SnapshotFetched& fetched) { on_snapshot_fetched(fetched); },
+                   [&](const Stop&) { on_stop(); },
                },
                input);
 }
@@ -113,6 +116,8 @@ bool Replica::must_fence_kernel(const Input& input) const
     // model found the fetch case).
     if (!kernel_may_hold_acks_ || waiting_for_drain_) return false;
     if (std::holds_alternative<Tick>(input)) return leader_suspected(tick_ + 1);
+    // What a stop writes must hold every op the kernel acknowledged.
+    if (std::holds_alternative<Stop>(input)) return true;
     const auto* receive = std::get_if<Receive>(&input);
     if (!receive) return false;
     return std::visit(Overloaded{
@@ -217,7 +222,11 @@ void Replica::on_tick(const Tick& tick)
         if (recovery_round_ == 0 ||
             tick_ - status_since_tick_ >= config_.view_change_timeout_ticks) {
             start_recovery_round();
-        } else if (!recovery_target_ &&
+            break;
+        }
+        maybe_restart_cell();  // its wait for late answers may be over
+        if (status_ != Status::recovering) break;
+        if (!recovery_target_ &&
                    tick_ - status_messages_sent_tick_ >= config_.retransmit_ticks) {
             counters_.retransmissions += 1;
             status_messages_sent_tick_ = tick_;
@@ -672,6 +681,10 @@ void Replica::on_start_view(const StartView& m)
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.view == view_ && status_ == Status::normal) return;  // already in this view
     if (m.replica != leader_of(m.view)) return;
+    // The cell's history never gives way to a restored state that lacks ops of it: such a view
+    // started without us, from snapshots older than what we committed; its leader learns of
+    // our state when we take part in the next view change (issue 11, scenario 2).
+    if (!state_unconfirmed_ && m.state_unconfirmed && m.op < commit_) return;
     // A restored state, or a committed one the view does not hold (the restart's view that
     // made it committed ended before a quorum held it): the view's state replaces ours whole.
     if (state_unconfirmed_ || m.op < commit_) {
@@ -831,10 +844,28 @@ void Replica::maybe_restart_cell()
     // quorum runs normally to recover from, so the restarting replicas run a view change with
     // what each restored, and §4.2's rule selects the newest state among a quorum.
     if (!restored_ || restart_votes_.size() + 1 < quorum()) return;
+    // Until every replica answered, or half a round passed: a replica that runs normally may
+    // answer after the restarting ones did, and its state must not be left out (below).
+    const bool all_answered =
+        restart_votes_.size() + recovery_responses_.size() + 1 == config_.replica_count;
+    if (!all_answered && tick_ - status_since_tick_ < config_.view_change_timeout_ticks / 2)
+        return;
     View latest = view_;
     for (const auto& [replica, vote] : restart_votes_) latest = std::max(latest, vote.view);
+    // A replica that answered as normal never stopped: its state holds every op the cell
+    // committed, which a snapshot of ours may not. The restart's view is then one it leads, so
+    // that the view starts only with its state among those selected from, and the largest
+    // commit wins; a view led by a restarting replica could start from our snapshots alone and
+    // make it drop committed ops (issue 11, scenario 2: 10 of 130 acknowledged writes lost).
+    std::optional<ReplicaIndex> live;
+    for (const auto& [replica, response] : recovery_responses_) {
+        if (!live || response.view > recovery_responses_.at(*live).view) live = replica;
+        latest = std::max(latest, response.view);
+    }
+    View view = latest + 1;
+    while (live && leader_of(view) != *live) view += 1;
     leave_restart_for_view_change();
-    start_view_change(latest + 1);
+    start_view_change(view);
 }
 
 bool Replica::join_restart(View view)
@@ -845,7 +876,7 @@ bool Replica::join_restart(View view)
     // it ends at our snapshot, and a live cell's view change that counted it could lose ops we
     // acknowledged after it (vr_sim seed 1 x 3: one crash lost ops 571-586); we join a restart
     // only by counting a quorum of restarting replicas ourselves (maybe_restart_cell).
-    if (!restored_ || !config_.persist_log || view <= view_) return false;
+    if (!restored_ || !restored_whole_ || view <= view_) return false;
     leave_restart_for_view_change();
     return true;
 }
@@ -856,7 +887,7 @@ void Replica::leave_restart_for_view_change()
     restart_votes_.clear();
     recovery_responses_.clear();
     status_ = Status::view_change;  // start_view_change sets the view
-    restart_view_change_ = !config_.persist_log;
+    restart_view_change_ = !restored_whole_;
     counters_.cell_restarts += 1;
 }
 
@@ -1264,6 +1295,30 @@ bool Replica::install_snapshot(const ReplicaSnapshot& snapshot, const Bytes& enc
     out_->push_back(WriteSnapshot{
         .op = log_base_, .snapshot = encoded, .before_next_effect = config_.persist_log});
     return true;
+}
+
+// ---- Graceful stop ----------------------------------------------------------------------------
+
+void Replica::on_stop()
+{
+    // Issue 11, scenario 3: an operator's planned restart of the whole cell loses nothing. With
+    // durability sync every step persisted the log already. With durability snapshot the state
+    // applied so far becomes the snapshot and everything acknowledged after it the log, as sync
+    // would have it; the restart then takes part in view changes with it (restored_whole_), and
+    // the cell comes back with every op any quorum acknowledged.
+    stopped_ = true;
+    pending_requests_.clear();  // never proposed: their clients retry elsewhere
+    if (config_.persist_log || !config_.persist_view) return;  // durable already; or no disk
+    // Only a state that is ours to promise: not one still being recovered, nor a restored one
+    // that no restart fence has confirmed (marked whole, it would pass for the cell's).
+    if (status_ == Status::recovering || state_unconfirmed_) return;
+    out_->push_back(WriteSnapshot{
+        .op = commit_, .snapshot = encode_snapshot(), .before_next_effect = true});
+    out_->push_back(PersistLog{
+        .after = commit_,
+        .entries = {log_.begin() + static_cast<ptrdiff_t>(commit_ - log_base_), log_.end()}});
+    out_->push_back(PersistView{.view = view_, .last_normal_view = last_normal_view_});
+    out_->push_back(PersistStopped{});
 }
 
 // ---- Plumbing -------------------------------------------------------------------------------

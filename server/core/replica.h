@@ -101,6 +101,9 @@ struct StartRestored {
     std::vector<Entry> log;
     View view = 0;
     View last_normal_view = 0;
+    // Durability snapshot: the replica stopped gracefully (Stop) and wrote everything it had
+    // acknowledged: the log after the snapshot and the view are whole, as with durability sync.
+    bool clean_stop = false;
 };
 using Start = std::variant<StartFresh, StartRecovering, StartRestored>;
 
@@ -132,8 +135,11 @@ struct SnapshotFetched {
     Bytes snapshot;
     ReplicaIndex from = 0;
 };
+// The shell stops this replica (SIGTERM): it makes what it acknowledged durable (PersistStopped
+// says it is done) and takes no input after this one.
+struct Stop {};
 using Input =
-    std::variant<Tick, Receive, Flush, KernelDrained, SnapshotWritten, SnapshotFetched>;
+    std::variant<Tick, Receive, Flush, KernelDrained, SnapshotWritten, SnapshotFetched, Stop>;
 
 // ---- Effects --------------------------------------------------------------------------------
 
@@ -197,9 +203,14 @@ struct FetchSnapshot {
 struct SnapshotInstalled {
     Op op = 0;
 };
+// After Stop, durability snapshot, with the WriteSnapshot (before_next_effect) and the Persist
+// effects before it: persist, with them, that the data directory now holds everything this
+// replica acknowledged (StartRestored::clean_stop). Without it a stop left the state as a crash
+// would (a replica recovering, or with a state not yet the cell's, has nothing more to promise).
+struct PersistStopped {};
 using Effect = std::variant<Send, Broadcast, SendReply, Executed, KernelStateChanged,
                             DrainKernel, WriteSnapshot, PersistLog, PersistView, FetchSnapshot,
-                            SnapshotInstalled>;
+                            SnapshotInstalled, PersistStopped>;
 using Effects = std::vector<Effect>;
 
 // Counters kept for /v1/status and tests.
@@ -240,6 +251,8 @@ public:
     const ReplicaConfig& config() const { return config_; }
     // Per replica, the highest op it acknowledged in this view (leader only; else zeros).
     const std::vector<Op>& acked_ops() const { return acked_; }
+    // After Stop: the shell may exit (nothing durable is left to do).
+    bool stopped() const { return stopped_; }
 
     // The snapshot of everything committed (decode_replica_snapshot reads it), for a
     // WriteSnapshot without bytes; the bytes a WriteSnapshot asks to write, either way.
@@ -369,6 +382,7 @@ private:
     void free_released_entries();
     void on_snapshot_written(const SnapshotWritten& written);
     void on_snapshot_fetched(const SnapshotFetched& fetched);
+    void on_stop();
 
     // Restart from a data directory.
     void maybe_restart_cell();
@@ -447,6 +461,9 @@ private:
     // Restart: this replica's state came from its data directory, and it may offer it for a
     // whole-cell restart; the answers of the others recovering with theirs.
     bool restored_ = false;
+    // What it restored is everything it acknowledged (durability sync, or a clean stop): it
+    // takes part in view changes with it as VR's replicas do.
+    bool restored_whole_ = false;
     std::map<ReplicaIndex, RecoveryResponse> restart_votes_;
     // Replicated with the state: the view of the last restart fence applied (0: none). States of
     // an older restart epoch are from before a restart that went on without them.
@@ -494,6 +511,7 @@ private:
     // kernel acknowledged that are not in the log yet, even if the fast path is off now.
     bool kernel_may_hold_acks_ = false;
     ReplicaCounters counters_;
+    bool stopped_ = false;
 };
 
 }  // namespace voltlock

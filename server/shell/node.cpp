@@ -128,6 +128,21 @@ Node::Node(const DaemonConfig& config, Start start, EventLoop& loop, UdpSocket s
     writer_ = std::thread([this] { snapshot_writer_thread(); });
 }
 
+void Node::stop()
+{
+    // The writer thread first, with the snapshot it is writing: one it wrote after the stop's
+    // own could replace it (an older snapshot drops the log stored after the newer one).
+    stopping_ = true;
+    writer_wakeup_.notify_all();
+    if (writer_.joinable()) writer_.join();
+    step(Stop{});  // the core drains the kernel first if it may hold acknowledged Prepares
+    spdlog::info("r{} v{}: stopped at op {} commit {}{}", config_.replica, replica_.view(),
+                 replica_.op(), replica_.commit(),
+                 storage_ && !replica_.config().persist_log
+                     ? "; what it applied is in its snapshot, what it acknowledged after in its log"
+                     : "");
+}
+
 Node::~Node()
 {
     stopping_ = true;
@@ -266,6 +281,8 @@ void Node::step(const Input& input)
             batch.replace_log_after(log->after, std::move(log->entries));
         } else if (const auto* view = std::get_if<PersistView>(&effect)) {
             batch.set_view(view->view, view->last_normal_view);
+        } else if (std::holds_alternative<PersistStopped>(effect)) {
+            batch.set_clean_stop(true);
         } else {
             persist(batch);
             if (std::holds_alternative<DrainKernel>(effect))
@@ -479,6 +496,7 @@ void Node::execute(Effect& effect)
                    [](const DrainKernel&) {},
                    [](const PersistLog&) {},   // step() batches these
                    [](const PersistView&) {},  // and these
+                   [](const PersistStopped&) {},  // and this
                    [&](WriteSnapshot& write) {
                        if (!write.snapshot.empty())  // our own: step() took it already
                            write_snapshot(write.op, std::move(write.snapshot),

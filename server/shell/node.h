@@ -59,6 +59,9 @@ public:
                                                 std::unique_ptr<Storage> storage = nullptr,
                                                 std::shared_ptr<const ServedSnapshot> restored = {});
     ~Node();
+    // A graceful stop (SIGTERM): takes no more requests, makes everything this replica
+    // acknowledged durable (Replica's Stop), and returns; the caller exits.
+    void stop();
 
     // Everything below runs on the loop thread.
 

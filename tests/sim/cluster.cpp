@@ -197,12 +197,16 @@ void Cluster::restart_from_disk(ReplicaIndex r)
     VL_ASSERT(!slot.replica, "only a crashed replica can restart");
     uint64_t nonce = prng_.next();
     while (!slot.used_nonces.insert(nonce).second) nonce = prng_.next();
-    const DataDirectory& disk = slot.disk;
+    DataDirectory& disk = slot.disk;
     start_replica(r, StartRestored{.nonce = nonce,
                                    .snapshot = disk.snapshot,
                                    .log = disk.log,
                                    .view = disk.view,
-                                   .last_normal_view = disk.last_normal_view});
+                                   .last_normal_view = disk.last_normal_view,
+                                   .clean_stop = disk.clean_stop});
+    // As voltlockd: durability snapshot keeps a log only for the start after a clean stop.
+    if (!options_.durability_sync) disk.log.clear();
+    disk.clean_stop = false;
     slot.awaiting_recovery = true;
     storage_counters_.restarts_from_disk++;
     // voltlockd serves the snapshot it restored, if the core took it.
@@ -213,6 +217,29 @@ void Cluster::restart_from_disk(ReplicaIndex r)
           r, ull(disk.snapshot_op), ull(disk.last_op()), ull(disk.view),
           ull(disk.last_normal_view), status_name(slot.replica->status()),
           ull(slot.replica->op()), ull(slot.replica->commit()), ull(nonce));
+}
+
+void Cluster::stop(ReplicaIndex r)
+{
+    ReplicaSlot& slot = replicas_[r];
+    VL_ASSERT(slot.replica, "only a live replica can stop");
+    storage_counters_.graceful_stops++;
+    trace("r%u v%llu: graceful stop (%s op=%llu commit=%llu)", r, ull(slot.replica->view()),
+          status_name(slot.replica->status()), ull(slot.replica->op()),
+          ull(slot.replica->commit()));
+    std::erase_if(slot.snapshot_writes, [](const SnapshotWrite& write) { return !write.written; });
+    step(r, Stop{});  // what a stalled process's socket still holds is lost, as at exit
+    if (!violation_ && !slot.replica->stopped())
+        fail("r%u: did not stop on Stop (the kernel drain it asked for never came back)", r);
+    if (!violation_) crash(r);
+}
+
+void Cluster::stop_cell()
+{
+    storage_counters_.cell_stops++;
+    trace("fault: the whole cell stops gracefully");
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++)
+        if (!crashed(r)) stop(r);
 }
 
 void Cluster::crash_cell()
@@ -400,6 +427,7 @@ void Cluster::carry_out(ReplicaIndex r, const Effects& effects)
                     replicas_[r].disk.view = persist.view;
                     replicas_[r].disk.last_normal_view = persist.last_normal_view;
                 },
+                [&](const PersistStopped&) { replicas_[r].disk.clean_stop = true; },
                 [&](const FetchSnapshot& fetch) { fetch_snapshot(r, fetch); },
                 [&](const SnapshotInstalled& installed) {
                     trace("r%u v%llu: installed the snapshot of op %llu", r,

@@ -180,6 +180,12 @@ public:
     void restart_from_disk(ReplicaIndex r);
     // Every live replica crashes at the same moment (a power cut): restart them all afterwards.
     void crash_cell();
+    // A graceful stop (voltlockd's SIGTERM, Node::stop): the snapshot writes still queued are
+    // dropped, the replica steps Stop and carries out what it asks, then its process is gone as
+    // after a crash. Unlike a crash, the cell must lose nothing it acknowledged, even when every
+    // replica stops (stop_cell()) and restarts from its data directory.
+    void stop(ReplicaIndex r);
+    void stop_cell();
     bool crashed(ReplicaIndex r) const { return !replicas_[r].replica; }
     // Replica r's process stops for `ticks` ticks (its kernel does not); see ClusterOptions.
     void stall(ReplicaIndex r, uint64_t ticks);
@@ -236,6 +242,8 @@ public:
         uint64_t restarts_from_disk = 0;
         uint64_t restarts_from_nothing = 0;
         uint64_t cell_crashes = 0;
+        uint64_t graceful_stops = 0;           // replicas stopped (SIGTERM), each
+        uint64_t cell_stops = 0;               // ... all at once
         uint64_t states_discarded = 0;         // restored states the cell had left behind
         uint64_t acknowledged_ops_lost = 0;    // snapshot durability, whole-cell crashes
         uint64_t committed_ops_lost = 0;       // ... of which acknowledged or not
@@ -274,6 +282,7 @@ private:
         std::vector<Entry> log;  // ops snapshot_op + 1, ...
         View view = 0;
         View last_normal_view = 0;
+        bool clean_stop = false;  // PersistStopped; cleared by the restart that reads it
         Op last_op() const { return snapshot_op + log.size(); }
     };
     // A snapshot write under way in the background (the shell's writer thread: in order).

@@ -646,6 +646,98 @@ TEST_CASE("durability sync: the whole cell loses power with a log longer than th
     finish(cluster);
 }
 
+TEST_CASE("a graceful stop of the whole cell (SIGTERM to every replica) and a restart lose "
+          "nothing acknowledged, in either durability mode")
+{
+    // Issue 11, scenario 3: with durability snapshot, a stop used to be a crash: every write
+    // since the newest snapshot was lost. Now each replica writes a snapshot of what it applied
+    // and the log of what it acknowledged after it, and the restart takes part in the view
+    // change with them as durability sync would.
+    for (const bool sync : {false, true}) {
+        CAPTURE(sync);
+        ClusterOptions options = storage_options(3, 712, sync, 8);
+        options.snapshot_every_ops = 100;
+        Cluster cluster(options);
+        require_reaches(cluster, [&] { return cluster.completed_ops() >= 250; }, 3'000,
+                        "250 operations before the stop");
+        const std::vector<CommittedOp> committed = cluster.committed();
+        Op newest_snapshot = 0;  // what a crash now would come back with, at most
+        for (ReplicaIndex r = 0; r < 3; r++)
+            newest_snapshot = std::max(newest_snapshot, cluster.disk_snapshot_op(r));
+        CHECK(newest_snapshot + 20 < committed.size());
+        cluster.stop_cell();
+        cluster.run_ticks(20);
+        restart_all_from_disk(cluster);
+        require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 3'000,
+                        "the cell restarts");
+        const size_t completed = cluster.completed_ops();
+        require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; },
+                        3'000, "100 more operations after the restart");
+        require_converged(cluster);
+        REQUIRE(cluster.committed().size() >= committed.size());
+        for (Op op = 1; op <= committed.size(); op++)
+            REQUIRE(cluster.committed()[op - 1].entry == committed[op - 1].entry);
+        CHECK(cluster.storage_counters().acknowledged_ops_lost == 0);
+        CHECK(!cluster.resumed_op().has_value());  // no history was cut
+        finish(cluster);
+    }
+}
+
+TEST_CASE("durability snapshot: a stopped replica restarts with its log and joins the live "
+          "cell's view change with it; one killed does not")
+{
+    ClusterOptions options = storage_options(3, 713, false);
+    options.snapshot_every_ops = 1'000;
+    Cluster cluster(options);
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= 100; }, 2'000,
+                    "100 operations");
+    cluster.stop(1);
+    CHECK(cluster.disk_last_op(1) >= cluster.committed().size() - 5);  // its log, on disk
+    cluster.restart_from_disk(1);
+    CHECK(!cluster.replica(1).state_unconfirmed());
+    CHECK(cluster.replica(1).op() > cluster.replica(1).commit());  // the log after its snapshot
+    require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 2'000, "r1 recovers");
+    require_converged(cluster);
+    finish(cluster);
+}
+
+TEST_CASE("durability snapshot: f + 1 replicas restart from older snapshots while one that "
+          "holds every committed op runs on; its state wins, nothing committed is dropped")
+{
+    // Issue 11, scenario 2: r0 killed; ops committed by r1 and r2; r2 killed; r0 and r2 restart
+    // from their snapshots. They used to restart the cell between them, from their snapshots,
+    // and r1, which never stopped, installed their state and dropped the ops it held.
+    for (const bool electrode : {false, true}) {
+        CAPTURE(electrode);
+        ClusterOptions options = storage_options(3, 714, false);
+        if (electrode)
+            options.electrode.assign(3, ElectrodeOptions{.attached = true,
+                                                         .enabled = VL_FAST_PATHS_ALL});
+        Cluster cluster(options);
+        require_reaches(cluster, [&] { return cluster.completed_ops() >= 30; }, 1'000,
+                        "30 operations");
+        cluster.crash(0);
+        const size_t completed = cluster.completed_ops();
+        require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; },
+                        3'000, "100 more operations on r1 and r2");
+        cluster.crash(2);
+        const std::vector<CommittedOp> committed = cluster.committed();
+        REQUIRE(cluster.disk_snapshot_op(0) < committed.size());
+        REQUIRE(cluster.disk_snapshot_op(2) < committed.size());
+        cluster.run_ticks(10);
+        cluster.restart_from_disk(0);
+        cluster.restart_from_disk(2);
+        require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 3'000,
+                        "the cell runs again, with r1's state");
+        require_converged(cluster);
+        REQUIRE(cluster.committed().size() >= committed.size());
+        for (Op op = 1; op <= committed.size(); op++)
+            REQUIRE(cluster.committed()[op - 1].entry == committed[op - 1].entry);
+        CHECK(!cluster.resumed_op().has_value());
+        finish(cluster);
+    }
+}
+
 TEST_CASE("durability snapshot: the whole cell loses power; it comes back with everything up to "
           "the newest snapshot of the replicas that restart it")
 {

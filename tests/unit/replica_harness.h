@@ -211,6 +211,7 @@ inline std::string describe(const Effect& effect)
                 return "fetch_snapshot r" + to_string(e.from) + " op" + to_string(e.op);
             },
             [](const SnapshotInstalled& e) { return "snapshot_installed " + to_string(e.op); },
+            [](const PersistStopped&) { return std::string("persist_stopped"); },
         },
         effect);
 }

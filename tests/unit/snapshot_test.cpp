@@ -940,3 +940,48 @@ TEST_CASE("durability snapshot: a state that gives way whole is replaced in one 
     CHECK(follower->commit() == 6);
     CHECK_FALSE(follower->state_unconfirmed());  // the source's is the cell's
 }
+
+TEST_CASE("graceful stop, durability snapshot: the applied state becomes the snapshot and the "
+          "acknowledged rest the log; restarted from them, the state is whole")
+{
+    ReplicaConfig config = snapshot_config(0, 0);
+    config.persist_view = true;
+    TestReplica leader(config);
+    commit_ops(leader, 3);
+    prepare_ops(leader, 2, 200);  // ops 4 and 5, not yet acknowledged
+    leader.step(Stop{});
+    CHECK(leader->stopped());
+    CHECK(describe(leader.effects()) ==
+          "write_snapshot 3 before_next_effect; persist_log after3 n2; persist_view v0 lnv0; "
+          "persist_stopped");
+    const WriteSnapshot snapshot = leader.effects_of<WriteSnapshot>().at(0);
+    const std::vector<Entry> log = leader.effects_of<PersistLog>().at(0).entries;
+    leader.tick();
+    CHECK(leader.effects().empty());  // stopped: it takes nothing more
+
+    TestReplica restarted(config, StartRestored{.nonce = 50, .snapshot = snapshot.snapshot,
+                                                .log = log, .clean_stop = true});
+    CHECK(restarted->commit() == 3);
+    CHECK(restarted->op() == 5);
+    CHECK_FALSE(restarted->state_unconfirmed());
+    TestReplica crashed(config, StartRestored{.nonce = 51, .snapshot = snapshot.snapshot,
+                                              .log = log});
+    CHECK(crashed->op() == 3);  // a log without the mark is not trusted: a crash left it
+    CHECK(crashed->state_unconfirmed());
+}
+
+TEST_CASE("graceful stop: with durability sync everything is on disk already; a recovering "
+          "replica marks nothing")
+{
+    TestReplica synced(snapshot_config(0, 0, true));
+    commit_ops(synced, 2);
+    synced.step(Stop{});
+    CHECK(synced.effects().empty());
+    ReplicaConfig config = snapshot_config(1, 0);
+    config.persist_view = true;
+    TestReplica recovering(config, StartRecovering{.nonce = 7});
+    recovering.step(Stop{});
+    CHECK(recovering.effects_of<WriteSnapshot>().empty());
+    CHECK(recovering.effects_of<PersistStopped>().empty());
+    CHECK(recovering->stopped());
+}
