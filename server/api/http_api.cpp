@@ -11,6 +11,8 @@
 
 #include "api/metrics.h"
 #include "api/openapi.h"
+#include "api/replica_statuses.h"
+#include "api/ui_assets.h"
 #include "core/message.h"
 
 namespace voltlock::api {
@@ -611,6 +613,21 @@ void HttpApi::install_routes()
     }, false);
     route("GET", "/v1/cluster", "/v1/cluster", [this](auto& q, auto& s) { cluster(q, s); },
           false);
+    route("GET", "/v1/cluster/replicas", "/v1/cluster/replicas",
+          [this](const Request&, Response& res) {
+              const DaemonConfig& config = node_.config();
+              send_json(res, 200, replica_statuses(config.replicas, config.replica, [this] {
+                  return on_loop([this] { return node_.status(); }, kPeerStatusDeadline);
+              }));
+          }, false);
+    // The web UI's embedded files (api/ui_assets.h); "/" leads there.
+    route("GET", R"(/|/ui(/[\s\S]*)?)", "/ui", [](const Request& req, Response& res) {
+        const UiResponse ui = ui_response(req.path == "/" ? "/ui" : req.path,
+                                          req.get_header_value("If-None-Match"));
+        res.status = ui.status;
+        for (const auto& [name, value] : ui.headers) res.set_header(name, value);
+        res.set_content(std::string(ui.body), ui.content_type);
+    }, false);
     route("GET", kSnapshotPath, kSnapshotPath, [this](auto& q, auto& s) { snapshot_chunk(q, s); },
           false);
     route("GET", "/v1/openapi.json", "/v1/openapi.json", [](const Request&, Response& res) {

@@ -521,7 +521,16 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
         done(ProposeOutcome{.committed = false, .leader = leader});
         return;
     }
-    proposals_[{client_id, request_number}].push_back(std::move(done));
+    const auto proposed_at = std::chrono::steady_clock::now();
+    proposals_[{client_id, request_number}].push_back(
+        [this, proposed_at, done = std::move(done)](const ProposeOutcome& outcome) {
+            if (outcome.committed)
+                commit_latency_.record(static_cast<uint64_t>(
+                    std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::steady_clock::now() - proposed_at)
+                        .count()));
+            done(outcome);
+        });
     step_and_flush(Receive{Request{.view = replica_.view(),
                                    .client_id = client_id,
                                    .request_number = request_number,
@@ -658,6 +667,7 @@ nlohmann::json Node::status(bool with_digest) const
           {"snapshots_installed", core.snapshots_installed},
           {"snapshots_refused", core.snapshots_refused},
           {"cell_restarts", core.cell_restarts}}},
+        {"commit_latency_us", commit_latency_.json()},
         {"storage", storage_status()},
         {"electrode", electrode_ ? electrode_->status() : nlohmann::json{{"mode", "off"}}},
     };

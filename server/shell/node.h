@@ -25,6 +25,7 @@
 #include "shell/electrode.h"
 #include "shell/event_loop.h"
 #include "shell/forked_encoding.h"
+#include "shell/latency_histogram.h"
 #include "shell/snapshot_transfer.h"
 #include "shell/storage.h"
 #include "shell/udp_socket.h"
@@ -147,6 +148,9 @@ private:
     std::vector<uint8_t> encode_buffer_;
     vl_kernel_state last_state_{};
     NodeCounters counters_;
+    // Proposal to applied result, for the ops proposed here (the API's): /v1/status's
+    // commit_latency_us.
+    LatencyHistogram commit_latency_;
     std::map<std::pair<ClientId, RequestNumber>, std::vector<ProposeDone>> proposals_;
     std::vector<ExecutedListener> executed_listeners_;
     std::vector<std::function<void()>> installed_listeners_;

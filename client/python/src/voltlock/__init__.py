@@ -1,0 +1,34 @@
+"""voltlock: the Python SDK of the Voltlock lock and configuration service.
+
+    import voltlock
+
+    client = voltlock.Client(["http://10.77.0.10:7480", "http://10.77.0.11:7480"])
+    with client.session(ttl=10) as s:
+        with s.lock("db/primary", timeout=5) as seq:
+            client.put("config/db", "10.0.0.5", sequencer=seq)
+
+The asyncio twin is :mod:`voltlock.aio`, with the same names.
+"""
+from ._protocol import CONNECTED, LOST, SUSPENDED
+from ._sync import Barrier, Client, Election, Lock, Session, Watch
+from .errors import (BadJson, BadRequest, BarrierInUse, BarrierNotFound, BarrierNotReady,
+                     CasMismatch, Compacted, Conflict, CountMismatch, Error, InvalidArgument,
+                     KeyNotFound, LockBusy, ModeConflict, NotFound, NotHeld, NotLeader,
+                     NotLockService, NotMember, RequestNumberReused, RequestNumberStale,
+                     SequencerInvalid, SessionExpired, TooLarge, Unavailable, UnknownField,
+                     UnknownSession, WaitOutcomeUnknown, WaitTimedOut, WaitWithdrawn)
+from .models import EXCLUSIVE, SHARED, KeyValue, Sequencer, Value, WatchEvent
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Session", "Lock", "Barrier", "Election", "Watch",
+    "KeyValue", "Sequencer", "WatchEvent", "Value", "EXCLUSIVE", "SHARED",
+    "CONNECTED", "SUSPENDED", "LOST",
+    "Error", "BadRequest", "BadJson", "UnknownField", "InvalidArgument", "NotFound",
+    "UnknownSession", "SessionExpired", "KeyNotFound", "BarrierNotFound", "WaitTimedOut",
+    "Conflict", "CasMismatch", "SequencerInvalid", "LockBusy", "BarrierNotReady",
+    "ModeConflict", "NotHeld", "NotMember", "CountMismatch", "BarrierInUse", "WaitWithdrawn",
+    "RequestNumberReused", "RequestNumberStale", "Compacted", "TooLarge", "NotLockService",
+    "Unavailable", "NotLeader", "WaitOutcomeUnknown",
+]

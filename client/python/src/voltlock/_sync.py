@@ -1,0 +1,593 @@
+"""The blocking client: the protocol plans of `_protocol` run over `http.client` keep-alive
+connections (the standard library: no dependency, and the least overhead per request)."""
+from __future__ import annotations
+
+import collections
+import http.client
+import logging
+import os
+import socket
+import threading
+import time
+from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple,
+                    TypeVar, Union)
+
+from . import _protocol as p
+from . import errors
+from .models import KeyValue, Sequencer, Value, WatchEvent
+
+T = TypeVar("T")
+log = logging.getLogger("voltlock")
+
+_RECONNECTABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                  ConnectionAbortedError)
+
+
+def endpoints_from_env(endpoints: Optional[Sequence[str]]) -> Sequence[str]:
+    if endpoints is not None:
+        return endpoints
+    env = os.environ.get("VOLTLOCK_ENDPOINTS", "")
+    if not env.strip():
+        raise ValueError("no endpoints: pass Client([...]) or set VOLTLOCK_ENDPOINTS "
+                         "(comma-separated http://host:port)")
+    return env
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class _Connection(http.client.HTTPConnection):
+    _held: Optional[List[bytes]] = None
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.host, self.port), self.timeout)
+        # Requests are small and answered at once: no Nagle delay on a kept connection.
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, data: Any) -> None:
+        if self._held is not None and isinstance(data, (bytes, bytearray)):
+            self._held.append(bytes(data))
+            return
+        super().send(data)
+
+    def request_in_one_write(self, method: str, target: str, body: Optional[bytes],
+                             headers: Dict[str, str]) -> None:
+        """http.client's request, but headers and body leave in one write (http.client sends
+        them separately): one segment and one syscall per request instead of two."""
+        self._held = []
+        try:
+            self.request(method, target, body=body, headers=headers)
+        finally:
+            held, self._held = self._held, None
+        assert self.sock is not None
+        self.sock.sendall(b"".join(held))
+
+
+class _Stream:
+    """An open watch response, read a chunk at a time; `close()` from any thread ends a read."""
+
+    def __init__(self, connection: _Connection, response: http.client.HTTPResponse) -> None:
+        self._connection, self._response = connection, response
+
+    def read_chunk(self) -> bytes:
+        return self._response.read1(65536)
+
+    def close(self) -> None:
+        sock = self._connection.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._connection.close()
+
+
+class HttpTransport:
+    """Keep-alive connections, a pool per replica, shared by every thread of one client."""
+
+    def __init__(self, max_idle_per_endpoint: int = 32) -> None:
+        self._idle: Dict[p.Endpoint, List[_Connection]] = {}
+        self._max_idle = max_idle_per_endpoint
+        self._mutex = threading.Lock()
+
+    def _take(self, endpoint: p.Endpoint, attempt: p.Attempt,
+              fresh: bool) -> Tuple[_Connection, bool]:
+        if not fresh:
+            with self._mutex:
+                idle = self._idle.get(endpoint)
+                if idle:
+                    return idle.pop(), True
+        connection = _Connection(endpoint.host, endpoint.port, timeout=attempt.connect_timeout)
+        connection.connect()
+        return connection, False
+
+    def _give_back(self, endpoint: p.Endpoint, connection: _Connection) -> None:
+        with self._mutex:
+            idle = self._idle.setdefault(endpoint, [])
+            if len(idle) < self._max_idle:
+                idle.append(connection)
+                return
+        connection.close()
+
+    def _send(self, attempt: p.Attempt) -> Union[p.Failure, Tuple[_Connection,
+                                                                   http.client.HTTPResponse]]:
+        for fresh in (False, True):
+            try:
+                connection, reused = self._take(attempt.endpoint, attempt, fresh)
+            except OSError as e:
+                return p.Failure(f"connect: {describe(e)}")
+            try:
+                assert connection.sock is not None
+                connection.sock.settimeout(attempt.read_timeout)
+                connection.request_in_one_write(attempt.method, attempt.target, attempt.body,
+                                                dict(attempt.headers))
+                return connection, connection.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                connection.close()
+                # A kept connection the server closed while idle fails at once: try a fresh one
+                # to the same replica (safe: writes carry their idempotency pair).
+                if not (reused and isinstance(e, _RECONNECTABLE)):
+                    return p.Failure(describe(e))
+        raise AssertionError("unreachable")
+
+    def perform(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure]:
+        sent = self._send(attempt)
+        if isinstance(sent, p.Failure):
+            return sent
+        connection, response = sent
+        try:
+            body = response.read()
+        except (OSError, http.client.HTTPException) as e:
+            connection.close()
+            return p.Failure(describe(e))
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        if response.will_close:
+            connection.close()
+        else:
+            self._give_back(attempt.endpoint, connection)
+        return p.Reply(response.status, headers, body)
+
+    def open_stream(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure, _Stream]:
+        sent = self._send(attempt)
+        if isinstance(sent, p.Failure):
+            return sent
+        connection, response = sent
+        if response.status == 200:
+            return _Stream(connection, response)
+        try:
+            body = response.read()
+        except (OSError, http.client.HTTPException) as e:
+            return p.Failure(describe(e))
+        finally:
+            connection.close()
+        return p.Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, body)
+
+    def close(self) -> None:
+        with self._mutex:
+            idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                connection.close()
+
+
+class Client:
+    """A client of one Voltlock cell. Thread-safe: share one per process.
+
+    ``endpoints``: the replicas, ``["http://10.77.0.10:7480", ...]`` (or a comma-separated
+    string); None reads ``VOLTLOCK_ENDPOINTS``. ``timeout``: seconds any call may take, retries
+    and failover included, unless the call says otherwise (every method takes ``timeout=``).
+    ``connect_timeout``, ``attempt_timeout``: how long one replica may take to accept a
+    connection, and to answer (plus any wait asked for), before the call tries the next.
+    """
+
+    def __init__(self, endpoints: Optional[Sequence[str]] = None, *, timeout: float = 10.0,
+                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0) -> None:
+        self._protocol = p.Protocol(endpoints_from_env(endpoints), timeout=timeout,
+                                    connect_timeout=connect_timeout,
+                                    attempt_timeout=attempt_timeout)
+        self._transport = HttpTransport()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the kept connections (sessions are closed by their own `close`)."""
+        self._transport.close()
+
+    def _run(self, plan: p.Plan[T]) -> T:
+        try:
+            step = next(plan)
+            while True:
+                if isinstance(step, p.Sleep):
+                    time.sleep(step.seconds)
+                    outcome: p.Outcome = None
+                else:
+                    outcome = self._transport.perform(step)
+                step = plan.send(outcome)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            plan.close()
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    def session(self, ttl: float = 10.0, *, lock_delay: float = 0.0, name: str = "",
+                grace: Optional[float] = None,
+                on_lost: Optional[Callable[["Session"], None]] = None,
+                timeout: Optional[float] = None) -> "Session":
+        """A session (not yet open: ``with client.session(ttl=10) as s:`` or ``.open()``).
+        ``ttl`` and ``lock_delay`` in seconds; ``grace``: how long after its lease ran out
+        unrenewed the client still tries before it calls the session lost (default: ttl)."""
+        return Session(self, ttl=ttl, lock_delay=lock_delay, name=name, grace=grace,
+                       on_lost=on_lost, timeout=timeout)
+
+    # --- key/value ------------------------------------------------------------------------------
+
+    def put(self, key: str, value: Value, *, prev_revision: Optional[int] = None,
+            sequencer: Optional[Sequencer] = None, session: "Union[Session, int, None]" = None,
+            timeout: Optional[float] = None) -> int:
+        """Writes `value` (str or bytes) at `key`; returns the new revision.
+        ``prev_revision``: compare-and-set on the key's mod_revision (0: must not exist;
+        CasMismatch otherwise). ``sequencer``: a fenced write, refused with SequencerInvalid
+        once that grant is gone. ``session``: the key is ephemeral, deleted when it ends."""
+        session_id = session.id if isinstance(session, Session) else session
+        return self._run(self._protocol.put(key, value, prev_revision=prev_revision,
+                                            sequencer=sequencer, session=session_id,
+                                            timeout=timeout))
+
+    def get(self, key: str, *, stale: bool = False,
+            timeout: Optional[float] = None) -> Optional[KeyValue]:
+        """The key, or None. Linearizable (a read through the log) unless ``stale``."""
+        return self._run(self._protocol.get(key, timeout, stale))[0]
+
+    def get_revision(self, key: str, *,
+                     timeout: Optional[float] = None) -> Tuple[Optional[KeyValue], int]:
+        """The key (or None) and the cell's revision at that read: watch from revision + 1 to
+        see every later change."""
+        return self._run(self._protocol.get(key, timeout))
+
+    def get_prefix(self, prefix: str, *, page_size: Optional[int] = None,
+                   timeout: Optional[float] = None) -> Iterator[KeyValue]:
+        """Every key under `prefix` in key order, read a page at a time (each page is its own
+        linearizable read; ``""`` is every key)."""
+        return self._pages(p.PrefixPager(self._protocol, prefix, page_size, timeout))
+
+    def _pages(self, pager: p.PrefixPager) -> Iterator[KeyValue]:
+        while not pager.done:
+            yield from self._run(pager.next_page())
+
+    def delete(self, key: str, *, prefix: bool = False, prev_revision: Optional[int] = None,
+               sequencer: Optional[Sequencer] = None, timeout: Optional[float] = None) -> int:
+        """Deletes the key (or every key under it with ``prefix``); returns how many."""
+        return self._run(self._protocol.delete(key, prefix=prefix, prev_revision=prev_revision,
+                                               sequencer=sequencer, timeout=timeout))
+
+    def check(self, sequencer: Sequencer, *, timeout: Optional[float] = None) -> bool:
+        """Whether the cell still holds that grant (any process's sequencer)."""
+        return self._run(self._protocol.check(sequencer, timeout))
+
+    def watch(self, key: str, *, prefix: bool = False, start_revision: Optional[int] = None,
+              spaces: Optional[Sequence[str]] = None) -> "Watch":
+        """The changes to `key` (or under it), from `start_revision` (default: the next change)
+        on, for as long as it is iterated; it reconnects by itself. ``close()`` ends it."""
+        return Watch(self, p.WatchStream(self._protocol, key, prefix=prefix,
+                                         start_revision=start_revision, spaces=spaces))
+
+    # --- reading the cell's state ---------------------------------------------------------------
+
+    def lock_info(self, name: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """``{name, holders, waiters, generation, delay_until_ms}`` of a lock."""
+        p.check_name(name, "lock name")
+        return self._run(self._protocol.read(f"/v1/locks/{p.quote_name(name)}", timeout))
+
+    def cluster(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """``GET /v1/cluster`` of the replica in use: members, leader, view, counters."""
+        return self._run(self._protocol.read("/v1/cluster", timeout))
+
+
+class Session:
+    """A session: its locks, barriers and ephemeral keys live while it does. Kept alive by a
+    background thread (every ttl/3). When it is lost, the client learns it: :attr:`lost` is
+    set, the ``on_lost`` callbacks run (on the keepalive thread), every sequencer of it is no
+    longer ``valid``, and the next call on it raises :class:`~voltlock.SessionExpired`."""
+
+    def __init__(self, client: Client, *, ttl: float, lock_delay: float, name: str,
+                 grace: Optional[float], on_lost: Optional[Callable[["Session"], None]],
+                 timeout: Optional[float]) -> None:
+        self._client = client
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._core = p.SessionCore(ttl, grace, client._protocol.clock, self._announce_loss)
+        self._settings = (ttl, lock_delay, name, timeout)
+        self._thread: Optional[threading.Thread] = None
+        if on_lost is not None:
+            self.on_lost(on_lost)
+
+    @property
+    def id(self) -> int:
+        return self._core.id
+
+    @property
+    def ttl(self) -> float:
+        return self._core.ttl
+
+    # --- life -----------------------------------------------------------------------------------
+
+    def open(self) -> "Session":
+        """Creates the session in the cell and starts its keepalives."""
+        if self._core.is_open:
+            raise RuntimeError("this session is already open")
+        ttl, lock_delay, name, timeout = self._settings
+        sent = self._client._protocol.clock()
+        created = self._client._run(self._client._protocol.create_session(
+            ttl, lock_delay, name, timeout))
+        self._core.opened(int(created["session"]), sent)
+        self._thread = threading.Thread(target=self._keep_alive, daemon=True,
+                                        name=f"voltlock-keepalive-{self.id}")
+        self._thread.start()
+        return self
+
+    def close(self, *, timeout: Optional[float] = None) -> None:
+        """Stops the keepalives and ends the session (releasing its locks and deleting its
+        ephemeral keys). A lost session is only stopped."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        if not self._core.is_open or self._core.lost():
+            return
+        self._client._run(self._client._protocol.close_session(self.id, timeout))
+        self._core.lose("closed", closed=True)
+
+    def __enter__(self) -> "Session":
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def state(self) -> str:
+        """``"connected"`` (the lease is known to run), ``"suspended"`` (it ran out unrenewed:
+        the cell may have ended the session; keepalives go on), ``"lost"`` (for good), or
+        ``"closed"`` before it is opened."""
+        return self._core.state()
+
+    def on_lost(self, callback: Callable[["Session"], None]) -> None:
+        """Runs `callback(session)` once when the session is lost (at once if it is already)."""
+        self._core.on_lost(lambda: callback(self))
+
+    def _announce_loss(self) -> None:
+        self.lost.set()
+        self._stop.set()
+
+    def _keep_alive(self) -> None:
+        protocol = self._client._protocol
+        while True:
+            delay, budget = self._core.next_keepalive()
+            if self._stop.wait(delay):
+                return
+            sent = protocol.clock()
+            try:
+                self._client._run(protocol.keepalive(self.id, budget))
+            except errors.UnknownSession:
+                self._core.lose(f"the cell no longer knows session {self.id} (it expired)")
+                return
+            except errors.Error as e:
+                log.debug("keepalive of session %d: %s", self.id, e)
+                self._core.failed()
+            else:
+                self._core.renewed(sent)
+            self._core.check_lost()
+
+    def _call(self, plan: p.Plan[T]) -> T:
+        """Runs a plan on behalf of this session: SessionExpired if it is lost (or turns out to
+        be)."""
+        try:
+            self._core.check_usable()
+        except BaseException:
+            plan.close()
+            raise
+        try:
+            return self._client._run(plan)
+        except errors.UnknownSession as e:
+            raise self._core.expired(e) from e
+
+    # --- what a session holds -------------------------------------------------------------------
+
+    def lock(self, name: str, *, shared: bool = False, timeout: Optional[float] = None,
+             on_lost: Optional[Callable[[Sequencer], None]] = None) -> "Lock":
+        """A lock of this session (``with s.lock(name) as seq:``, or ``.acquire()``).
+        ``timeout``: None waits for ever, 0 tries once (LockBusy), else WaitTimedOut."""
+        return Lock(self, name, shared=shared, timeout=timeout, on_lost=on_lost)
+
+    def barrier(self, name: str, count: int) -> "Barrier":
+        """A double barrier of `count` sessions: ``enter()`` then ``leave()``."""
+        return Barrier(self, name, count)
+
+    def election(self, name: str) -> "Election":
+        """Leader election on `name` (a lock and an ephemeral key of that name)."""
+        return Election(self, name)
+
+    def info(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """What the cell knows of this session: held and waited-for locks, barriers, keys."""
+        return self._call(self._client._protocol.read(f"/v1/sessions/{self.id}", timeout))
+
+
+_UNSET: Any = object()
+
+
+class Lock:
+    """A lock held by a session. Mutual exclusion is between sessions: threads that share one
+    session share its locks."""
+
+    def __init__(self, session: Session, name: str, *, shared: bool, timeout: Optional[float],
+                 on_lost: Optional[Callable[[Sequencer], None]]) -> None:
+        self._session = session
+        self._core = p.LockCore(session._core, name, shared=shared, timeout=timeout,
+                                on_lost=on_lost)
+        self.name, self.shared = self._core.name, self._core.shared
+
+    @property
+    def sequencer(self) -> Optional[Sequencer]:
+        """The grant held, or None."""
+        return self._core.sequencer
+
+    def acquire(self, timeout: Optional[float] = _UNSET, *,
+                call_timeout: Optional[float] = None) -> Sequencer:
+        """Waits for the lock (``timeout`` as in ``Session.lock``) and returns its sequencer."""
+        wait = self._core.timeout if timeout is _UNSET else timeout
+        return self._core.granted(self._session._call(self._session._client._protocol.acquire(
+            self.name, self._session.id, self.shared, wait, call_timeout)))
+
+    def release(self, *, timeout: Optional[float] = None) -> None:
+        """Releases the lock (nothing to do if its session is lost: the cell released it)."""
+        if self._core.releasing():
+            self._session._call(self._session._client._protocol.release(
+                self.name, self._session.id, timeout))
+
+    def __enter__(self) -> Sequencer:
+        return self.acquire()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        lost = self._core.lost_while_held()
+        try:
+            self.release()
+        except errors.SessionExpired as e:
+            lost = lost or e
+        if lost is not None and exc_type is None:
+            raise lost
+
+
+class Barrier:
+    """A double barrier: ``enter()`` returns once `count` sessions have entered, ``leave()``
+    once all of them have left."""
+
+    def __init__(self, session: Session, name: str, count: int) -> None:
+        self.name = p.check_name(name, "barrier name")
+        self.count = p.check_int(count, "count", 1, p.MAX_BARRIER_COUNT)
+        self._session = session
+
+    def enter(self, timeout: Optional[float] = None) -> int:
+        """Waits for the barrier to fill; returns the revision. None waits for ever, 0 does not
+        wait (BarrierNotReady), else WaitTimedOut."""
+        return self._session._call(self._session._client._protocol.barrier_enter(
+            self.name, self._session.id, self.count, timeout, None))
+
+    def leave(self, timeout: Optional[float] = None) -> int:
+        """Waits for every member to leave; returns the revision."""
+        return self._session._call(self._session._client._protocol.barrier_leave(
+            self.name, self._session.id, timeout, None))
+
+
+class Election:
+    """Leader election: the winner holds the lock `name` and publishes its value at the key
+    `name` (ephemeral, fenced with its sequencer), so the key names the leader only while the
+    leader's session lives."""
+
+    def __init__(self, session: Session, name: str) -> None:
+        self.name = p.check_name(name, "election name")
+        self._session = session
+        self._lock = session.lock(name)
+
+    def campaign(self, value: Value, timeout: Optional[float] = None) -> Sequencer:
+        """Waits to become the leader, then publishes `value`; returns the leadership's
+        sequencer (fence your writes with it)."""
+        seq = self._lock.acquire(timeout)
+        self._session._call(self._session._client._protocol.put(
+            self.name, value, prev_revision=None, sequencer=seq, session=self._session.id,
+            timeout=None))
+        return seq
+
+    def leader(self) -> Optional[Value]:
+        """The current leader's value, or None."""
+        kv = self._session._client.get(self.name)
+        return kv.value if kv is not None else None
+
+    def resign(self) -> None:
+        """Withdraws this session's value and leadership."""
+        seq = self._lock.sequencer
+        if seq is not None and not self._session.lost.is_set():
+            try:
+                self._session._client.delete(self.name, sequencer=seq)
+            except errors.SequencerInvalid:
+                pass
+        self._lock.release()
+
+    def observe(self) -> Iterator[Optional[Value]]:
+        """The leader's value now and after every change (None: no leader), for ever."""
+        kv, revision = self._session._client.get_revision(self.name)
+        yield kv.value if kv is not None else None
+        with self._session._client.watch(self.name, start_revision=revision + 1) as changes:
+            for event in changes:
+                yield event.value if event.type == "put" else None
+
+
+class Watch:
+    """An iterator of :class:`~voltlock.WatchEvent`; reconnects after a dropped stream or a
+    leader change and resumes after the last revision it yielded. ``close()`` (from any
+    thread) ends the iteration."""
+
+    def __init__(self, client: Client, stream: p.WatchStream) -> None:
+        self._client, self._state = client, stream
+        self._ready: Deque[WatchEvent] = collections.deque()
+        self._stream: Optional[_Stream] = None
+        self._closed = threading.Event()
+
+    def __iter__(self) -> "Watch":
+        return self
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def next_revision(self) -> Optional[int]:
+        """Where the watch would resume: the revision after the last one it yielded."""
+        return self._state.next_revision
+
+    def close(self) -> None:
+        self._closed.set()
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def __next__(self) -> WatchEvent:
+        while not self._ready:
+            if self._closed.is_set():
+                raise StopIteration
+            if self._stream is None:
+                self._open()
+                continue
+            try:
+                chunk = self._stream.read_chunk()
+                problem = "the stream ended"
+            except (OSError, http.client.HTTPException) as e:
+                chunk, problem = b"", describe(e)
+            if not chunk:
+                self._stream.close()
+                self._stream = None
+                self._closed.wait(self._state.dropped(problem))
+                continue
+            try:
+                self._ready.extend(self._state.feed(chunk))
+            except errors.Error:
+                self.close()
+                raise
+        return self._ready.popleft()
+
+    def _open(self) -> None:
+        opened = self._client._transport.open_stream(self._state.attempt())
+        if isinstance(opened, p.Failure):
+            self._closed.wait(self._state.dropped(opened.reason))
+        elif isinstance(opened, p.Reply):
+            self._closed.wait(self._state.refused(opened))
+        else:
+            self._state.opened()
+            self._stream = opened
+            if self._closed.is_set():
+                opened.close()

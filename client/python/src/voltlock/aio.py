@@ -1,0 +1,555 @@
+"""voltlock for asyncio: the same surface as :mod:`voltlock`, with ``await``, ``async with``
+and ``async for``, running the same protocol plans (`voltlock._protocol`).
+
+    from voltlock import aio
+
+    client = aio.Client(["http://10.77.0.10:7480"])
+    async with client.session(ttl=10) as s:
+        async with s.lock("db/primary", timeout=5) as seq:
+            await client.put("config/db", "10.0.0.5", sequencer=seq)
+
+HTTP/1.1 is parsed by h11 (a sans-I/O HTTP library, pure Python, no dependencies of its own)
+over asyncio streams, with a keep-alive pool per replica.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import (Any, AsyncIterator, Callable, Deque, Dict, List, Optional, Sequence,
+                    Tuple, TypeVar, Union)
+
+import h11
+
+from . import _protocol as p
+from . import errors
+from ._sync import describe, endpoints_from_env
+from .errors import *  # noqa: F401,F403  (the same exceptions, for `aio.LockBusy` and the like)
+from .models import KeyValue, Sequencer, Value, WatchEvent
+
+T = TypeVar("T")
+log = logging.getLogger("voltlock")
+
+_CONNECTION_ERRORS = (OSError, asyncio.TimeoutError, h11.ProtocolError, EOFError)
+
+
+class _Connection:
+    """One HTTP/1.1 connection: h11 parses, asyncio streams carry the bytes."""
+
+    def __init__(self, endpoint: p.Endpoint, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.endpoint, self.reader, self.writer = endpoint, reader, writer
+        self.h11 = h11.Connection(h11.CLIENT)
+
+    @classmethod
+    async def open(cls, endpoint: p.Endpoint, timeout: float) -> "_Connection":
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(endpoint.host, endpoint.port), timeout)
+        return cls(endpoint, reader, writer)
+
+    async def send(self, attempt: p.Attempt) -> h11.Response:
+        headers = [("Host", f"{self.endpoint.host}:{self.endpoint.port}"), *attempt.headers]
+        if attempt.body is not None or attempt.method in ("POST", "PUT", "DELETE"):
+            # cpp-httplib reads a POST without a length until the connection closes.
+            headers.append(("Content-Length", str(len(attempt.body or b""))))
+        data = self.h11.send(h11.Request(method=attempt.method, target=attempt.target,
+                                         headers=headers)) or b""
+        if attempt.body:
+            data += self.h11.send(h11.Data(data=attempt.body)) or b""
+        data += self.h11.send(h11.EndOfMessage()) or b""
+        self.writer.write(data)
+        await self.writer.drain()
+        while True:
+            event = await self._next_event()
+            if isinstance(event, h11.Response):
+                return event
+            if not isinstance(event, h11.InformationalResponse):
+                raise EOFError(f"unexpected {type(event).__name__} instead of a response")
+
+    async def _next_event(self) -> Any:
+        while True:
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA:
+                self.h11.receive_data(await self.reader.read(65536))
+                continue
+            return event
+
+    async def read_some(self) -> bytes:
+        """The next piece of the body; b"" at its end."""
+        while True:
+            event = await self._next_event()
+            if isinstance(event, h11.Data):
+                if event.data:
+                    return bytes(event.data)
+                continue
+            if isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                return b""
+            raise EOFError(f"unexpected {type(event).__name__} in a body")
+
+    async def read_body(self) -> bytes:
+        chunks: List[bytes] = []
+        while True:
+            chunk = await self.read_some()
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    def reusable(self) -> bool:
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+            self.h11.start_next_cycle()
+            return True
+        return False
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _headers(response: h11.Response) -> Dict[str, str]:
+    return {name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in response.headers}
+
+
+class AsyncTransport:
+    """Keep-alive connections, a pool per replica, for one client."""
+
+    def __init__(self, max_idle_per_endpoint: int = 32) -> None:
+        self._idle: Dict[p.Endpoint, List[_Connection]] = {}
+        self._max_idle = max_idle_per_endpoint
+
+    async def _send(self, attempt: p.Attempt) -> Union[p.Failure,
+                                                        Tuple[_Connection, h11.Response]]:
+        for fresh in (False, True):
+            idle = self._idle.get(attempt.endpoint)
+            reused = bool(idle) and not fresh
+            try:
+                connection = idle.pop() if idle and not fresh else \
+                    await _Connection.open(attempt.endpoint, attempt.connect_timeout)
+            except _CONNECTION_ERRORS as e:
+                return p.Failure(f"connect: {describe(e)}")
+            try:
+                response = await asyncio.wait_for(connection.send(attempt), attempt.read_timeout)
+                return connection, response
+            except _CONNECTION_ERRORS as e:
+                connection.close()
+                # A kept connection the server closed while idle: try a fresh one, same replica.
+                if not (reused and not isinstance(e, asyncio.TimeoutError)):
+                    return p.Failure(describe(e))
+            except BaseException:  # cancelled mid-request: the connection is in no known state
+                connection.close()
+                raise
+        raise AssertionError("unreachable")
+
+    async def perform(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure]:
+        sent = await self._send(attempt)
+        if isinstance(sent, p.Failure):
+            return sent
+        connection, response = sent
+        try:
+            body = await asyncio.wait_for(connection.read_body(), attempt.read_timeout)
+        except _CONNECTION_ERRORS as e:
+            connection.close()
+            return p.Failure(describe(e))
+        except BaseException:
+            connection.close()
+            raise
+        if connection.reusable() and len(self._idle.setdefault(attempt.endpoint, [])) < \
+                self._max_idle:
+            self._idle[attempt.endpoint].append(connection)
+        else:
+            connection.close()
+        return p.Reply(response.status_code, _headers(response), body)
+
+    async def open_stream(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure, _Connection]:
+        sent = await self._send(attempt)
+        if isinstance(sent, p.Failure):
+            return sent
+        connection, response = sent
+        if response.status_code == 200:
+            return connection
+        try:
+            body = await asyncio.wait_for(connection.read_body(), attempt.read_timeout)
+        except _CONNECTION_ERRORS as e:
+            return p.Failure(describe(e))
+        finally:
+            connection.close()
+        return p.Reply(response.status_code, _headers(response), body)
+
+    def close(self) -> None:
+        idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                connection.close()
+
+
+class Client:
+    """An asyncio client of one Voltlock cell: :class:`voltlock.Client` with ``await``.
+    One per event loop."""
+
+    def __init__(self, endpoints: Optional[Sequence[str]] = None, *, timeout: float = 10.0,
+                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0) -> None:
+        self._protocol = p.Protocol(endpoints_from_env(endpoints), timeout=timeout,
+                                    connect_timeout=connect_timeout,
+                                    attempt_timeout=attempt_timeout)
+        self._transport = AsyncTransport()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._transport.close()
+
+    async def _run(self, plan: p.Plan[T]) -> T:
+        try:
+            step = next(plan)
+            while True:
+                if isinstance(step, p.Sleep):
+                    await asyncio.sleep(step.seconds)
+                    outcome: p.Outcome = None
+                else:
+                    outcome = await self._transport.perform(step)
+                step = plan.send(outcome)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            plan.close()
+
+    def session(self, ttl: float = 10.0, *, lock_delay: float = 0.0, name: str = "",
+                grace: Optional[float] = None,
+                on_lost: Optional[Callable[["Session"], None]] = None,
+                timeout: Optional[float] = None) -> "Session":
+        """As :meth:`voltlock.Client.session`: ``async with client.session(ttl=10) as s:``."""
+        return Session(self, ttl=ttl, lock_delay=lock_delay, name=name, grace=grace,
+                       on_lost=on_lost, timeout=timeout)
+
+    async def put(self, key: str, value: Value, *, prev_revision: Optional[int] = None,
+                  sequencer: Optional[Sequencer] = None,
+                  session: "Union[Session, int, None]" = None,
+                  timeout: Optional[float] = None) -> int:
+        """As :meth:`voltlock.Client.put`."""
+        session_id = session.id if isinstance(session, Session) else session
+        return await self._run(self._protocol.put(key, value, prev_revision=prev_revision,
+                                                  sequencer=sequencer, session=session_id,
+                                                  timeout=timeout))
+
+    async def get(self, key: str, *, stale: bool = False,
+                  timeout: Optional[float] = None) -> Optional[KeyValue]:
+        return (await self._run(self._protocol.get(key, timeout, stale)))[0]
+
+    async def get_revision(self, key: str, *, timeout: Optional[float] = None
+                           ) -> Tuple[Optional[KeyValue], int]:
+        return await self._run(self._protocol.get(key, timeout))
+
+    def get_prefix(self, prefix: str, *, page_size: Optional[int] = None,
+                   timeout: Optional[float] = None) -> AsyncIterator[KeyValue]:
+        """``async for kv in client.get_prefix("config/")``: pages as the sync one."""
+        return self._pages(p.PrefixPager(self._protocol, prefix, page_size, timeout))
+
+    async def _pages(self, pager: p.PrefixPager) -> AsyncIterator[KeyValue]:
+        while not pager.done:
+            for kv in await self._run(pager.next_page()):
+                yield kv
+
+    async def delete(self, key: str, *, prefix: bool = False,
+                     prev_revision: Optional[int] = None,
+                     sequencer: Optional[Sequencer] = None,
+                     timeout: Optional[float] = None) -> int:
+        return await self._run(self._protocol.delete(key, prefix=prefix,
+                                                     prev_revision=prev_revision,
+                                                     sequencer=sequencer, timeout=timeout))
+
+    async def check(self, sequencer: Sequencer, *, timeout: Optional[float] = None) -> bool:
+        return await self._run(self._protocol.check(sequencer, timeout))
+
+    def watch(self, key: str, *, prefix: bool = False, start_revision: Optional[int] = None,
+              spaces: Optional[Sequence[str]] = None) -> "Watch":
+        """``async for ev in client.watch(...)``; ``close()`` ends it."""
+        return Watch(self, p.WatchStream(self._protocol, key, prefix=prefix,
+                                         start_revision=start_revision, spaces=spaces))
+
+    async def lock_info(self, name: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        p.check_name(name, "lock name")
+        return await self._run(self._protocol.read(f"/v1/locks/{p.quote_name(name)}", timeout))
+
+    async def cluster(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        return await self._run(self._protocol.read("/v1/cluster", timeout))
+
+
+class Session:
+    """As :class:`voltlock.Session`; kept alive by an asyncio task, :attr:`lost` is an
+    ``asyncio.Event``, ``on_lost`` callbacks run on the event loop."""
+
+    def __init__(self, client: Client, *, ttl: float, lock_delay: float, name: str,
+                 grace: Optional[float], on_lost: Optional[Callable[["Session"], None]],
+                 timeout: Optional[float]) -> None:
+        self._client = client
+        self.lost = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._core = p.SessionCore(ttl, grace, client._protocol.clock, self._announce_loss)
+        self._settings = (ttl, lock_delay, name, timeout)
+        self._task: Optional["asyncio.Task[None]"] = None
+        if on_lost is not None:
+            self.on_lost(on_lost)
+
+    @property
+    def id(self) -> int:
+        return self._core.id
+
+    @property
+    def ttl(self) -> float:
+        return self._core.ttl
+
+    async def open(self) -> "Session":
+        if self._core.is_open:
+            raise RuntimeError("this session is already open")
+        ttl, lock_delay, name, timeout = self._settings
+        sent = self._client._protocol.clock()
+        created = await self._client._run(self._client._protocol.create_session(
+            ttl, lock_delay, name, timeout))
+        self._core.opened(int(created["session"]), sent)
+        self._task = asyncio.ensure_future(self._keep_alive())
+        return self
+
+    async def close(self, *, timeout: Optional[float] = None) -> None:
+        self._stop.set()
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if not self._core.is_open or self._core.lost():
+            return
+        await self._client._run(self._client._protocol.close_session(self.id, timeout))
+        self._core.lose("closed", closed=True)
+
+    async def __aenter__(self) -> "Session":
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def state(self) -> str:
+        return self._core.state()
+
+    def on_lost(self, callback: Callable[["Session"], None]) -> None:
+        self._core.on_lost(lambda: callback(self))
+
+    def _announce_loss(self) -> None:
+        self.lost.set()
+        self._stop.set()
+
+    async def _keep_alive(self) -> None:
+        protocol = self._client._protocol
+        while True:
+            delay, budget = self._core.next_keepalive()
+            try:
+                await asyncio.wait_for(self._stop.wait(), delay)
+                return
+            except asyncio.TimeoutError:
+                pass
+            sent = protocol.clock()
+            try:
+                await self._client._run(protocol.keepalive(self.id, budget))
+            except errors.UnknownSession:
+                self._core.lose(f"the cell no longer knows session {self.id} (it expired)")
+                return
+            except errors.Error as e:
+                log.debug("keepalive of session %d: %s", self.id, e)
+                self._core.failed()
+            else:
+                self._core.renewed(sent)
+            self._core.check_lost()
+
+    async def _call(self, plan: p.Plan[T]) -> T:
+        try:
+            self._core.check_usable()
+        except BaseException:
+            plan.close()
+            raise
+        try:
+            return await self._client._run(plan)
+        except errors.UnknownSession as e:
+            raise self._core.expired(e) from e
+
+    def lock(self, name: str, *, shared: bool = False, timeout: Optional[float] = None,
+             on_lost: Optional[Callable[[Sequencer], None]] = None) -> "Lock":
+        return Lock(self, name, shared=shared, timeout=timeout, on_lost=on_lost)
+
+    def barrier(self, name: str, count: int) -> "Barrier":
+        return Barrier(self, name, count)
+
+    def election(self, name: str) -> "Election":
+        return Election(self, name)
+
+    async def info(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        return await self._call(self._client._protocol.read(f"/v1/sessions/{self.id}", timeout))
+
+
+_UNSET: Any = object()
+
+
+class Lock:
+    """As :class:`voltlock.Lock`: ``async with s.lock(name) as seq:``."""
+
+    def __init__(self, session: Session, name: str, *, shared: bool, timeout: Optional[float],
+                 on_lost: Optional[Callable[[Sequencer], None]]) -> None:
+        self._session = session
+        self._core = p.LockCore(session._core, name, shared=shared, timeout=timeout,
+                                on_lost=on_lost)
+        self.name, self.shared = self._core.name, self._core.shared
+
+    @property
+    def sequencer(self) -> Optional[Sequencer]:
+        return self._core.sequencer
+
+    async def acquire(self, timeout: Optional[float] = _UNSET, *,
+                      call_timeout: Optional[float] = None) -> Sequencer:
+        wait = self._core.timeout if timeout is _UNSET else timeout
+        return self._core.granted(await self._session._call(
+            self._session._client._protocol.acquire(self.name, self._session.id, self.shared,
+                                                    wait, call_timeout)))
+
+    async def release(self, *, timeout: Optional[float] = None) -> None:
+        if self._core.releasing():
+            await self._session._call(self._session._client._protocol.release(
+                self.name, self._session.id, timeout))
+
+    async def __aenter__(self) -> Sequencer:
+        return await self.acquire()
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        lost = self._core.lost_while_held()
+        try:
+            await self.release()
+        except errors.SessionExpired as e:
+            lost = lost or e
+        if lost is not None and exc_type is None:
+            raise lost
+
+
+class Barrier:
+    """As :class:`voltlock.Barrier`, awaited."""
+
+    def __init__(self, session: Session, name: str, count: int) -> None:
+        self.name = p.check_name(name, "barrier name")
+        self.count = p.check_int(count, "count", 1, p.MAX_BARRIER_COUNT)
+        self._session = session
+
+    async def enter(self, timeout: Optional[float] = None) -> int:
+        return await self._session._call(self._session._client._protocol.barrier_enter(
+            self.name, self._session.id, self.count, timeout, None))
+
+    async def leave(self, timeout: Optional[float] = None) -> int:
+        return await self._session._call(self._session._client._protocol.barrier_leave(
+            self.name, self._session.id, timeout, None))
+
+
+class Election:
+    """As :class:`voltlock.Election`, awaited."""
+
+    def __init__(self, session: Session, name: str) -> None:
+        self.name = p.check_name(name, "election name")
+        self._session = session
+        self._lock = session.lock(name)
+
+    async def campaign(self, value: Value, timeout: Optional[float] = None) -> Sequencer:
+        seq = await self._lock.acquire(timeout)
+        await self._session._call(self._session._client._protocol.put(
+            self.name, value, prev_revision=None, sequencer=seq, session=self._session.id,
+            timeout=None))
+        return seq
+
+    async def leader(self) -> Optional[Value]:
+        kv = await self._session._client.get(self.name)
+        return kv.value if kv is not None else None
+
+    async def resign(self) -> None:
+        seq = self._lock.sequencer
+        if seq is not None and not self._session.lost.is_set():
+            try:
+                await self._session._client.delete(self.name, sequencer=seq)
+            except errors.SequencerInvalid:
+                pass
+        await self._lock.release()
+
+    async def observe(self) -> AsyncIterator[Optional[Value]]:
+        kv, revision = await self._session._client.get_revision(self.name)
+        yield kv.value if kv is not None else None
+        async with self._session._client.watch(self.name,
+                                               start_revision=revision + 1) as changes:
+            async for event in changes:
+                yield event.value if event.type == "put" else None
+
+
+class Watch:
+    """As :class:`voltlock.Watch`: ``async for ev in watch``; ``close()`` ends it."""
+
+    def __init__(self, client: Client, stream: p.WatchStream) -> None:
+        self._client, self._state = client, stream
+        self._ready: Deque[WatchEvent] = collections.deque()
+        self._stream: Optional[_Connection] = None
+        self._closed = asyncio.Event()
+
+    def __aiter__(self) -> "Watch":
+        return self
+
+    async def __aenter__(self) -> "Watch":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def next_revision(self) -> Optional[int]:
+        return self._state.next_revision
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._stream is not None:
+            self._stream.close()
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._closed.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def __anext__(self) -> WatchEvent:
+        while not self._ready:
+            if self._closed.is_set():
+                raise StopAsyncIteration
+            if self._stream is None:
+                await self._open()
+                continue
+            try:
+                chunk = await asyncio.wait_for(self._stream.read_some(), p.WATCH_READ_TIMEOUT)
+                problem = "the stream ended"
+            except _CONNECTION_ERRORS as e:
+                chunk, problem = b"", describe(e)
+            if not chunk:
+                self._stream.close()
+                self._stream = None
+                await self._pause(self._state.dropped(problem))
+                continue
+            try:
+                self._ready.extend(self._state.feed(chunk))
+            except errors.Error:
+                self.close()
+                raise
+        return self._ready.popleft()
+
+    async def _open(self) -> None:
+        opened = await self._client._transport.open_stream(self._state.attempt())
+        if isinstance(opened, p.Failure):
+            await self._pause(self._state.dropped(opened.reason))
+        elif isinstance(opened, p.Reply):
+            await self._pause(self._state.refused(opened))
+        else:
+            self._state.opened()
+            self._stream = opened
+            if self._closed.is_set():
+                opened.close()

@@ -1,0 +1,117 @@
+"""Fixtures for the SDK's tests against a real cell (scripts/cell, network namespaces, root).
+
+The cell is built once per run (tests/integration/cell.py). Each test that uses `cell` runs with
+the test's thread inside the cell's client namespace, so the SDK's sockets, and the threads and
+event loops it starts, are there, as a client's would be; the rig's own commands (kill,
+partition, ...) run from the host's namespace, where the cell was built.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import time
+from typing import Any, Callable, Iterator, List
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from cell import Cell, unique_name, voltlockd_available, voltlockd_path  # noqa: E402
+from cellrig.util import NETNS_RUN_DIR, _setns  # noqa: E402
+
+HOST_NETNS = os.open("/proc/self/ns/net", os.O_RDONLY)
+
+
+@contextlib.contextmanager
+def netns(fd: int) -> Iterator[None]:
+    """This thread in the namespace of `fd` for the body (and threads it starts, for good)."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        _setns(fd)
+        try:
+            yield
+        finally:
+            _setns(home)
+    finally:
+        os.close(home)
+
+
+class SdkCell(Cell):
+    """A Cell whose rig commands run from the host's namespace whatever thread calls them."""
+
+    harmed = False
+
+    def cell(self, command: str, *args: str, **kwargs: Any):  # type: ignore[override]
+        if command in ("kill", "stop", "partition", "netem"):
+            self.harmed = True
+        with netns(HOST_NETNS):
+            return super().cell(command, *args, **kwargs)
+
+    def make_whole(self) -> None:
+        """Heals every partition and starts every replica that is down, then waits for a
+        leader."""
+        if not self.harmed:
+            return
+        self.heal()
+        down = [i for i, r in enumerate(self.status()["replicas"]) if r == "down"]
+        if down:
+            self.start(*down)
+        self.wait_for_leader(timeout=30)
+        self.harmed = False
+
+    def urls(self, *indexes: int) -> List[str]:
+        chosen = indexes or tuple(r["index"] for r in self.replicas)
+        return [self.replicas[i]["http"] for i in chosen]
+
+    def restart(self, replica: int) -> None:
+        """Starts a killed replica again and waits until the cell agrees on a leader."""
+        self.start(replica)
+        self.wait_for_leader(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def cell_once() -> Iterator[SdkCell]:
+    if os.geteuid() != 0:
+        pytest.skip("the SDK's cell tests build network namespaces and need root")
+    if not shutil.which("ip") or not shutil.which("nft"):
+        pytest.skip("missing ip/nft; run scripts/install-deps")
+    if not voltlockd_available():
+        pytest.skip(f"voltlockd is not built ({voltlockd_path()} missing; set VOLTLOCKD)")
+    with SdkCell(replicas=3, name=unique_name("py")) as c:
+        yield c
+
+
+@pytest.fixture
+def cell(cell_once: SdkCell) -> Iterator[SdkCell]:
+    """The shared cell, with this test inside its client namespace. A test that harmed the cell
+    (killed, partitioned) heals it before the next one starts."""
+    cell_once.make_whole()
+    target = os.open(os.path.join(NETNS_RUN_DIR, cell_once.endpoints["client_namespace"]),
+                     os.O_RDONLY)
+    try:
+        with netns(target):
+            yield cell_once
+    finally:
+        os.close(target)
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str,
+               interval: float = 0.05) -> Any:
+    """Polls `condition` until it is true (returned) or `timeout` passes (a failure naming
+    `what`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def fresh(prefix: str) -> str:
+    """A name no other test uses."""
+    return f"{prefix}-{os.urandom(4).hex()}"

@@ -1,0 +1,151 @@
+"""The sync client through failures of a real cell: a leader killed with -9, a replica cut off
+with its client, no quorum."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from typing import List, Tuple
+
+import pytest
+
+import voltlock
+from conftest import fresh, wait_until
+
+
+def test_a_leader_kill_keeps_the_session_lock_and_watch_and_applies_each_write_once(cell):
+    prefix = fresh("fo") + "/"
+    client = voltlock.Client(cell.urls(), timeout=30)
+    with client.session(ttl=5) as s:
+        seq = s.lock(fresh("lock")).acquire()
+        start = client.put(prefix + "start", "0")
+        assert client._protocol.router.current().url == cell.urls(cell.leader)[0]
+        watch = client.watch(prefix, prefix=True, start_revision=start)
+        events: List[voltlock.WatchEvent] = []
+
+        def read() -> None:
+            for event in watch:
+                events.append(event)
+                if event.key == prefix + "end":
+                    return
+        reader = threading.Thread(target=read)
+        reader.start()
+        acked: List[Tuple[int, int]] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            i = 0
+            while not stop.is_set():
+                acked.append((i, client.put(f"{prefix}w/{i:04}", str(i))))
+                i += 1
+        writer = threading.Thread(target=write)
+        writer.start()
+        wait_until(lambda: len(acked) >= 20, 10, "writes before the kill")
+        cell.kill(cell.leader)
+        at_kill = len(acked)
+        wait_until(lambda: len(acked) >= at_kill + 20, 30, "writes after the kill")
+        stop.set()
+        writer.join(30)
+        end = client.put(prefix + "end", "")
+        reader.join(30)
+        watch.close()
+        assert not reader.is_alive(), "the watch did not resume after the leader's death"
+
+        # The session and its lock survived, with the same grant.
+        wait_until(lambda: s.state == voltlock.CONNECTED, 10, "the session to be renewed")
+        assert seq.valid and client.check(seq)
+        holders = client.lock_info(seq.lock)["holders"]
+        assert [(h["session"], h["generation"]) for h in holders] == [(s.id, seq.generation)]
+
+        # Every write applied once (version 1), every acknowledged one is there, and the watch
+        # saw each change once, in order, with no revision missing in between.
+        kvs = {kv.key: kv for kv in client.get_prefix(prefix + "w/")}
+        assert all(kv.version == 1 for kv in kvs.values())
+        assert {f"{prefix}w/{i:04}" for i, _ in acked} <= set(kvs)
+        assert all(kvs[f"{prefix}w/{i:04}"].mod_revision == rev for i, rev in acked)
+        watched = [e.key for e in events]
+        assert len(watched) == len(set(watched))
+        assert watched == [prefix + "start"] + sorted(kvs) + [prefix + "end"]
+        assert events[-1].revision == end
+        revisions = [e.revision for e in events]
+        assert revisions == sorted(revisions)
+        writes = sorted(kv.mod_revision for kv in kvs.values())
+        assert revisions[1:-1] == writes
+    client.close()
+
+
+def test_a_session_cut_off_is_lost_and_its_sequencer_is_fenced(cell):
+    follower = next(r["index"] for r in cell.replicas if r["index"] != cell.leader)
+    others = [r["index"] for r in cell.replicas if r["index"] != follower]
+    name, key = fresh("lock"), fresh("fenced")
+    lost = threading.Event()
+    lock_lost: List[voltlock.Sequencer] = []
+    cut_off = voltlock.Client(cell.urls(follower), timeout=5)
+    outside = voltlock.Client(cell.urls(*others), timeout=15)
+    s = cut_off.session(ttl=2, grace=1, on_lost=lambda _: lost.set()).open()
+    with pytest.raises(voltlock.SessionExpired):
+        with s.lock(name, on_lost=lock_lost.append) as seq:
+            cut_off.put(key, "held", sequencer=seq)
+            cell.partition(follower)
+            cut_at = time.monotonic()
+            wait_until(lambda: not seq.valid, 5, "the sequencer to stop being valid")
+            # At most the TTL after the last renewal sent (which was before the cut), with
+            # room for a loaded machine's scheduling.
+            assert time.monotonic() - cut_at <= 3.5
+            wait_until(lost.is_set, 10, "the session to be lost")
+    assert lock_lost == [seq] and s.lost.is_set() and s.state == voltlock.LOST
+    with pytest.raises(voltlock.SessionExpired):
+        s.lock(name).acquire()
+    # The cell ended the session too (without keepalives its lease ran out): the old
+    # sequencer no longer fences anything.
+    wait_until(lambda: not outside.check(seq), 10, "the cell to expire the session")
+    with pytest.raises(voltlock.SequencerInvalid):
+        outside.put(key, "stale writer", sequencer=seq)
+    assert outside.get(key).value == "held"
+    s.close()
+    cut_off.close()
+    outside.close()
+
+
+def test_without_a_quorum_a_call_ends_in_unavailable_in_its_time(cell):
+    followers = [r["index"] for r in cell.replicas if r["index"] != cell.leader]
+    client = voltlock.Client(cell.urls(), timeout=10)
+    key = fresh("noquorum")
+    client.put(key, "before")
+    cell.kill(*followers)
+    started = time.monotonic()
+    with pytest.raises(voltlock.Unavailable) as unavailable:
+        client.put(key, "during", timeout=2)
+    assert time.monotonic() - started < 4
+    assert unavailable.value.code == "unavailable" and "may still apply" in str(unavailable.value)
+    cell.start(*followers)
+    cell.wait_for_leader(timeout=30)
+    assert client.get(key).value in ("before", "during")  # the outcome was unknown, not lost
+    client.close()
+
+
+def test_a_stopped_leader_is_left_behind_and_the_session_survives(cell):
+    """SIGSTOP, not a kill: the leader's sockets stay open and say nothing, so only timeouts
+    move the client on."""
+    with open(os.path.join(cell.endpoints["state_dir"], "cell.json")) as f:
+        pid = json.load(f)["replicas"][cell.leader]["process"]["pid"]
+    client = voltlock.Client(cell.urls(), timeout=20)
+    key = fresh("stopped")
+    with client.session(ttl=3) as s:
+        seq = s.lock(fresh("lock")).acquire()
+        client.put(key, "before", sequencer=seq)
+        cell.harmed = True
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            client.put(key, "during", sequencer=seq)
+            # The stopped leader is left after attempt_timeout (3 s), then a view change.
+            assert time.monotonic() - started < 8
+            wait_until(lambda: s.state == voltlock.CONNECTED and seq.valid, 15,
+                       "the session to be renewed by the new leader")
+            assert client.check(seq) and client.get(key).value == "during"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    client.close()
