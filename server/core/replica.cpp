@@ -28,6 +28,7 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
       machine_(machine),
       acked_(config.replica_count, 0),
       answered_tick_(config.replica_count, 0),
+      echoed_heartbeat_ms_(config.replica_count, 0),
       start_view_change_from_(config.replica_count, false)
 {
     VL_ASSERT(config.replica_count >= 1 && config.replica_count <= VL_MAX_REPLICAS &&
@@ -177,6 +178,7 @@ void Replica::on_tick(const Tick& tick)
 {
     tick_ += 1;
     now_ms_ = tick.now_ms;
+    monotonic_ms_ = tick.monotonic_ms;
     switch (status_) {
     case Status::normal:
         if (is_leader()) {
@@ -185,14 +187,7 @@ void Replica::on_tick(const Tick& tick)
                 break;
             }
             // Busy or not: the followers' answers are how the leader knows they hear it.
-            if (tick_ - last_heartbeat_tick_ >= config_.heartbeat_ticks &&
-                config_.replica_count > 1) {
-                broadcast(Commit{.view = view_,
-                                 .replica = config_.replica,
-                                 .commit = commit_,
-                                 .heartbeat = tick_});
-                last_heartbeat_tick_ = tick_;
-            }
+            if (tick_ - last_heartbeat_tick_ >= config_.heartbeat_ticks) send_heartbeat();
             retransmit_prepares();
             break;
         }
@@ -361,10 +356,37 @@ void Replica::on_commit(const Commit& m)
     send(leader(), CommitOk{.view = view_, .replica = config_.replica, .heartbeat = m.heartbeat});
 }
 
+void Replica::send_heartbeat()
+{
+    last_heartbeat_tick_ = tick_;
+    broadcast(Commit{.view = view_,
+                     .replica = config_.replica,
+                     .commit = commit_,
+                     .heartbeat = monotonic_ms_});
+}
+
 void Replica::on_commit_ok(const CommitOk& m)
 {
     if (!is_leader() || m.view != view_) return;
     answered_tick_[m.replica] = tick_;
+    // Our own send times only: an echo from the future would extend the lease unearned.
+    if (m.heartbeat <= monotonic_ms_)
+        echoed_heartbeat_ms_[m.replica] = std::max(echoed_heartbeat_ms_[m.replica], m.heartbeat);
+}
+
+bool Replica::holds_leader_lease(uint64_t monotonic_now_ms) const
+{
+    if (!is_leader()) return false;
+    // The f-th newest heartbeat among the followers' echoes (we confirm ourselves). Each
+    // follower that echoed it was still in this view when it arrived, so no later view had
+    // started when we sent it (a view starts with f + 1 replicas that left ours).
+    std::vector<uint64_t> echoed = echoed_heartbeat_ms_;
+    echoed[config_.replica] = UINT64_MAX;
+    std::nth_element(echoed.begin(), echoed.begin() + (quorum() - 1), echoed.end(),
+                     std::greater<uint64_t>());
+    const uint64_t confirmed = echoed[quorum() - 1];
+    if (confirmed == UINT64_MAX) return true;  // a cell of one
+    return confirmed != 0 && monotonic_now_ms < confirmed + config_.leader_lease_ms;
 }
 
 bool Replica::leader_hears_quorum() const
@@ -645,8 +667,8 @@ void Replica::become_leader()
     }
     for (ReplicaIndex r = 0; r < config_.replica_count; r++)
         if (r != config_.replica) send_start_view(r);
-    last_heartbeat_tick_ = tick_;
     std::fill(answered_tick_.begin(), answered_tick_.end(), tick_);  // a timeout from now
+    last_heartbeat_tick_ = tick_;
     advance_commit_as_leader();
     // A state restored from a snapshot alone, or given by one, becomes the cell's history only
     // with a restart fence committed on top of it (until then another view may select an older
@@ -744,6 +766,7 @@ void Replica::join_view(View view, Op base_op, Op target_op, std::vector<Entry> 
 void Replica::reset_view_state()
 {
     std::fill(acked_.begin(), acked_.end(), 0);
+    std::fill(echoed_heartbeat_ms_.begin(), echoed_heartbeat_ms_.end(), 0);
     pending_requests_.clear();
     requests_in_flight_.clear();
     prepares_in_flight_.clear();

@@ -65,6 +65,10 @@ struct ReplicaConfig {
     // ran before (a late message of that earlier view would count in it; vr_sim seed 59 x 3,
     // durability snapshot: a delayed PrepareOK committed a restart fence nobody had).
     bool persist_view = false;
+    // The leader lease (docs/leases.md): the leader holds it for this long, on its own
+    // monotonic clock, from the moment it sent the newest heartbeat that f followers answered.
+    // voltlockd makes it the view-change timeout.
+    uint64_t leader_lease_ms = 200;
 };
 
 // A replica's snapshot (WriteSnapshot, SnapshotFetched, StartRestored), decoded: the op it
@@ -109,9 +113,12 @@ using Start = std::variant<StartFresh, StartRecovering, StartRestored>;
 
 // ---- Inputs ---------------------------------------------------------------------------------
 
-// Time passes by one tick; `now_ms` is the shell's clock, used only to stamp new ops.
+// Time passes by one tick; `now_ms` is the shell's clock, used only to stamp new ops;
+// `monotonic_ms` its monotonic clock (never steps; drifts at most kMaxClockDrift), which the
+// leader lease is measured on (docs/leases.md).
 struct Tick {
     uint64_t now_ms = 0;
+    uint64_t monotonic_ms = 0;
 };
 // A message arrived (already decoded and checked for this cluster), with its header flags.
 struct Receive {
@@ -253,6 +260,10 @@ public:
     const std::vector<Op>& acked_ops() const { return acked_; }
     // After Stop: the shell may exit (nothing durable is left to do).
     bool stopped() const { return stopped_; }
+    // The leader lease (docs/leases.md): this replica leads, and f followers answered a
+    // heartbeat it sent less than leader_lease_ms before `monotonic_now_ms` (its monotonic
+    // clock, as Tick's). Only then may it extend a session's lease without the log.
+    bool holds_leader_lease(uint64_t monotonic_now_ms) const;
 
     // The snapshot of everything committed (decode_replica_snapshot reads it), for a
     // WriteSnapshot without bytes; the bytes a WriteSnapshot asks to write, either way.
@@ -424,6 +435,7 @@ private:
     // Time, in ticks.
     uint64_t tick_ = 0;
     uint64_t now_ms_ = 0;
+    uint64_t monotonic_ms_ = 0;
     uint64_t last_heard_from_leader_tick_ = 0;   // follower
     uint64_t last_heartbeat_tick_ = 0;           // leader: the last Commit it broadcast
     // Follower: the op it held beyond the leader's commit number, and since when (0: none).
@@ -435,8 +447,11 @@ private:
 
     // Leader.
     std::vector<Op> acked_;  // per replica, highest op acknowledged in this view
-    // Per replica, the tick a CommitOk of this view last came from it (the view's start counts).
+    // Per replica, the tick a CommitOk of this view last came from it (the view's start counts),
+    // and the newest heartbeat (the send time, on our monotonic clock) it echoed in this view.
     std::vector<uint64_t> answered_tick_;
+    std::vector<uint64_t> echoed_heartbeat_ms_;
+    void send_heartbeat();
     std::deque<Request> pending_requests_;                            // not yet in the log
     std::unordered_map<ClientId, RequestNumber> requests_in_flight_;  // queued or uncommitted
     std::deque<InFlightPrepare> prepares_in_flight_;

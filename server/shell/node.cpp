@@ -37,6 +37,13 @@ std::unique_ptr<StateMachine> make_machine(MachineKind kind)
 
 }  // namespace
 
+uint64_t monotonic_clock_ms()
+{
+    using namespace std::chrono;
+    return static_cast<uint64_t>(
+        duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
+}
+
 uint64_t wall_clock_ms()
 {
     using namespace std::chrono;
@@ -173,7 +180,7 @@ void Node::on_timer()
     for (uint64_t i = 0; i < std::min<uint64_t>(expirations, 4); i++) {
         ticks_ += 1;
         if (electrode_) feed_kernel_acks();
-        step(Tick{.now_ms = wall_clock_ms()});
+        step(Tick{.now_ms = wall_clock_ms(), .monotonic_ms = monotonic_clock_ms()});
     }
     // A neighbour entry can appear or change at any time; the peers map follows it, every tick
     // until every peer resolves (broadcast waits for that), then every tenth.

@@ -178,5 +178,8 @@ private:
 
 // The wall clock in milliseconds: the timestamp the leader stamps on new ops.
 uint64_t wall_clock_ms();
+// The monotonic clock in milliseconds (CLOCK_MONOTONIC: never steps; NTP may slew its rate
+// within its bound): what the leader lease is measured on (docs/leases.md).
+uint64_t monotonic_clock_ms();
 
 }  // namespace voltlock

@@ -32,6 +32,16 @@ Cluster::Cluster(const ClusterOptions& options)
         for (ElectrodeOptions& electrode : options_.electrode)
             electrode.enabled &= ~uint32_t{VL_FAST_PATH_FAST_ACK};
     replicas_.resize(options.replica_count);
+    // From a stream of their own, so that the rest of a seed's world is what it was before
+    // clocks drifted.
+    Prng clocks(options.seed ^ 0xC10C'D41F'7000'0000);
+    const double drift = static_cast<double>(options.max_clock_drift_ppm) / 1e6;
+    for (ReplicaSlot& slot : replicas_) {
+        const double position = options.clocks_at_drift_bound ? (clocks.chance(0.5) ? 1.0 : -1.0)
+                                                              : 2 * clocks.fraction() - 1;
+        slot.clock_rate = 1 + drift * position;
+        slot.clock_offset_ms = clocks.between(0, 1'000'000);
+    }
     for (ReplicaIndex r = 0; r < options.replica_count; r++) start_replica(r, StartFresh{});
     for (uint32_t i = 0; i < options.client_count; i++) {
         // Client ids look like real ones (random, 64-bit) rather than small integers, so that
@@ -56,6 +66,8 @@ ReplicaConfig Cluster::replica_config(ReplicaIndex r) const
         .snapshot_every_ticks = options_.snapshot_every_ticks,
         .persist_log = options_.durability_sync,
         .persist_view = true,  // every simulated replica has a data directory
+        .leader_lease_ms =
+            uint64_t{ReplicaConfig{}.view_change_timeout_ticks} * options_.ms_per_tick,
     };
     // As voltlockd's replica_config(): the core lets the kernel acknowledge only where it can.
     if (!options_.electrode.empty()) {
@@ -118,6 +130,7 @@ void Cluster::run_tick()
         if (violation_) return;
         if (!crashed(r) && !stalled(r) && replicas_[r].needs_flush) step(r, Flush{});
     }
+    if (!violation_) check_leases();
 }
 
 void Cluster::run_ticks(uint64_t ticks)

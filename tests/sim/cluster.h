@@ -69,6 +69,15 @@
 // state is ahead of the cut must not pass off as committed. Such a replica may instead discard
 // its restored state and start again from nothing, before it is in normal status: its commit
 // number then goes back to 0, and every op it commits after is checked as any other.
+// Leases (docs/leases.md, cluster_leases.cpp): every replica's monotonic clock drifts (bounded),
+// and after every tick, for sessions of session_ttl_ms:
+// - a replica that holds its leader lease (Replica::holds_leader_lease, at the tick's last
+//   millisecond on its clock) could answer a keepalive then; its client, counting the TTL from
+//   when it sent it on a clock as slow as the bound allows, holds the lease until a real time;
+// - the leader of a view may expire a session once LeaseTracker::handover_ms has passed on its
+//   clock from its start (counted from the start of the tick it started in);
+// - no two holders: every lease granted by the leader of a view ends before the leader of any
+//   later view may expire it.
 // At the end of a run: linearizability (linearizability.h), and liveness: once the faults stop,
 // every outstanding operation completes and the replicas converge (quiesce()).
 //
@@ -130,6 +139,11 @@ struct ClusterOptions {
     // quorum-marked PrepareOK, the one way its quorum reaches the core only through vl_acked_ops.
     double socket_drop = 0;
     uint32_t ms_per_tick = 10;
+    // Leases (docs/leases.md): each replica's monotonic clock runs at its own rate, within this
+    // much of real time (at the bound on some seeds); sessions of this TTL are checked.
+    uint64_t max_clock_drift_ppm = 10'000;
+    bool clocks_at_drift_bound = false;
+    uint32_t session_ttl_ms = 400;
 
     // Snapshots (ReplicaConfig; 0: off) and the durability mode: sync persists the log and the
     // view before acknowledging (and then the follower fast-ack is off, as voltlockd does).
@@ -268,6 +282,14 @@ public:
 
     // The live replica's machine, for scenarios.
     const RegisterMachine& machine(ReplicaIndex r) const { return *replicas_[r].machine; }
+    // Leases: replica r's monotonic clock now, and what the lease check has seen.
+    uint64_t local_clock_ms(ReplicaIndex r) const;
+    struct LeaseCounters {
+        uint64_t leader_starts = 0;     // views whose leader's expiry time was checked
+        uint64_t grants = 0;            // ticks in which some leader held its leader lease
+        uint64_t deposed_grants = 0;    // ... while a later view had started
+    };
+    const LeaseCounters& lease_counters() const { return lease_counters_; }
 
     void trace(const char* format, ...) __attribute__((format(printf, 2, 3)));
     // Records a violation (the first one wins); the run stops at the next step.
@@ -308,6 +330,9 @@ private:
         View last_view = 0;
         std::set<uint64_t> used_nonces;
         uint64_t incarnation = 0;
+        // Its host's monotonic clock: local = offset + rate * real (outlives crashes).
+        double clock_rate = 1;
+        uint64_t clock_offset_ms = 0;
 
         // Storage: the data directory (outlives crashes), and the shell's in-memory part.
         DataDirectory disk;
@@ -371,6 +396,10 @@ private:
     bool discarded_state(ReplicaIndex r, const Effects& effects) const;
     uint64_t reference_digest(Op op) const { return digest_after_[op]; }
     void apply_to_reference(Op op, const Entry& entry);
+
+    // Leases (cluster_leases.cpp).
+    uint64_t real_ms() const { return now_tick_ * options_.ms_per_tick; }
+    void check_leases();
 
     // Storage (the shell's part: node.cpp, storage.h).
     void run_storage();
@@ -464,6 +493,12 @@ private:
     // Per (view, replica), the highest op a PrepareOK of that replica acknowledged, from its core
     // or its kernel, by any incarnation.
     std::map<std::pair<View, ReplicaIndex>, Op> acks_sent_;
+
+    // Leases: per view, the real time its leader may first expire a session, and the latest
+    // real time a client of its leader may believe it holds a lease to.
+    std::map<View, double> may_expire_at_;
+    std::map<View, double> granted_until_;
+    LeaseCounters lease_counters_;
 
     std::optional<std::string> violation_;
 };

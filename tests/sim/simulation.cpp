@@ -338,6 +338,8 @@ SeedResult run_seed(const SeedOptions& options)
     draw_electrode(options.electrode, prng, cluster_options);
     draw_storage(options.durability, options.snapshot_every_ops, storage_prng, cluster_options);
     cluster_options.lose_disk_on_restart = regime.lose_disk_fraction;
+    // Every other seed's clocks as far off real time as the lease rule allows (docs/leases.md).
+    cluster_options.clocks_at_drift_bound = options.seed % 2 == 0;
     if (options.cell_crashes == CellCrashMode::off ||
         (options.cell_crashes == CellCrashMode::sync && !cluster_options.durability_sync))
         regime.cell_crash_per_tick = 0;
@@ -378,6 +380,7 @@ SeedResult run_seed(const SeedOptions& options)
         .electrode = cluster.electrode_counters(),
         .durability_sync = cluster_options.durability_sync,
         .storage = cluster.storage_counters(),
+        .leases = cluster.lease_counters(),
     };
 }
 

@@ -126,6 +126,7 @@ struct SeedResult {
     ElectrodeCounters electrode;
     bool durability_sync = false;
     Cluster::StorageCounters storage;
+    Cluster::LeaseCounters leases;
 };
 
 SeedResult run_seed(const SeedOptions& options);

@@ -524,6 +524,7 @@ TEST_CASE("durability snapshot: the view is persisted, and a restart never runs 
     restarted.tick();
     restarted.receive(RecoveryResponse{.view = 3, .replica = 1, .nonce = 11, .op = 1,
                                        .commit = 1, .restarting = true});
+    restarted.tick(10);  // half a round: r0 does not answer
     CHECK(restarted->view() == 8);  // the restart's view is past every view it ran
 }
 
@@ -560,6 +561,9 @@ TEST_CASE("restart: a restored replica offers its state only while recovering wi
     SUBCASE("whole-cell restart: a quorum restarting starts a view change with what it has")
     {
         restored.receive(RecoveryResponse{.view = 0, .replica = 1, .nonce = 41, .op = 2,
+                                          .commit = 0, .restarting = true});
+        CHECK(describe(restored.effects()) == "");  // r0 may still answer, as a live replica
+        restored.receive(RecoveryResponse{.view = 0, .replica = 0, .nonce = 41, .op = 1,
                                           .commit = 0, .restarting = true});
         CHECK(describe(restored.effects()) ==
               "persist_view v1 lnv0; broadcast start_view_change v1; kernel_state");
@@ -804,6 +808,7 @@ TEST_CASE("restart, durability snapshot: the newest snapshot wins over a later v
     restarted.receive(RecoveryResponse{.view = 0, .replica = 0, .nonce = 31, .op = 8,
                                        .commit = 8, .last_normal_view = 0,
                                        .restarting = true});
+    restarted.tick(10);  // half a round: r1 does not answer
     REQUIRE(restarted->view() == 2);  // which it leads
     REQUIRE(restarted->status() == Status::view_change);
     restarted.receive(DoViewChange{.view = 2, .replica = 0, .last_normal_view = 0, .op = 8,
@@ -825,12 +830,14 @@ StartRestored restored_from_op_8()
 }
 
 // `restarted` asks for recovery and `voter`, restarting too with a snapshot of op 5, answers:
-// a quorum of two, so `restarted` starts the restart's view change.
+// a quorum of two, so once half a round passed without the third, `restarted` starts the
+// restart's view change.
 void vote_restart(TestReplica& restarted, ReplicaIndex voter)
 {
     restarted.tick();
     restarted.receive(RecoveryResponse{.view = 0, .replica = voter, .nonce = 11, .op = 5,
                                        .commit = 5, .restarting = true});
+    restarted.tick(10);
 }
 
 // Durability snapshot. A replica restored from a snapshot of op 8 takes part in the

@@ -232,11 +232,11 @@ TEST_CASE("a leader whose heartbeats no quorum answers (CommitOk) steps down aft
     leader.tick(5);
     const auto heartbeats = leader.broadcasts<Commit>();
     REQUIRE(heartbeats.size() == 1);
-    CHECK(heartbeats[0].heartbeat == 5);  // its tick: what the answers echo
-    leader.receive(CommitOk{.view = 0, .replica = 2, .heartbeat = 5});
+    CHECK(heartbeats[0].heartbeat == 1005);  // its monotonic clock: what the answers echo
+    leader.receive(CommitOk{.view = 0, .replica = 2, .heartbeat = 1005});
     leader.tick(19);  // tick 24: r2 answered 19 ticks ago
     CHECK(leader->is_leader());
-    leader.receive(CommitOk{.view = 1, .replica = 1, .heartbeat = 5});  // another view's: no
+    leader.receive(CommitOk{.view = 1, .replica = 1, .heartbeat = 1005});  // another view's
     leader.tick(1);
     CHECK(leader->status() == Status::view_change);
     CHECK(leader->view() == 1);
@@ -288,4 +288,25 @@ TEST_CASE("a follower whose acknowledged ops are committed in time stays with it
     follower.tick(15);
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 2});
     CHECK(follower->status() == Status::normal);
+}
+
+// The leader lease (docs/leases.md; issue 11, scenario 1).
+
+TEST_CASE("the leader lease runs a lease period from the send time of the newest heartbeat f "
+          "followers echoed; it is lost with the view")
+{
+    ReplicaConfig config = test_config(0, 3);
+    config.leader_lease_ms = 30;
+    TestReplica leader(config);
+    CHECK_FALSE(leader->holds_leader_lease(1'000));  // nobody confirmed it yet
+    leader.tick(5);                                 // heartbeat sent at 1005
+    const uint64_t sent = leader.broadcasts<Commit>().at(0).heartbeat;
+    leader.receive(CommitOk{.view = 0, .replica = 2, .heartbeat = sent});
+    CHECK(leader->holds_leader_lease(sent + 29));
+    CHECK_FALSE(leader->holds_leader_lease(sent + 30));
+    // An echo of a time it never sent (ahead of its clock) confirms nothing.
+    leader.receive(CommitOk{.view = 0, .replica = 1, .heartbeat = sent + 500});
+    CHECK_FALSE(leader->holds_leader_lease(sent + 30));
+    leader.receive(StartViewChange{.view = 1, .replica = 1});
+    CHECK_FALSE(leader->holds_leader_lease(sent + 1));
 }
