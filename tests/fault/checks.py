@@ -2,8 +2,9 @@
 lease rule, fencing, the set workload and the watch stream. Each takes plain records and returns
 a list of violations (strings); an empty list means the check passed.
 
-The lease rule (docs/api.md, "Sessions and leases"): a client counts its lease from when it
-*sent* the keepalive (or the request that created the session) that was answered, for one TTL.
+The lease rule (docs/leases.md, "The client's lease"; docs/api.md): a client counts its lease
+from when it *sent* the keepalive (or the request that created the session) that was answered,
+for one TTL on its own clock.
 A client holds an exclusive lock from when it received the grant until it sends the release,
 learns that its session is gone, or its lease runs out, whichever is first.
 """
