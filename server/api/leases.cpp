@@ -4,15 +4,30 @@
 
 namespace voltlock::api {
 
-void LeaseTracker::become_leader(uint64_t now_ms, const std::vector<SessionLease>& leases)
+uint64_t LeaseTracker::handover_ms(uint32_t ttl_ms, uint64_t leader_lease_ms)
+{
+    // The old leader answered a keepalive at most a leader lease after the new view started,
+    // and its client counts the TTL from before that: both on clocks that may run slow, so up
+    // to (lease + TTL) / (1 - drift) of real time; a clock that runs fast measures that as
+    // (1 + drift) / (1 - drift) times as much. Rounded up.
+    const uint64_t million = 1'000'000;
+    const uint64_t span = leader_lease_ms + ttl_ms;
+    return (span * (million + kMaxClockDriftPpm) + (million - kMaxClockDriftPpm) - 1) /
+           (million - kMaxClockDriftPpm);
+}
+
+void LeaseTracker::become_leader(uint64_t now_ms, const std::vector<SessionLease>& leases,
+                                 uint64_t leader_lease_ms)
 {
     active_ = true;
     leases_.clear();
-    for (const SessionLease& lease : leases)
+    for (const SessionLease& lease : leases) {
+        const uint64_t deadline_ms = now_ms + handover_ms(lease.ttl_ms, leader_lease_ms);
         leases_[lease.session] = Lease{.ttl_ms = lease.ttl_ms,
                                        .lease_epoch = lease.lease_epoch,
-                                       .deadline_ms = now_ms + lease.ttl_ms,
-                                       .replicated_deadline_ms = now_ms + lease.ttl_ms};
+                                       .deadline_ms = deadline_ms,
+                                       .replicated_deadline_ms = deadline_ms};
+    }
 }
 
 void LeaseTracker::step_down()

@@ -8,9 +8,10 @@
 // between changes the epoch and makes that expiry a no-op, so the two cannot race.
 //
 // After a leader change the new leader knows nothing of the keepalives its predecessor answered
-// from memory, so it grants every session a fresh lease of its full TTL from the moment it took
-// over (become_leader) before expiring anything: a client that kept its lease alive at the old
-// leader has at least one TTL to find the new one.
+// from memory. The predecessor answered them only while it held its leader lease
+// (Replica::holds_leader_lease), so the last lease it granted runs out at most
+// handover_ms(ttl) after the new leader took over, on the new leader's clock; until then it
+// expires nothing (become_leader). docs/leases.md states the rule and its clock assumption.
 #pragma once
 
 #include <cstdint>
@@ -34,9 +35,16 @@ public:
         bool replicate = false;  // propose a KeepAlive before answering
     };
 
+    // The clocks' rates differ from real time by at most this (1%), in parts per million.
+    static constexpr uint64_t kMaxClockDriftPpm = 10'000;
+    // How long a new leader waits before it expires a session of `ttl_ms`: a leader lease and a
+    // TTL, as measured by clocks that may run slow, on a clock that may run fast.
+    static uint64_t handover_ms(uint32_t ttl_ms, uint64_t leader_lease_ms);
+
     bool active() const { return active_; }
-    // This replica became the leader: every session gets now + its TTL.
-    void become_leader(uint64_t now_ms, const std::vector<SessionLease>& leases);
+    // This replica became the leader: every session gets now + handover_ms(its TTL).
+    void become_leader(uint64_t now_ms, const std::vector<SessionLease>& leases,
+                       uint64_t leader_lease_ms);
     // This replica is no longer the leader: forget everything.
     void step_down();
 

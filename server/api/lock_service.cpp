@@ -175,7 +175,8 @@ void LockService::check_leadership()
     if (replica.is_leader()) {
         if (!leases_.active() || leader_view_ != replica.view()) {
             // DESIGN.md §4: a new leader grants every session a fresh lease before expiring any.
-            leases_.become_leader(wall_clock_ms(), machine_.session_leases());
+            leases_.become_leader(wall_clock_ms(), machine_.session_leases(),
+                                  replica.config().leader_lease_ms);
             leader_view_ = replica.view();
             spdlog::info("r{} v{}: leader: {} sessions get a fresh lease", replica.replica(),
                          replica.view(), leases_.size());
@@ -268,7 +269,9 @@ LockService::KeepAliveAnswer LockService::keep_alive(SessionId session)
 {
     check_leadership();
     KeepAliveAnswer answer;
-    answer.leader = node_.replica().is_leader();
+    // docs/leases.md: a lease is extended only under a leader lease a quorum confirmed; a
+    // leader cut off from its followers stops here and the client looks for the new one.
+    answer.leader = node_.replica().holds_leader_lease(monotonic_clock_ms());
     if (!answer.leader) return answer;
     answer.known = machine_.state().sessions.contains(session);
     if (!answer.known) return answer;

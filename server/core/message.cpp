@@ -101,7 +101,9 @@ HeaderFields header_fields(const Message& message)
                                     static_cast<uint16_t>(m.entries.size())};
             },
             [](const PrepareOk& m) { return HeaderFields{m.replica, m.view, m.op, 0, 0}; },
-            [](const Commit& m) { return HeaderFields{m.replica, m.view, 0, m.commit, 0}; },
+            [](const Commit& m) {
+                return HeaderFields{m.replica, m.view, m.heartbeat, m.commit, 0};
+            },
             [](const StartViewChange& m) { return HeaderFields{m.replica, m.view, 0, 0, 0}; },
             [](const DoViewChange& m) {
                 return HeaderFields{m.replica, m.view, m.op, m.commit, 0};
@@ -120,6 +122,7 @@ HeaderFields header_fields(const Message& message)
                                     static_cast<uint16_t>(m.entries.size())};
             },
             [](const SnapshotOffer& m) { return HeaderFields{m.replica, m.view, m.op, 0, 0}; },
+            [](const CommitOk& m) { return HeaderFields{m.replica, m.view, m.heartbeat, 0, 0}; },
         },
         message);
 }
@@ -165,6 +168,7 @@ void write_body(const Message& message, Writer& w)
                        for (const Entry& e : m.entries) w.entry(e);
                    },
                    [&](const SnapshotOffer& m) { w.u8(m.state_unconfirmed ? 1 : 0); },
+                   [](const CommitOk&) {},
                },
                message);
 }
@@ -196,6 +200,7 @@ size_t body_size(const Message& message)
                               return kStateTransferPrefixBytes + entries_bytes(m.entries);
                           },
                           [](const SnapshotOffer&) { return size_t{1}; },
+                          [](const CommitOk&) { return size_t{0}; },
                       },
                       message);
 }
@@ -228,7 +233,7 @@ bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& 
         out = PrepareOk{.view = h.view, .replica = h.replica, .op = h.op};
         return true;
     case VL_MSG_COMMIT:
-        out = Commit{.view = h.view, .replica = h.replica, .commit = h.commit};
+        out = Commit{.view = h.view, .replica = h.replica, .commit = h.commit, .heartbeat = h.op};
         return true;
     case VL_MSG_START_VIEW_CHANGE:
         out = StartViewChange{.view = h.view, .replica = h.replica};
@@ -283,6 +288,9 @@ bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& 
         out = m;
         return true;
     }
+    case VL_MSG_COMMIT_OK:
+        out = CommitOk{.view = h.view, .replica = h.replica, .heartbeat = h.op};
+        return true;
     }
     return false;
 }
@@ -299,7 +307,7 @@ const char* message_type_name(vl_message_type type)
     static constexpr const char* names[] = {
         "request",    "reply",    "prepare",           "prepare_ok", "commit",    "start_view_change",
         "do_view_change", "start_view", "recovery", "recovery_response", "get_state", "new_state",
-        "snapshot_offer",
+        "snapshot_offer", "commit_ok",
     };
     static_assert(std::size(names) == VL_MSG_TYPE_MAX - VL_MSG_TYPE_MIN + 1);
     static_assert(std::size(names) == std::variant_size_v<Message>);

@@ -51,11 +51,13 @@ struct PrepareOk {
     bool operator==(const PrepareOk&) const = default;
 };
 
-// §4.1 step 6.
+// §4.1 step 6; sent every heartbeat interval, busy or not. `heartbeat`: the leader's tick when
+// it sent it, echoed by CommitOk.
 struct Commit {
     View view = 0;
     ReplicaIndex replica = 0;
     Op commit = 0;
+    uint64_t heartbeat = 0;
     bool operator==(const Commit&) const = default;
 };
 
@@ -147,9 +149,22 @@ struct SnapshotOffer {
     bool operator==(const SnapshotOffer&) const = default;
 };
 
+// A follower in normal status in `view` heard the leader's Commit `heartbeat`. Not in the
+// paper: the leader counts these to know that a quorum still hears it and answers (a leader
+// that hears nobody steps down, so that a one-way cut to it ends its view; docs/replication.md)
+// and, by when it sent the heartbeat, how long its leader lease runs (docs/leases.md). A
+// PrepareOK cannot serve: the leader's kernel drops those it counted (Electrode §4.3), and a
+// follower's kernel sends them for a process that may be stalled.
+struct CommitOk {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    uint64_t heartbeat = 0;
+    bool operator==(const CommitOk&) const = default;
+};
+
 using Message = std::variant<Request, Reply, Prepare, PrepareOk, Commit, StartViewChange,
                              DoViewChange, StartView, Recovery, RecoveryResponse, GetState,
-                             NewState, SnapshotOffer>;
+                             NewState, SnapshotOffer, CommitOk>;
 
 const char* message_name(const Message& message);
 // The replica index in the header: the sender's, or VL_CLIENT_SENDER for a Request.

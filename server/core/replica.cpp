@@ -27,6 +27,8 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
     : config_(config),
       machine_(machine),
       acked_(config.replica_count, 0),
+      answered_tick_(config.replica_count, 0),
+      echoed_heartbeat_ms_(config.replica_count, 0),
       start_view_change_from_(config.replica_count, false)
 {
     VL_ASSERT(config.replica_count >= 1 && config.replica_count <= VL_MAX_REPLICAS &&
@@ -48,16 +50,17 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
         const auto snapshot = decode_replica_snapshot(restored->snapshot);
         if (restored->snapshot.empty() || (snapshot && restore_snapshot(*snapshot))) {
             restored_ = true;
+            restored_whole_ = config.persist_log || restored->clean_stop;
             snapshot_fence_view_ = fence_view_;
-            state_unconfirmed_ = !config.persist_log;
-            log_ = restored->log;
+            state_unconfirmed_ = !restored_whole_;
+            if (restored_whole_) log_ = restored->log;
             // Durability sync persists our view and last normal view, never older than our own
             // snapshot's; a snapshot we fetched and installed carries its writer's, which are not
             // ours: claiming its last normal view for the log persisted after it (ops of an older
             // view) could win a view change against that view's log (vr_sim seed 191 x 5).
             // Durability snapshot has only the snapshot's, and no log after it; and the view
             // persisted since, so as never to run a view again.
-            if (config.persist_log)
+            if (restored_whole_)
                 std::tie(view_, last_normal_view_) =
                     std::pair{restored->view, restored->last_normal_view};
             else if (snapshot)
@@ -72,6 +75,7 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
 
 void Replica::step(const Input& input, Effects& out)
 {
+    if (stopped_) return;  // the shell is exiting
     out_ = &out;
     if (must_fence_kernel(input)) {
         // Off first (the record emitted below says fast_ack 0), then drain, then this input.
@@ -98,6 +102,7 @@ void Replica::dispatch(const Input& input)
                    [&](const KernelDrained&) { on_kernel_drained(); },
                    [&](const SnapshotWritten& written) { on_snapshot_written(written); },
                    [&](const SnapshotFetched& fetched) { on_snapshot_fetched(fetched); },
+                   [&](const Stop&) { on_stop(); },
                },
                input);
 }
@@ -111,8 +116,9 @@ bool Replica::must_fence_kernel(const Input& input) const
     // towards fencing costs a drain; erring the other way loses committed ops (vr_sim's kernel
     // model found the fetch case).
     if (!kernel_may_hold_acks_ || waiting_for_drain_) return false;
-    if (std::holds_alternative<Tick>(input))
-        return tick_ + 1 - last_heard_from_leader_tick_ >= config_.view_change_timeout_ticks;
+    if (std::holds_alternative<Tick>(input)) return leader_suspected(tick_ + 1);
+    // What a stop writes must hold every op the kernel acknowledged.
+    if (std::holds_alternative<Stop>(input)) return true;
     const auto* receive = std::get_if<Receive>(&input);
     if (!receive) return false;
     return std::visit(Overloaded{
@@ -161,6 +167,7 @@ void Replica::on_receive(const Receive& receive)
                    [&](const GetState& m) { on_get_state(m); },
                    [&](const NewState& m) { on_new_state(m); },
                    [&](const SnapshotOffer& m) { on_snapshot_offer(m); },
+                   [&](const CommitOk& m) { on_commit_ok(m); },
                },
                message);
 }
@@ -171,17 +178,22 @@ void Replica::on_tick(const Tick& tick)
 {
     tick_ += 1;
     now_ms_ = tick.now_ms;
+    monotonic_ms_ = tick.monotonic_ms;
     switch (status_) {
     case Status::normal:
         if (is_leader()) {
-            if (tick_ - last_sent_to_followers_tick_ >= config_.heartbeat_ticks &&
-                config_.replica_count > 1) {
-                broadcast(Commit{.view = view_, .replica = config_.replica, .commit = commit_});
-                last_sent_to_followers_tick_ = tick_;
+            if (!leader_hears_quorum()) {
+                start_view_change(view_ + 1);  // nobody answers: a view that can commit
+                break;
             }
+            // Busy or not: the followers' answers are how the leader knows they hear it.
+            if (tick_ - last_heartbeat_tick_ >= config_.heartbeat_ticks) send_heartbeat();
             retransmit_prepares();
-        } else if (tick_ - last_heard_from_leader_tick_ >= config_.view_change_timeout_ticks) {
-            start_view_change(view_ + 1);  // §4.2: the leader went quiet
+            break;
+        }
+        note_commit_progress();
+        if (leader_suspected(tick_)) {
+            start_view_change(view_ + 1);  // §4.2: the leader went quiet, or deaf
         } else {
             retransmit_get_state();
         }
@@ -205,7 +217,11 @@ void Replica::on_tick(const Tick& tick)
         if (recovery_round_ == 0 ||
             tick_ - status_since_tick_ >= config_.view_change_timeout_ticks) {
             start_recovery_round();
-        } else if (!recovery_target_ &&
+            break;
+        }
+        maybe_restart_cell();  // its wait for late answers may be over
+        if (status_ != Status::recovering) break;
+        if (!recovery_target_ &&
                    tick_ - status_messages_sent_tick_ >= config_.retransmit_ticks) {
             counters_.retransmissions += 1;
             status_messages_sent_tick_ = tick_;
@@ -289,7 +305,6 @@ void Replica::send_prepares(bool flush_partial)
         }
         prepare.op = op();
         prepares_in_flight_.push_back({op() - count + 1, op(), tick_});
-        last_sent_to_followers_tick_ = tick_;
         if (config_.replica_count > 1) broadcast(std::move(prepare));
         advance_commit_as_leader();
     }
@@ -338,6 +353,68 @@ void Replica::on_commit(const Commit& m)
     if (is_leader()) return;
     last_heard_from_leader_tick_ = tick_;
     adopt_commit_as_follower(m.commit);
+    send(leader(), CommitOk{.view = view_, .replica = config_.replica, .heartbeat = m.heartbeat});
+}
+
+void Replica::send_heartbeat()
+{
+    last_heartbeat_tick_ = tick_;
+    broadcast(Commit{.view = view_,
+                     .replica = config_.replica,
+                     .commit = commit_,
+                     .heartbeat = monotonic_ms_});
+}
+
+void Replica::on_commit_ok(const CommitOk& m)
+{
+    if (!is_leader() || m.view != view_) return;
+    answered_tick_[m.replica] = tick_;
+    // Our own send times only: an echo from the future would extend the lease unearned.
+    if (m.heartbeat <= monotonic_ms_)
+        echoed_heartbeat_ms_[m.replica] = std::max(echoed_heartbeat_ms_[m.replica], m.heartbeat);
+}
+
+bool Replica::holds_leader_lease(uint64_t monotonic_now_ms) const
+{
+    if (!is_leader()) return false;
+    // The f-th newest heartbeat among the followers' echoes (we confirm ourselves). Each
+    // follower that echoed it was still in this view when it arrived, so no later view had
+    // started when we sent it (a view starts with f + 1 replicas that left ours).
+    std::vector<uint64_t> echoed = echoed_heartbeat_ms_;
+    echoed[config_.replica] = UINT64_MAX;
+    std::nth_element(echoed.begin(), echoed.begin() + (quorum() - 1), echoed.end(),
+                     std::greater<uint64_t>());
+    const uint64_t confirmed = echoed[quorum() - 1];
+    if (confirmed == UINT64_MAX) return true;  // a cell of one
+    return confirmed != 0 && monotonic_now_ms < confirmed + config_.leader_lease_ms;
+}
+
+bool Replica::leader_hears_quorum() const
+{
+    // f followers answered a heartbeat within the timeout (the leader answers itself).
+    std::vector<uint64_t> answered = answered_tick_;
+    answered[config_.replica] = tick_;
+    std::nth_element(answered.begin(), answered.begin() + (quorum() - 1), answered.end(),
+                     std::greater<uint64_t>());
+    return tick_ - answered[quorum() - 1] < config_.view_change_timeout_ticks;
+}
+
+void Replica::note_commit_progress()
+{
+    // A follower whose PrepareOKs (its own or its kernel's) reach the leader sees them committed
+    // within a heartbeat or two; a leader that cannot hear them never commits them.
+    if (awaiting_commit_op_ != 0 && commit_ >= awaiting_commit_op_) awaiting_commit_op_ = 0;
+    if (awaiting_commit_op_ == 0 && op() > commit_ && !fetch_) {
+        awaiting_commit_op_ = op();
+        awaiting_commit_since_tick_ = tick_;
+    }
+}
+
+bool Replica::leader_suspected(uint64_t at_tick) const
+{
+    const uint64_t timeout = config_.view_change_timeout_ticks;
+    return at_tick - last_heard_from_leader_tick_ >= timeout ||
+           (awaiting_commit_op_ != 0 && at_tick - awaiting_commit_since_tick_ >= timeout);
 }
 
 void Replica::advance_commit_as_leader(Op quorum_counted_op)
@@ -574,6 +651,7 @@ void Replica::become_leader()
     enter_normal(view_);
     counters_.view_changes += 1;
     commit_to(std::max(commit_, new_view_commit));
+    view_start_op_ = op();
     // Ops after the commit point are the view's uncommitted suffix: track them as in flight,
     // so that they are retransmitted as Prepares until the followers acknowledge them.
     const size_t budget = config_.max_message_bytes - VL_HEADER_BYTES;
@@ -589,7 +667,8 @@ void Replica::become_leader()
     }
     for (ReplicaIndex r = 0; r < config_.replica_count; r++)
         if (r != config_.replica) send_start_view(r);
-    last_sent_to_followers_tick_ = tick_;
+    std::fill(answered_tick_.begin(), answered_tick_.end(), tick_);  // a timeout from now
+    last_heartbeat_tick_ = tick_;
     advance_commit_as_leader();
     // A state restored from a snapshot alone, or given by one, becomes the cell's history only
     // with a restart fence committed on top of it (until then another view may select an older
@@ -624,6 +703,10 @@ void Replica::on_start_view(const StartView& m)
     if (status_ == Status::recovering || m.view < view_) return;
     if (m.view == view_ && status_ == Status::normal) return;  // already in this view
     if (m.replica != leader_of(m.view)) return;
+    // The cell's history never gives way to a restored state that lacks ops of it: such a view
+    // started without us, from snapshots older than what we committed; its leader learns of
+    // our state when we take part in the next view change (issue 11, scenario 2).
+    if (!state_unconfirmed_ && m.state_unconfirmed && m.op < commit_) return;
     // A restored state, or a committed one the view does not hold (the restart's view that
     // made it committed ended before a quorum held it): the view's state replaces ours whole.
     if (state_unconfirmed_ || m.op < commit_) {
@@ -683,6 +766,7 @@ void Replica::join_view(View view, Op base_op, Op target_op, std::vector<Entry> 
 void Replica::reset_view_state()
 {
     std::fill(acked_.begin(), acked_.end(), 0);
+    std::fill(echoed_heartbeat_ms_.begin(), echoed_heartbeat_ms_.end(), 0);
     pending_requests_.clear();
     requests_in_flight_.clear();
     prepares_in_flight_.clear();
@@ -783,10 +867,28 @@ void Replica::maybe_restart_cell()
     // quorum runs normally to recover from, so the restarting replicas run a view change with
     // what each restored, and §4.2's rule selects the newest state among a quorum.
     if (!restored_ || restart_votes_.size() + 1 < quorum()) return;
+    // Until every replica answered, or half a round passed: a replica that runs normally may
+    // answer after the restarting ones did, and its state must not be left out (below).
+    const bool all_answered =
+        restart_votes_.size() + recovery_responses_.size() + 1 == config_.replica_count;
+    if (!all_answered && tick_ - status_since_tick_ < config_.view_change_timeout_ticks / 2)
+        return;
     View latest = view_;
     for (const auto& [replica, vote] : restart_votes_) latest = std::max(latest, vote.view);
+    // A replica that answered as normal never stopped: its state holds every op the cell
+    // committed, which a snapshot of ours may not. The restart's view is then one it leads, so
+    // that the view starts only with its state among those selected from, and the largest
+    // commit wins; a view led by a restarting replica could start from our snapshots alone and
+    // make it drop committed ops (issue 11, scenario 2: 10 of 130 acknowledged writes lost).
+    std::optional<ReplicaIndex> live;
+    for (const auto& [replica, response] : recovery_responses_) {
+        if (!live || response.view > recovery_responses_.at(*live).view) live = replica;
+        latest = std::max(latest, response.view);
+    }
+    View view = latest + 1;
+    while (live && leader_of(view) != *live) view += 1;
     leave_restart_for_view_change();
-    start_view_change(latest + 1);
+    start_view_change(view);
 }
 
 bool Replica::join_restart(View view)
@@ -797,7 +899,7 @@ bool Replica::join_restart(View view)
     // it ends at our snapshot, and a live cell's view change that counted it could lose ops we
     // acknowledged after it (vr_sim seed 1 x 3: one crash lost ops 571-586); we join a restart
     // only by counting a quorum of restarting replicas ourselves (maybe_restart_cell).
-    if (!restored_ || !config_.persist_log || view <= view_) return false;
+    if (!restored_ || !restored_whole_ || view <= view_) return false;
     leave_restart_for_view_change();
     return true;
 }
@@ -808,7 +910,7 @@ void Replica::leave_restart_for_view_change()
     restart_votes_.clear();
     recovery_responses_.clear();
     status_ = Status::view_change;  // start_view_change sets the view
-    restart_view_change_ = !config_.persist_log;
+    restart_view_change_ = !restored_whole_;
     counters_.cell_restarts += 1;
 }
 
@@ -1218,6 +1320,30 @@ bool Replica::install_snapshot(const ReplicaSnapshot& snapshot, const Bytes& enc
     return true;
 }
 
+// ---- Graceful stop ----------------------------------------------------------------------------
+
+void Replica::on_stop()
+{
+    // Issue 11, scenario 3: an operator's planned restart of the whole cell loses nothing. With
+    // durability sync every step persisted the log already. With durability snapshot the state
+    // applied so far becomes the snapshot and everything acknowledged after it the log, as sync
+    // would have it; the restart then takes part in view changes with it (restored_whole_), and
+    // the cell comes back with every op any quorum acknowledged.
+    stopped_ = true;
+    pending_requests_.clear();  // never proposed: their clients retry elsewhere
+    if (config_.persist_log || !config_.persist_view) return;  // durable already; or no disk
+    // Only a state that is ours to promise: not one still being recovered, nor a restored one
+    // that no restart fence has confirmed (marked whole, it would pass for the cell's).
+    if (status_ == Status::recovering || state_unconfirmed_) return;
+    out_->push_back(WriteSnapshot{
+        .op = commit_, .snapshot = encode_snapshot(), .before_next_effect = true});
+    out_->push_back(PersistLog{
+        .after = commit_,
+        .entries = {log_.begin() + static_cast<ptrdiff_t>(commit_ - log_base_), log_.end()}});
+    out_->push_back(PersistView{.view = view_, .last_normal_view = last_normal_view_});
+    out_->push_back(PersistStopped{});
+}
+
 // ---- Plumbing -------------------------------------------------------------------------------
 
 void Replica::send(ReplicaIndex to, Message message)
@@ -1277,6 +1403,7 @@ void Replica::enter_normal(View view)
     last_normal_view_ = view;
     status_since_tick_ = tick_;
     last_heard_from_leader_tick_ = tick_;
+    awaiting_commit_op_ = 0;
     failed_view_changes_ = 0;
 }
 
@@ -1310,8 +1437,8 @@ void Replica::check_invariants() const
     VL_ASSERT(log_base_ <= commit_, "only committed ops are compacted");
     VL_ASSERT(status_ != Status::recovering || commit_ == log_base_,
               "a recovering replica executes nothing until it has the leader's log");
-    VL_ASSERT(!is_leader() || op() - commit_ <= config_.pipeline_ops,
-              "the leader keeps at most pipeline_ops uncommitted");
+    VL_ASSERT(!is_leader() || op() <= std::max(commit_ + config_.pipeline_ops, view_start_op_),
+              "the leader appends at most pipeline_ops beyond its commit point");
     VL_ASSERT(!is_leader() || !fetch_, "the leader fetches from nobody");
     if (fetch_) {
         using Purpose = Fetch::Purpose;

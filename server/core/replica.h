@@ -65,6 +65,10 @@ struct ReplicaConfig {
     // ran before (a late message of that earlier view would count in it; vr_sim seed 59 x 3,
     // durability snapshot: a delayed PrepareOK committed a restart fence nobody had).
     bool persist_view = false;
+    // The leader lease (docs/leases.md): the leader holds it for this long, on its own
+    // monotonic clock, from the moment it sent the newest heartbeat that f followers answered.
+    // voltlockd makes it the view-change timeout.
+    uint64_t leader_lease_ms = 200;
 };
 
 // A replica's snapshot (WriteSnapshot, SnapshotFetched, StartRestored), decoded: the op it
@@ -101,14 +105,20 @@ struct StartRestored {
     std::vector<Entry> log;
     View view = 0;
     View last_normal_view = 0;
+    // Durability snapshot: the replica stopped gracefully (Stop) and wrote everything it had
+    // acknowledged: the log after the snapshot and the view are whole, as with durability sync.
+    bool clean_stop = false;
 };
 using Start = std::variant<StartFresh, StartRecovering, StartRestored>;
 
 // ---- Inputs ---------------------------------------------------------------------------------
 
-// Time passes by one tick; `now_ms` is the shell's clock, used only to stamp new ops.
+// Time passes by one tick; `now_ms` is the shell's clock, used only to stamp new ops;
+// `monotonic_ms` its monotonic clock (never steps; drifts at most kMaxClockDrift), which the
+// leader lease is measured on (docs/leases.md).
 struct Tick {
     uint64_t now_ms = 0;
+    uint64_t monotonic_ms = 0;
 };
 // A message arrived (already decoded and checked for this cluster), with its header flags.
 struct Receive {
@@ -132,8 +142,11 @@ struct SnapshotFetched {
     Bytes snapshot;
     ReplicaIndex from = 0;
 };
+// The shell stops this replica (SIGTERM): it makes what it acknowledged durable (PersistStopped
+// says it is done) and takes no input after this one.
+struct Stop {};
 using Input =
-    std::variant<Tick, Receive, Flush, KernelDrained, SnapshotWritten, SnapshotFetched>;
+    std::variant<Tick, Receive, Flush, KernelDrained, SnapshotWritten, SnapshotFetched, Stop>;
 
 // ---- Effects --------------------------------------------------------------------------------
 
@@ -197,9 +210,14 @@ struct FetchSnapshot {
 struct SnapshotInstalled {
     Op op = 0;
 };
+// After Stop, durability snapshot, with the WriteSnapshot (before_next_effect) and the Persist
+// effects before it: persist, with them, that the data directory now holds everything this
+// replica acknowledged (StartRestored::clean_stop). Without it a stop left the state as a crash
+// would (a replica recovering, or with a state not yet the cell's, has nothing more to promise).
+struct PersistStopped {};
 using Effect = std::variant<Send, Broadcast, SendReply, Executed, KernelStateChanged,
                             DrainKernel, WriteSnapshot, PersistLog, PersistView, FetchSnapshot,
-                            SnapshotInstalled>;
+                            SnapshotInstalled, PersistStopped>;
 using Effects = std::vector<Effect>;
 
 // Counters kept for /v1/status and tests.
@@ -240,6 +258,12 @@ public:
     const ReplicaConfig& config() const { return config_; }
     // Per replica, the highest op it acknowledged in this view (leader only; else zeros).
     const std::vector<Op>& acked_ops() const { return acked_; }
+    // After Stop: the shell may exit (nothing durable is left to do).
+    bool stopped() const { return stopped_; }
+    // The leader lease (docs/leases.md): this replica leads, and f followers answered a
+    // heartbeat it sent less than leader_lease_ms before `monotonic_now_ms` (its monotonic
+    // clock, as Tick's). Only then may it extend a session's lease without the log.
+    bool holds_leader_lease(uint64_t monotonic_now_ms) const;
 
     // The snapshot of everything committed (decode_replica_snapshot reads it), for a
     // WriteSnapshot without bytes; the bytes a WriteSnapshot asks to write, either way.
@@ -313,6 +337,7 @@ private:
     void on_get_state(const GetState& m);
     void on_new_state(const NewState& m);
     void on_snapshot_offer(const SnapshotOffer& m);
+    void on_commit_ok(const CommitOk& m);
 
     // Normal operation (§4.1).
     void send_prepares(bool flush_partial);
@@ -323,6 +348,12 @@ private:
     void execute(Op op, const Entry& entry);
     void reply(ClientId client_id, const ClientSession& session);
     void retransmit_prepares();
+    // Failure detection that sees one-way loss (docs/replication.md): the leader steps down when
+    // no quorum answered its heartbeats for a view-change timeout; a follower gives up on a
+    // leader that it hears but that never commits what it acknowledged.
+    bool leader_hears_quorum() const;
+    void note_commit_progress();
+    bool leader_suspected(uint64_t at_tick) const;
 
     // View change (§4.2).
     void start_view_change(View view);
@@ -362,6 +393,7 @@ private:
     void free_released_entries();
     void on_snapshot_written(const SnapshotWritten& written);
     void on_snapshot_fetched(const SnapshotFetched& fetched);
+    void on_stop();
 
     // Restart from a data directory.
     void maybe_restart_cell();
@@ -403,17 +435,32 @@ private:
     // Time, in ticks.
     uint64_t tick_ = 0;
     uint64_t now_ms_ = 0;
+    uint64_t monotonic_ms_ = 0;
     uint64_t last_heard_from_leader_tick_ = 0;   // follower
-    uint64_t last_sent_to_followers_tick_ = 0;   // leader
+    uint64_t last_heartbeat_tick_ = 0;           // leader: the last Commit it broadcast
+    // Follower: the op it held beyond the leader's commit number, and since when (0: none).
+    Op awaiting_commit_op_ = 0;
+    uint64_t awaiting_commit_since_tick_ = 0;
     uint64_t status_since_tick_ = 0;             // view change and recovery deadlines
     uint64_t status_messages_sent_tick_ = 0;     // their retransmission
     uint32_t failed_view_changes_ = 0;           // in a row: backs the timeout off
 
     // Leader.
     std::vector<Op> acked_;  // per replica, highest op acknowledged in this view
+    // Per replica, the tick a CommitOk of this view last came from it (the view's start counts),
+    // and the newest heartbeat (the send time, on our monotonic clock) it echoed in this view.
+    std::vector<uint64_t> answered_tick_;
+    std::vector<uint64_t> echoed_heartbeat_ms_;
+    void send_heartbeat();
     std::deque<Request> pending_requests_;                            // not yet in the log
     std::unordered_map<ClientId, RequestNumber> requests_in_flight_;  // queued or uncommitted
     std::deque<InFlightPrepare> prepares_in_flight_;
+    // The op the selected log reached when this replica became leader. Normally within the
+    // pipeline of the old commit point, but not after a whole-cell restart with durability
+    // sync: every restored commit number is its snapshot's, so the whole log after it is
+    // uncommitted. The leader commits that suffix as followers acknowledge it, and appends new
+    // ops only once it is back within the pipeline (send_prepares).
+    Op view_start_op_ = 0;
 
     // View change (§4.2).
     std::vector<bool> start_view_change_from_;
@@ -429,6 +476,9 @@ private:
     // Restart: this replica's state came from its data directory, and it may offer it for a
     // whole-cell restart; the answers of the others recovering with theirs.
     bool restored_ = false;
+    // What it restored is everything it acknowledged (durability sync, or a clean stop): it
+    // takes part in view changes with it as VR's replicas do.
+    bool restored_whole_ = false;
     std::map<ReplicaIndex, RecoveryResponse> restart_votes_;
     // Replicated with the state: the view of the last restart fence applied (0: none). States of
     // an older restart epoch are from before a restart that went on without them.
@@ -476,6 +526,7 @@ private:
     // kernel acknowledged that are not in the log yet, even if the fast path is off now.
     bool kernel_may_hold_acks_ = false;
     ReplicaCounters counters_;
+    bool stopped_ = false;
 };
 
 }  // namespace voltlock

@@ -295,20 +295,34 @@ Result<Startup> open_data_directory(const DaemonConfig& config, bool recover)
                        "recovering: the stored snapshot was refused"};
     }
     const Op snapshot_op = state.snapshot_op.value_or(0);
+    // Durability snapshot: the log after the snapshot is whole only as a graceful stop left it
+    // (issue 11, scenario 3), and only for the start that finds it: taken, it is cleared, so
+    // that a crash after this start does not pass it off as what this replica acknowledged.
+    const bool clean_stop = state.clean_stop;
+    if (state.clean_stop || (config.durability == Durability::snapshot && !state.log.empty())) {
+        StorageBatch taken;
+        taken.set_clean_stop(false);
+        if (config.durability == Durability::snapshot) taken.replace_log_after(snapshot_op, {});
+        if (auto written = storage.value()->write(taken, /*sync=*/true); !written.ok())
+            return written.error();
+    }
+    if (config.durability == Durability::snapshot && !clean_stop) state.log.clear();
     // The view tells two histories apart where their op numbers meet (a whole-cell restart
     // from older snapshots runs the same op numbers again, in a later view).
     const View snapshot_view = snapshot ? snapshot->view : 0;
     std::string description = "restarting from " + config.data_dir + ": snapshot of op " +
                               std::to_string(snapshot_op) + " (view " +
                               std::to_string(snapshot_view) + "), " +
-                              std::to_string(state.log.size()) + " log entries after it";
+                              std::to_string(state.log.size()) + " log entries after it" +
+                              (clean_stop ? " (stopped cleanly)" : "");
     std::shared_ptr<const ServedSnapshot> restored;
     if (state.snapshot_op) restored = make_served_snapshot(snapshot_op, state.snapshot);
     return Startup{StartRestored{.nonce = recovery_nonce(),
                                  .snapshot = std::move(state.snapshot),
                                  .log = std::move(state.log),
                                  .view = state.view,
-                                 .last_normal_view = state.last_normal_view},
+                                 .last_normal_view = state.last_normal_view,
+                                 .clean_stop = clean_stop},
                    std::move(storage.value()), std::move(restored), std::move(description)};
 }
 
@@ -553,9 +567,10 @@ int main(int argc, char** argv)
     if (auto watched = loop.value()->watch(signals.value().get(), [&] {
             signalfd_siginfo info{};
             [[maybe_unused]] ssize_t got = ::read(signals.value().get(), &info, sizeof info);
-            spdlog::info("r{}: signal {}: shutting down", config.replica, info.ssi_signo);
+            spdlog::info("r{}: signal {}: stopping", config.replica, info.ssi_signo);
             if (auto told = service_manager.value().notify("STOPPING=1"); !told.ok())
                 spdlog::warn("r{}: {}", config.replica, told.error().message());
+            node.value()->stop();  // takes nothing more; what it acknowledged is durable
             loop.value()->stop();
         });
         !watched.ok())

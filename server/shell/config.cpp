@@ -114,6 +114,7 @@ ReplicaConfig DaemonConfig::replica_config() const
     config.snapshot_every_ticks = uint64_t{snapshot_every_seconds} * 1000 / tick_ms;
     config.persist_log = durability == Durability::sync && !data_dir.empty();
     config.persist_view = !data_dir.empty();
+    config.leader_lease_ms = uint64_t{view_change_timeout_ticks} * tick_ms;
     return config;
 }
 

@@ -37,6 +37,13 @@ std::unique_ptr<StateMachine> make_machine(MachineKind kind)
 
 }  // namespace
 
+uint64_t monotonic_clock_ms()
+{
+    using namespace std::chrono;
+    return static_cast<uint64_t>(
+        duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
+}
+
 uint64_t wall_clock_ms()
 {
     using namespace std::chrono;
@@ -128,6 +135,21 @@ Node::Node(const DaemonConfig& config, Start start, EventLoop& loop, UdpSocket s
     writer_ = std::thread([this] { snapshot_writer_thread(); });
 }
 
+void Node::stop()
+{
+    // The writer thread first, with the snapshot it is writing: one it wrote after the stop's
+    // own could replace it (an older snapshot drops the log stored after the newer one).
+    stopping_ = true;
+    writer_wakeup_.notify_all();
+    if (writer_.joinable()) writer_.join();
+    step(Stop{});  // the core drains the kernel first if it may hold acknowledged Prepares
+    spdlog::info("r{} v{}: stopped at op {} commit {}{}", config_.replica, replica_.view(),
+                 replica_.op(), replica_.commit(),
+                 storage_ && !replica_.config().persist_log
+                     ? "; what it applied is in its snapshot, what it acknowledged after in its log"
+                     : "");
+}
+
 Node::~Node()
 {
     stopping_ = true;
@@ -158,7 +180,7 @@ void Node::on_timer()
     for (uint64_t i = 0; i < std::min<uint64_t>(expirations, 4); i++) {
         ticks_ += 1;
         if (electrode_) feed_kernel_acks();
-        step(Tick{.now_ms = wall_clock_ms()});
+        step(Tick{.now_ms = wall_clock_ms(), .monotonic_ms = monotonic_clock_ms()});
     }
     // A neighbour entry can appear or change at any time; the peers map follows it, every tick
     // until every peer resolves (broadcast waits for that), then every tenth.
@@ -266,6 +288,8 @@ void Node::step(const Input& input)
             batch.replace_log_after(log->after, std::move(log->entries));
         } else if (const auto* view = std::get_if<PersistView>(&effect)) {
             batch.set_view(view->view, view->last_normal_view);
+        } else if (std::holds_alternative<PersistStopped>(effect)) {
+            batch.set_clean_stop(true);
         } else {
             persist(batch);
             if (std::holds_alternative<DrainKernel>(effect))
@@ -479,6 +503,7 @@ void Node::execute(Effect& effect)
                    [](const DrainKernel&) {},
                    [](const PersistLog&) {},   // step() batches these
                    [](const PersistView&) {},  // and these
+                   [](const PersistStopped&) {},  // and this
                    [&](WriteSnapshot& write) {
                        if (!write.snapshot.empty())  // our own: step() took it already
                            write_snapshot(write.op, std::move(write.snapshot),

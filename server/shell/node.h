@@ -60,6 +60,9 @@ public:
                                                 std::unique_ptr<Storage> storage = nullptr,
                                                 std::shared_ptr<const ServedSnapshot> restored = {});
     ~Node();
+    // A graceful stop (SIGTERM): takes no more requests, makes everything this replica
+    // acknowledged durable (Replica's Stop), and returns; the caller exits.
+    void stop();
 
     // Everything below runs on the loop thread.
 
@@ -175,5 +178,8 @@ private:
 
 // The wall clock in milliseconds: the timestamp the leader stamps on new ops.
 uint64_t wall_clock_ms();
+// The monotonic clock in milliseconds (CLOCK_MONOTONIC: never steps; NTP may slew its rate
+// within its bound): what the leader lease is measured on (docs/leases.md).
+uint64_t monotonic_clock_ms();
 
 }  // namespace voltlock

@@ -24,6 +24,7 @@ namespace voltlock {
 // ---- Key layout -------------------------------------------------------------------------------
 //   "identity"          format version u32, cluster_id u32, replica u8, replica_count u8
 //   "view"              view u64, last_normal_view u64
+//   "clean_stop"        empty; present: the log and view are whole (durability snapshot)
 //   "log/" op           timestamp_ms u64, client_id u64, request_number u64, payload length u32,
 //                       payload
 //   "snapshot/" op      the manifest: op u64, size u64, chunk bytes u32, chunk count u32,
@@ -39,6 +40,7 @@ constexpr uint32_t snapshot_chunk_bytes = 1 << 20;
 
 const Bytes identity_key = "identity";
 const Bytes view_key = "view";
+const Bytes clean_stop_key = "clean_stop";
 const Bytes log_prefix = "log/";
 const Bytes manifest_prefix = "snapshot/";
 const Bytes chunk_prefix = "chunk/";
@@ -424,6 +426,10 @@ Result<StoredState> Storage::load() const
     } else if (!status.IsNotFound()) {
         return error("reading the view", status.ToString());
     }
+    // Unreadable (a damaged block, which the snapshot beside it is then refused for): not
+    // clean. Without the mark the replica claims only its snapshot, which is always safe.
+    std::string clean_stop;
+    state.clean_stop = db_->Get(read_options(), clean_stop_key, &clean_stop).ok();
 
     if (snapshot_op_ != 0) {
         auto refusal = read_snapshot(snapshot_op_, state.snapshot);
@@ -588,6 +594,12 @@ Result<Ok> Storage::write(const StorageBatch& batch, bool sync)
         w.u64(batch.views_->view);
         w.u64(batch.views_->last_normal_view);
         write_batch.Put(view_key, views);
+    }
+    if (batch.clean_stop_) {
+        if (*batch.clean_stop_)
+            write_batch.Put(clean_stop_key, "");
+        else
+            write_batch.Delete(clean_stop_key);
     }
 
     auto committed = commit(write_batch, sync, what);

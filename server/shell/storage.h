@@ -54,7 +54,10 @@ public:
     // removed. Appending at the end is the cheap, common case.
     void replace_log_after(Op after, std::vector<Entry> entries);
     void set_view(View view, View last_normal_view);
-    bool empty() const { return log_replacements_.empty() && !views_; }
+    // Durability snapshot: the log and view stored now are everything the replica acknowledged
+    // (a graceful stop, PersistStopped), or no longer are (the restart that read them).
+    void set_clean_stop(bool clean_stop) { clean_stop_ = clean_stop; }
+    bool empty() const { return log_replacements_.empty() && !views_ && !clean_stop_; }
 
 private:
     friend class Storage;
@@ -68,6 +71,7 @@ private:
     };
     std::vector<LogReplacement> log_replacements_;
     std::optional<Views> views_;
+    std::optional<bool> clean_stop_;
 };
 
 struct StoredState {
@@ -80,6 +84,7 @@ struct StoredState {
                                         // from op 1 without a snapshot; contiguous
     View view = 0;
     View last_normal_view = 0;
+    bool clean_stop = false;            // set_clean_stop(true) was the last word
 };
 
 class Storage {

@@ -32,6 +32,16 @@ Cluster::Cluster(const ClusterOptions& options)
         for (ElectrodeOptions& electrode : options_.electrode)
             electrode.enabled &= ~uint32_t{VL_FAST_PATH_FAST_ACK};
     replicas_.resize(options.replica_count);
+    // From a stream of their own, so that the rest of a seed's world is what it was before
+    // clocks drifted.
+    Prng clocks(options.seed ^ 0xC10C'D41F'7000'0000);
+    const double drift = static_cast<double>(options.max_clock_drift_ppm) / 1e6;
+    for (ReplicaSlot& slot : replicas_) {
+        const double position = options.clocks_at_drift_bound ? (clocks.chance(0.5) ? 1.0 : -1.0)
+                                                              : 2 * clocks.fraction() - 1;
+        slot.clock_rate = 1 + drift * position;
+        slot.clock_offset_ms = clocks.between(0, 1'000'000);
+    }
     for (ReplicaIndex r = 0; r < options.replica_count; r++) start_replica(r, StartFresh{});
     for (uint32_t i = 0; i < options.client_count; i++) {
         // Client ids look like real ones (random, 64-bit) rather than small integers, so that
@@ -51,10 +61,13 @@ ReplicaConfig Cluster::replica_config(ReplicaIndex r) const
         .replica = r,
         .replica_count = options_.replica_count,
         .max_message_bytes = options_.max_message_bytes,
+        .pipeline_ops = options_.pipeline_ops,
         .snapshot_every_ops = options_.snapshot_every_ops,
         .snapshot_every_ticks = options_.snapshot_every_ticks,
         .persist_log = options_.durability_sync,
         .persist_view = true,  // every simulated replica has a data directory
+        .leader_lease_ms =
+            uint64_t{ReplicaConfig{}.view_change_timeout_ticks} * options_.ms_per_tick,
     };
     // As voltlockd's replica_config(): the core lets the kernel acknowledge only where it can.
     if (!options_.electrode.empty()) {
@@ -117,6 +130,7 @@ void Cluster::run_tick()
         if (violation_) return;
         if (!crashed(r) && !stalled(r) && replicas_[r].needs_flush) step(r, Flush{});
     }
+    if (!violation_) check_leases();
 }
 
 void Cluster::run_ticks(uint64_t ticks)
@@ -196,12 +210,16 @@ void Cluster::restart_from_disk(ReplicaIndex r)
     VL_ASSERT(!slot.replica, "only a crashed replica can restart");
     uint64_t nonce = prng_.next();
     while (!slot.used_nonces.insert(nonce).second) nonce = prng_.next();
-    const DataDirectory& disk = slot.disk;
+    DataDirectory& disk = slot.disk;
     start_replica(r, StartRestored{.nonce = nonce,
                                    .snapshot = disk.snapshot,
                                    .log = disk.log,
                                    .view = disk.view,
-                                   .last_normal_view = disk.last_normal_view});
+                                   .last_normal_view = disk.last_normal_view,
+                                   .clean_stop = disk.clean_stop});
+    // As voltlockd: durability snapshot keeps a log only for the start after a clean stop.
+    if (!options_.durability_sync) disk.log.clear();
+    disk.clean_stop = false;
     slot.awaiting_recovery = true;
     storage_counters_.restarts_from_disk++;
     // voltlockd serves the snapshot it restored, if the core took it.
@@ -212,6 +230,29 @@ void Cluster::restart_from_disk(ReplicaIndex r)
           r, ull(disk.snapshot_op), ull(disk.last_op()), ull(disk.view),
           ull(disk.last_normal_view), status_name(slot.replica->status()),
           ull(slot.replica->op()), ull(slot.replica->commit()), ull(nonce));
+}
+
+void Cluster::stop(ReplicaIndex r)
+{
+    ReplicaSlot& slot = replicas_[r];
+    VL_ASSERT(slot.replica, "only a live replica can stop");
+    storage_counters_.graceful_stops++;
+    trace("r%u v%llu: graceful stop (%s op=%llu commit=%llu)", r, ull(slot.replica->view()),
+          status_name(slot.replica->status()), ull(slot.replica->op()),
+          ull(slot.replica->commit()));
+    std::erase_if(slot.snapshot_writes, [](const SnapshotWrite& write) { return !write.written; });
+    step(r, Stop{});  // what a stalled process's socket still holds is lost, as at exit
+    if (!violation_ && !slot.replica->stopped())
+        fail("r%u: did not stop on Stop (the kernel drain it asked for never came back)", r);
+    if (!violation_) crash(r);
+}
+
+void Cluster::stop_cell()
+{
+    storage_counters_.cell_stops++;
+    trace("fault: the whole cell stops gracefully");
+    for (ReplicaIndex r = 0; r < options_.replica_count; r++)
+        if (!crashed(r)) stop(r);
 }
 
 void Cluster::crash_cell()
@@ -399,6 +440,7 @@ void Cluster::carry_out(ReplicaIndex r, const Effects& effects)
                     replicas_[r].disk.view = persist.view;
                     replicas_[r].disk.last_normal_view = persist.last_normal_view;
                 },
+                [&](const PersistStopped&) { replicas_[r].disk.clean_stop = true; },
                 [&](const FetchSnapshot& fetch) { fetch_snapshot(r, fetch); },
                 [&](const SnapshotInstalled& installed) {
                     trace("r%u v%llu: installed the snapshot of op %llu", r,

@@ -69,6 +69,15 @@
 // state is ahead of the cut must not pass off as committed. Such a replica may instead discard
 // its restored state and start again from nothing, before it is in normal status: its commit
 // number then goes back to 0, and every op it commits after is checked as any other.
+// Leases (docs/leases.md, cluster_leases.cpp): every replica's monotonic clock drifts (bounded),
+// and after every tick, for sessions of session_ttl_ms:
+// - a replica that holds its leader lease (Replica::holds_leader_lease, at the tick's last
+//   millisecond on its clock) could answer a keepalive then; its client, counting the TTL from
+//   when it sent it on a clock as slow as the bound allows, holds the lease until a real time;
+// - the leader of a view may expire a session once LeaseTracker::handover_ms has passed on its
+//   clock from its start (counted from the start of the tick it started in);
+// - no two holders: every lease granted by the leader of a view ends before the leader of any
+//   later view may expire it.
 // At the end of a run: linearizability (linearizability.h), and liveness: once the faults stop,
 // every outstanding operation completes and the replicas converge (quiesce()).
 //
@@ -102,6 +111,7 @@ struct ClusterOptions {
     uint8_t replica_count = 3;
     uint32_t cluster_id = 7;
     uint32_t max_message_bytes = VL_DEFAULT_MESSAGE_BYTES;
+    uint32_t pipeline_ops = ReplicaConfig{}.pipeline_ops;  // the leader's uncommitted ops at most
     NetworkFaults faults;
 
     // Workload.
@@ -129,6 +139,11 @@ struct ClusterOptions {
     // quorum-marked PrepareOK, the one way its quorum reaches the core only through vl_acked_ops.
     double socket_drop = 0;
     uint32_t ms_per_tick = 10;
+    // Leases (docs/leases.md): each replica's monotonic clock runs at its own rate, within this
+    // much of real time (at the bound on some seeds); sessions of this TTL are checked.
+    uint64_t max_clock_drift_ppm = 10'000;
+    bool clocks_at_drift_bound = false;
+    uint32_t session_ttl_ms = 400;
 
     // Snapshots (ReplicaConfig; 0: off) and the durability mode: sync persists the log and the
     // view before acknowledging (and then the follower fast-ack is off, as voltlockd does).
@@ -179,6 +194,12 @@ public:
     void restart_from_disk(ReplicaIndex r);
     // Every live replica crashes at the same moment (a power cut): restart them all afterwards.
     void crash_cell();
+    // A graceful stop (voltlockd's SIGTERM, Node::stop): the snapshot writes still queued are
+    // dropped, the replica steps Stop and carries out what it asks, then its process is gone as
+    // after a crash. Unlike a crash, the cell must lose nothing it acknowledged, even when every
+    // replica stops (stop_cell()) and restarts from its data directory.
+    void stop(ReplicaIndex r);
+    void stop_cell();
     bool crashed(ReplicaIndex r) const { return !replicas_[r].replica; }
     // Replica r's process stops for `ticks` ticks (its kernel does not); see ClusterOptions.
     void stall(ReplicaIndex r, uint64_t ticks);
@@ -235,6 +256,8 @@ public:
         uint64_t restarts_from_disk = 0;
         uint64_t restarts_from_nothing = 0;
         uint64_t cell_crashes = 0;
+        uint64_t graceful_stops = 0;           // replicas stopped (SIGTERM), each
+        uint64_t cell_stops = 0;               // ... all at once
         uint64_t states_discarded = 0;         // restored states the cell had left behind
         uint64_t acknowledged_ops_lost = 0;    // snapshot durability, whole-cell crashes
         uint64_t committed_ops_lost = 0;       // ... of which acknowledged or not
@@ -259,6 +282,14 @@ public:
 
     // The live replica's machine, for scenarios.
     const RegisterMachine& machine(ReplicaIndex r) const { return *replicas_[r].machine; }
+    // Leases: replica r's monotonic clock now, and what the lease check has seen.
+    uint64_t local_clock_ms(ReplicaIndex r) const;
+    struct LeaseCounters {
+        uint64_t leader_starts = 0;     // views whose leader's expiry time was checked
+        uint64_t grants = 0;            // ticks in which some leader held its leader lease
+        uint64_t deposed_grants = 0;    // ... while a later view had started
+    };
+    const LeaseCounters& lease_counters() const { return lease_counters_; }
 
     void trace(const char* format, ...) __attribute__((format(printf, 2, 3)));
     // Records a violation (the first one wins); the run stops at the next step.
@@ -273,6 +304,7 @@ private:
         std::vector<Entry> log;  // ops snapshot_op + 1, ...
         View view = 0;
         View last_normal_view = 0;
+        bool clean_stop = false;  // PersistStopped; cleared by the restart that reads it
         Op last_op() const { return snapshot_op + log.size(); }
     };
     // A snapshot write under way in the background (the shell's writer thread: in order).
@@ -298,6 +330,9 @@ private:
         View last_view = 0;
         std::set<uint64_t> used_nonces;
         uint64_t incarnation = 0;
+        // Its host's monotonic clock: local = offset + rate * real (outlives crashes).
+        double clock_rate = 1;
+        uint64_t clock_offset_ms = 0;
 
         // Storage: the data directory (outlives crashes), and the shell's in-memory part.
         DataDirectory disk;
@@ -361,6 +396,10 @@ private:
     bool discarded_state(ReplicaIndex r, const Effects& effects) const;
     uint64_t reference_digest(Op op) const { return digest_after_[op]; }
     void apply_to_reference(Op op, const Entry& entry);
+
+    // Leases (cluster_leases.cpp).
+    uint64_t real_ms() const { return now_tick_ * options_.ms_per_tick; }
+    void check_leases();
 
     // Storage (the shell's part: node.cpp, storage.h).
     void run_storage();
@@ -454,6 +493,12 @@ private:
     // Per (view, replica), the highest op a PrepareOK of that replica acknowledged, from its core
     // or its kernel, by any incarnation.
     std::map<std::pair<View, ReplicaIndex>, Op> acks_sent_;
+
+    // Leases: per view, the real time its leader may first expire a session, and the latest
+    // real time a client of its leader may believe it holds a lease to.
+    std::map<View, double> may_expire_at_;
+    std::map<View, double> granted_until_;
+    LeaseCounters lease_counters_;
 
     std::optional<std::string> violation_;
 };

@@ -145,7 +145,7 @@ void Cluster::on_timer(ReplicaIndex r, uint64_t expirations)
     if (replicas_[r].kernel) take_ring_records(r);
     for (uint64_t i = 0; i < expirations && !violation_ && !crashed(r); i++) {
         feed_kernel_acks(r);
-        if (!violation_) step(r, Tick{now_tick_ * options_.ms_per_tick});
+        if (!violation_) step(r, Tick{now_tick_ * options_.ms_per_tick, local_clock_ms(r)});
     }
 }
 

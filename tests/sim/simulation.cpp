@@ -174,6 +174,8 @@ FaultRegime draw_fault_regime(Prng& prng)
     regime.lose_disk_fraction = prng.fraction() * 0.5;
     regime.cell_crash_per_tick = maybe_probability(prng, 0.6, 0.0005);
     regime.max_cell_down_ticks = static_cast<uint32_t>(prng.between(1, 100));
+    regime.graceful_fraction = prng.fraction() * 0.5;
+    regime.cell_stop_per_tick = maybe_probability(prng, 0.5, 0.0005);
     return regime;
 }
 
@@ -182,12 +184,14 @@ std::string describe(const FaultRegime& regime)
     const NetworkFaults& n = regime.network;
     return strprintf("loss=%.3f dup=%.3f corrupt=%.4f delay=1..%u slow=%.3f(1..%u) "
                      "partition/tick=%.4f(1..%u, one-way %.2f) crash/tick=%.4f(1..%u) "
-                     "leader-victim=%.2f disk-lost=%.2f cell-crash/tick=%.5f(1..%u)",
+                     "leader-victim=%.2f disk-lost=%.2f cell-crash/tick=%.5f(1..%u) "
+                     "graceful=%.2f cell-stop/tick=%.5f",
                      n.loss, n.duplication, n.corruption, n.max_delay_ticks, n.slow_fraction,
                      n.slow_delay_ticks, regime.partition_per_tick, regime.max_partition_ticks,
                      regime.one_way_fraction, regime.crash_per_tick, regime.max_down_ticks,
                      regime.leader_victim_fraction, regime.lose_disk_fraction,
-                     regime.cell_crash_per_tick, regime.max_cell_down_ticks);
+                     regime.cell_crash_per_tick, regime.max_cell_down_ticks,
+                     regime.graceful_fraction, regime.cell_stop_per_tick);
 }
 
 // ---- FaultScheduler ---------------------------------------------------------------------------
@@ -277,10 +281,19 @@ void FaultScheduler::maybe_crash(Cluster& cluster)
 {
     if (cluster.down_count() == 0 && prng_.chance(regime_.cell_crash_per_tick))
         return crash_cell(cluster);
+    if (cluster.down_count() == 0 && prng_.chance(regime_.cell_stop_per_tick)) {
+        cluster.stop_cell();  // an operator's planned restart: nothing acknowledged is lost
+        return restart_cell_later(cluster);
+    }
     if (cluster.down_count() >= cluster.max_faulty() || !prng_.chance(regime_.crash_per_tick))
         return;
     const ReplicaIndex victim = pick_victim(cluster);
-    cluster.crash(victim);
+    if (prng_.chance(regime_.graceful_fraction)) {
+        cluster.stop(victim);
+        restart_from_disk_[victim] = true;
+    } else {
+        cluster.crash(victim);
+    }
     restart_at_tick_[victim] = cluster.now_tick() + prng_.between(1, regime_.max_down_ticks);
 }
 
@@ -289,6 +302,11 @@ void FaultScheduler::maybe_crash(Cluster& cluster)
 void FaultScheduler::crash_cell(Cluster& cluster)
 {
     cluster.crash_cell();
+    restart_cell_later(cluster);
+}
+
+void FaultScheduler::restart_cell_later(Cluster& cluster)
+{
     const uint64_t back = cluster.now_tick() + prng_.between(1, regime_.max_cell_down_ticks);
     for (ReplicaIndex r = 0; r < cluster.replica_count(); r++) {
         restart_at_tick_[r] = back + prng_.below(4);
@@ -320,9 +338,12 @@ SeedResult run_seed(const SeedOptions& options)
     draw_electrode(options.electrode, prng, cluster_options);
     draw_storage(options.durability, options.snapshot_every_ops, storage_prng, cluster_options);
     cluster_options.lose_disk_on_restart = regime.lose_disk_fraction;
+    // Every other seed's clocks as far off real time as the lease rule allows (docs/leases.md).
+    cluster_options.clocks_at_drift_bound = options.seed % 2 == 0;
     if (options.cell_crashes == CellCrashMode::off ||
         (options.cell_crashes == CellCrashMode::sync && !cluster_options.durability_sync))
         regime.cell_crash_per_tick = 0;
+    if (options.cell_crashes == CellCrashMode::off) regime.cell_stop_per_tick = 0;
     Cluster cluster(cluster_options);
     FaultScheduler scheduler(regime, options.replica_count, scheduler_prng);
     cluster.trace("seed %llu: %u replicas, %zu clients, %u-byte datagrams; %s; %s; %s",
@@ -359,6 +380,7 @@ SeedResult run_seed(const SeedOptions& options)
         .electrode = cluster.electrode_counters(),
         .durability_sync = cluster_options.durability_sync,
         .storage = cluster.storage_counters(),
+        .leases = cluster.lease_counters(),
     };
 }
 

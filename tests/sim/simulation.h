@@ -34,6 +34,8 @@ struct FaultRegime {
     double lose_disk_fraction = 0;       // of restarts, the share from nothing (the disk lost)
     double cell_crash_per_tick = 0;      // chance the whole cell crashes, while none is down
     uint32_t max_cell_down_ticks = 0;    // it restarts, from disk, after 1..this many ticks
+    double graceful_fraction = 0;        // of crashes, the share that are graceful stops
+    double cell_stop_per_tick = 0;       // chance the whole cell stops gracefully (all seeds)
 };
 
 FaultRegime draw_fault_regime(Prng& prng);
@@ -53,6 +55,7 @@ private:
     void start_one_way_partition(Cluster& cluster);
     void maybe_crash(Cluster& cluster);
     void crash_cell(Cluster& cluster);
+    void restart_cell_later(Cluster& cluster);
     ReplicaIndex pick_victim(Cluster& cluster);
 
     FaultRegime regime_;
@@ -123,6 +126,7 @@ struct SeedResult {
     ElectrodeCounters electrode;
     bool durability_sync = false;
     Cluster::StorageCounters storage;
+    Cluster::LeaseCounters leases;
 };
 
 SeedResult run_seed(const SeedOptions& options);

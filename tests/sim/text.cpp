@@ -51,7 +51,8 @@ std::string describe(const Message& message)
             },
             [](const PrepareOk& m) { return strprintf("v%llu op=%llu", ull(m.view), ull(m.op)); },
             [](const Commit& m) {
-                return strprintf("v%llu commit=%llu", ull(m.view), ull(m.commit));
+                return strprintf("v%llu commit=%llu heartbeat=%llu", ull(m.view), ull(m.commit),
+                                 ull(m.heartbeat));
             },
             [](const StartViewChange& m) { return strprintf("v%llu", ull(m.view)); },
             [](const DoViewChange& m) {
@@ -78,6 +79,9 @@ std::string describe(const Message& message)
             },
             [](const SnapshotOffer& m) {
                 return strprintf("v%llu op=%llu", ull(m.view), ull(m.op));
+            },
+            [](const CommitOk& m) {
+                return strprintf("v%llu heartbeat=%llu", ull(m.view), ull(m.heartbeat));
             },
         },
         message);

@@ -217,6 +217,7 @@ struct Totals {
     uint64_t sync_seeds = 0;
     voltlock::ReplicaCounters replica;
     voltlock::sim::Cluster::StorageCounters storage;
+    voltlock::sim::Cluster::LeaseCounters leases;
 
     void add(const SeedOptions& seed, const SeedResult& result, double seed_ms)
     {
@@ -246,6 +247,11 @@ struct Totals {
         storage.restarts_from_disk += s.restarts_from_disk;
         storage.restarts_from_nothing += s.restarts_from_nothing;
         storage.cell_crashes += s.cell_crashes;
+        storage.graceful_stops += s.graceful_stops;
+        leases.leader_starts += result.leases.leader_starts;
+        leases.grants += result.leases.grants;
+        leases.deposed_grants += result.leases.deposed_grants;
+        storage.cell_stops += s.cell_stops;
         storage.acknowledged_ops_lost += s.acknowledged_ops_lost;
         storage.committed_ops_lost += s.committed_ops_lost;
         if (seed_ms > slowest_seed_ms) {
@@ -291,7 +297,8 @@ void print_summary(const Arguments& arguments, const Totals& totals, double wall
     std::printf("storage %s: %llu seeds sync, %llu snapshot; %llu snapshots written (%llu writes "
                 "failed, %llu cut short by a crash), %llu installed from %llu fetches (%llu "
                 "failed, %llu corrupted, %llu refused); %llu restarts from disk, %llu from "
-                "nothing; %llu whole-cell crashes (%llu cell restarts joined), %llu committed "
+                "nothing; %llu graceful stops (%llu of the whole cell, which lose nothing); "
+                "%llu whole-cell crashes (%llu cell restarts joined), %llu committed "
                 "ops lost to them (%llu acknowledged), durability snapshot only\n",
                 durability_mode_name(arguments.durability), ull(totals.sync_seeds),
                 ull(totals.seeds_run - totals.sync_seeds), ull(totals.replica.snapshots_written),
@@ -299,9 +306,16 @@ void print_summary(const Arguments& arguments, const Totals& totals, double wall
                 ull(totals.replica.snapshots_installed), ull(s.snapshot_fetches),
                 ull(s.snapshot_fetches_failed), ull(s.snapshot_fetches_corrupted),
                 ull(totals.replica.snapshots_refused), ull(s.restarts_from_disk),
-                ull(s.restarts_from_nothing), ull(s.cell_crashes),
+                ull(s.restarts_from_nothing), ull(s.graceful_stops), ull(s.cell_stops),
+                ull(s.cell_crashes),
                 ull(totals.replica.cell_restarts), ull(s.committed_ops_lost),
                 ull(s.acknowledged_ops_lost));
+    const auto& l = totals.leases;
+    std::printf("leases: %llu leader starts checked against %llu ticks of leader leases held "
+                "(%llu checks of a lease held while a later view had started), clocks within "
+                "%.1f%%: no two holders\n",
+                ull(l.leader_starts), ull(l.grants), ull(l.deposed_grants),
+                static_cast<double>(voltlock::sim::ClusterOptions{}.max_clock_drift_ppm) / 1e4);
 }
 
 }  // namespace

@@ -6,14 +6,19 @@
 namespace voltlock::api {
 namespace {
 
-TEST_CASE("a new leader grants every session a fresh lease of its TTL before expiring any")
+TEST_CASE("a new leader expires nothing until every lease its predecessor could have granted ran "
+          "out, on clocks that drift by up to 1%")
 {
+    // (lease + TTL) * 1.01 / 0.99, rounded up: 5,300 ms -> 5,408; 2,300 ms -> 2,347.
+    CHECK(LeaseTracker::handover_ms(5'000, 300) == 5'408u);
+    CHECK(LeaseTracker::handover_ms(2'000, 300) == 2'347u);
     LeaseTracker leases;
     leases.become_leader(1'000, {{.session = 1, .ttl_ms = 5'000, .lease_epoch = 1},
-                                 {.session = 2, .ttl_ms = 2'000, .lease_epoch = 4}});
-    CHECK(leases.deadline_ms(1) == 6'000u);
-    CHECK(leases.take_expired(2'999).empty());
-    const auto expired = leases.take_expired(3'000);
+                                 {.session = 2, .ttl_ms = 2'000, .lease_epoch = 4}},
+                         300);
+    CHECK(leases.deadline_ms(1) == 6'408u);
+    CHECK(leases.take_expired(3'346).empty());
+    const auto expired = leases.take_expired(3'347);
     REQUIRE(expired.size() == 1);
     CHECK(expired[0] == ExpireSession{.session = 2, .lease_epoch = 4,
                                       .reason = ExpireReason::lease_expired});
@@ -23,7 +28,7 @@ TEST_CASE("a new leader grants every session a fresh lease of its TTL before exp
 TEST_CASE("keepalives renew in memory and are replicated about twice per TTL")
 {
     LeaseTracker leases;
-    leases.become_leader(0, {});
+    leases.become_leader(0, {}, 0);
     leases.on_created(7, 10'000, 7, 0);
     auto renewal = leases.keep_alive(7, 1'000);
     REQUIRE(renewal);
@@ -40,9 +45,9 @@ TEST_CASE("keepalives renew in memory and are replicated about twice per TTL")
 TEST_CASE("a keepalive during an expiry is replicated, so the log decides which came first")
 {
     LeaseTracker leases;
-    leases.become_leader(0, {{.session = 3, .ttl_ms = 1'000, .lease_epoch = 3}});
-    REQUIRE(leases.take_expired(1'000).size() == 1);
-    CHECK(leases.keep_alive(3, 1'001)->replicate);
+    leases.become_leader(0, {{.session = 3, .ttl_ms = 1'000, .lease_epoch = 3}}, 0);
+    REQUIRE(leases.take_expired(1'021).size() == 1);  // handover_ms(1'000, 0)
+    CHECK(leases.keep_alive(3, 1'022)->replicate);
     leases.expiry_finished(3);
     // The keepalive renewed it: nothing is due now.
     CHECK(leases.take_expired(1'500).empty());
@@ -51,10 +56,10 @@ TEST_CASE("a keepalive during an expiry is replicated, so the log decides which 
 TEST_CASE("an expiry that never finishes is offered again")
 {
     LeaseTracker leases;
-    leases.become_leader(0, {{.session = 3, .ttl_ms = 1'000, .lease_epoch = 3}});
-    REQUIRE(leases.take_expired(1'000).size() == 1);
-    CHECK(leases.take_expired(1'000 + LeaseTracker::kExpiryRetryMs - 1).empty());
-    CHECK(leases.take_expired(1'000 + LeaseTracker::kExpiryRetryMs).size() == 1);
+    leases.become_leader(0, {{.session = 3, .ttl_ms = 1'000, .lease_epoch = 3}}, 0);
+    REQUIRE(leases.take_expired(1'021).size() == 1);
+    CHECK(leases.take_expired(1'021 + LeaseTracker::kExpiryRetryMs - 1).empty());
+    CHECK(leases.take_expired(1'021 + LeaseTracker::kExpiryRetryMs).size() == 1);
 }
 
 TEST_CASE("only the leader tracks; ended sessions and a step-down are forgotten")
@@ -62,7 +67,7 @@ TEST_CASE("only the leader tracks; ended sessions and a step-down are forgotten"
     LeaseTracker leases;
     leases.on_created(1, 1'000, 1, 0);
     CHECK_FALSE(leases.keep_alive(1, 10));
-    leases.become_leader(0, {{.session = 1, .ttl_ms = 1'000, .lease_epoch = 1}});
+    leases.become_leader(0, {{.session = 1, .ttl_ms = 1'000, .lease_epoch = 1}}, 0);
     leases.on_ended(1);
     CHECK_FALSE(leases.keep_alive(1, 10));
     leases.on_created(2, 1'000, 2, 0);

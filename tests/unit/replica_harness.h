@@ -62,7 +62,7 @@ public:
     {
         Effects all;
         for (uint32_t i = 0; i < n; i++) {
-            step(Tick{.now_ms = ++now_ms_});
+            step(Tick{.now_ms = ++now_ms_, .monotonic_ms = now_ms_});
             all.insert(all.end(), effects_.begin(), effects_.end());
         }
         effects_ = std::move(all);
@@ -174,6 +174,9 @@ inline std::string describe(const Message& message)
             [](const SnapshotOffer& m) {
                 return " v" + to_string(m.view) + " op" + to_string(m.op);
             },
+            [](const CommitOk& m) {
+                return " v" + to_string(m.view) + " heartbeat" + to_string(m.heartbeat);
+            },
         },
         message);
 }
@@ -208,6 +211,7 @@ inline std::string describe(const Effect& effect)
                 return "fetch_snapshot r" + to_string(e.from) + " op" + to_string(e.op);
             },
             [](const SnapshotInstalled& e) { return "snapshot_installed " + to_string(e.op); },
+            [](const PersistStopped&) { return std::string("persist_stopped"); },
         },
         effect);
 }
@@ -273,7 +277,10 @@ public:
     }
     void tick(ReplicaIndex r, uint32_t n = 1)
     {
-        for (uint32_t i = 0; i < n; i++) step(r, Tick{.now_ms = ++now_ms_});
+        for (uint32_t i = 0; i < n; i++) {
+            now_ms_ += 1;
+            step(r, Tick{.now_ms = now_ms_, .monotonic_ms = now_ms_});
+        }
     }
     // A client's request to `leader`, sent at once (Flush).
     void submit(ReplicaIndex leader, ClientId client, RequestNumber number, Bytes payload = "Wv")

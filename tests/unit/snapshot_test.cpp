@@ -173,7 +173,8 @@ TEST_CASE("DESIGN.md §5: a follower snapshots what it committed, as the leader 
     CHECK(describe(follower.effects()) == "send r0 prepare_ok v0 op3; kernel_state");
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 3});
     CHECK(describe(follower.effects()) ==
-          "executed 1; executed 2; executed 3; kernel_state; write_snapshot 3");
+          "executed 1; executed 2; executed 3; send r0 commit_ok v0 heartbeat0; kernel_state; "
+          "write_snapshot 3");
     follower.step(SnapshotWritten{.op = 3, .ok = true});
     CHECK(follower->log_base() == 3);
     CHECK(follower->op() == 3);
@@ -197,6 +198,8 @@ TEST_CASE("DESIGN.md §5: snapshot_every_ticks snapshots what was committed sinc
     fresh.step(SnapshotWritten{.op = 1, .ok = true});
     CHECK(fresh->log_base() == 1);
 
+    // A follower answers its heartbeats, or at tick 20 it would step down (heard by nobody).
+    fresh.receive(CommitOk{.view = 0, .replica = 1, .heartbeat = 10});
     fresh.tick(10);  // ticks 11..20: nothing new committed
     CHECK(fresh.effects_of<WriteSnapshot>().empty());
     commit_ops(fresh, 1, 101);  // at tick 20, ten after the last snapshot
@@ -298,7 +301,8 @@ TEST_CASE("§5.2: a lagging follower fetches the offered snapshot, installs it, 
     TestReplica follower(snapshot_config(2, 3));
 
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 5});
-    CHECK(describe(follower.effects()) == "send r0 get_state v0 op0; kernel_state");
+    CHECK(describe(follower.effects()) ==
+          "send r0 get_state v0 op0; send r0 commit_ok v0 heartbeat0; kernel_state");
     leader.receive(follower.sent_to<GetState>(0).at(0));
     CHECK(describe(leader.effects()) == "send r2 snapshot_offer v0 op3");
     follower.receive(leader.sent_to<SnapshotOffer>(2).at(0));
@@ -367,7 +371,8 @@ TEST_CASE("§5.2: an offer the follower is already past is ignored")
                                          entry(3, 1, "Wc"), entry(4, 1, "Wd")}});
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 6});  // it lacks 5 and 6
     CHECK(describe(follower.effects()) == "executed 1; executed 2; executed 3; executed 4; "
-                                          "send r0 get_state v0 op4; kernel_state");
+                                          "send r0 get_state v0 op4; "
+                                          "send r0 commit_ok v0 heartbeat0; kernel_state");
     follower.receive(SnapshotOffer{.view = 0, .replica = 0, .op = 3});
     CHECK(describe(follower.effects()) == "");
     follower.receive(SnapshotOffer{.view = 0, .replica = 1, .op = 5});  // not whom it asked
@@ -428,7 +433,8 @@ TEST_CASE("sync: a follower persists the entries before its PrepareOK")
                              .entries = {entry(3, 1, "Wc")}});  // a retransmission
     CHECK(describe(follower.effects()) == "send r0 prepare_ok v0 op3");
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 3});
-    CHECK(describe(follower.effects()) == "executed 3; kernel_state");
+    CHECK(describe(follower.effects()) ==
+          "executed 3; send r0 commit_ok v0 heartbeat0; kernel_state");
 }
 
 TEST_CASE("sync: the leader persists a batch before it broadcasts the Prepare")
@@ -518,6 +524,7 @@ TEST_CASE("durability snapshot: the view is persisted, and a restart never runs 
     restarted.tick();
     restarted.receive(RecoveryResponse{.view = 3, .replica = 1, .nonce = 11, .op = 1,
                                        .commit = 1, .restarting = true});
+    restarted.tick(10);  // half a round: r0 does not answer
     CHECK(restarted->view() == 8);  // the restart's view is past every view it ran
 }
 
@@ -554,6 +561,9 @@ TEST_CASE("restart: a restored replica offers its state only while recovering wi
     SUBCASE("whole-cell restart: a quorum restarting starts a view change with what it has")
     {
         restored.receive(RecoveryResponse{.view = 0, .replica = 1, .nonce = 41, .op = 2,
+                                          .commit = 0, .restarting = true});
+        CHECK(describe(restored.effects()) == "");  // r0 may still answer, as a live replica
+        restored.receive(RecoveryResponse{.view = 0, .replica = 0, .nonce = 41, .op = 1,
                                           .commit = 0, .restarting = true});
         CHECK(describe(restored.effects()) ==
               "persist_view v1 lnv0; broadcast start_view_change v1; kernel_state");
@@ -715,7 +725,8 @@ TEST_CASE("sync: an installed snapshot is written before the log persisted after
     CompactedLeader c;
     TestReplica follower(snapshot_config(2, 0, true));
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 5});
-    CHECK(describe(follower.effects()) == "send r0 get_state v0 op0; kernel_state");
+    CHECK(describe(follower.effects()) ==
+          "send r0 get_state v0 op0; send r0 commit_ok v0 heartbeat0; kernel_state");
     follower.receive(SnapshotOffer{.view = 0, .replica = 0, .op = 3});
     CHECK(describe(follower.effects()) == "fetch_snapshot r0 op3");
     follower.step(SnapshotFetched{c.snapshot});
@@ -797,6 +808,7 @@ TEST_CASE("restart, durability snapshot: the newest snapshot wins over a later v
     restarted.receive(RecoveryResponse{.view = 0, .replica = 0, .nonce = 31, .op = 8,
                                        .commit = 8, .last_normal_view = 0,
                                        .restarting = true});
+    restarted.tick(10);  // half a round: r1 does not answer
     REQUIRE(restarted->view() == 2);  // which it leads
     REQUIRE(restarted->status() == Status::view_change);
     restarted.receive(DoViewChange{.view = 2, .replica = 0, .last_normal_view = 0, .op = 8,
@@ -818,12 +830,14 @@ StartRestored restored_from_op_8()
 }
 
 // `restarted` asks for recovery and `voter`, restarting too with a snapshot of op 5, answers:
-// a quorum of two, so `restarted` starts the restart's view change.
+// a quorum of two, so once half a round passed without the third, `restarted` starts the
+// restart's view change.
 void vote_restart(TestReplica& restarted, ReplicaIndex voter)
 {
     restarted.tick();
     restarted.receive(RecoveryResponse{.view = 0, .replica = voter, .nonce = 11, .op = 5,
                                        .commit = 5, .restarting = true});
+    restarted.tick(10);
 }
 
 // Durability snapshot. A replica restored from a snapshot of op 8 takes part in the
@@ -932,4 +946,49 @@ TEST_CASE("durability snapshot: a state that gives way whole is replaced in one 
     CHECK(follower->op() == 7);
     CHECK(follower->commit() == 6);
     CHECK_FALSE(follower->state_unconfirmed());  // the source's is the cell's
+}
+
+TEST_CASE("graceful stop, durability snapshot: the applied state becomes the snapshot and the "
+          "acknowledged rest the log; restarted from them, the state is whole")
+{
+    ReplicaConfig config = snapshot_config(0, 0);
+    config.persist_view = true;
+    TestReplica leader(config);
+    commit_ops(leader, 3);
+    prepare_ops(leader, 2, 200);  // ops 4 and 5, not yet acknowledged
+    leader.step(Stop{});
+    CHECK(leader->stopped());
+    CHECK(describe(leader.effects()) ==
+          "write_snapshot 3 before_next_effect; persist_log after3 n2; persist_view v0 lnv0; "
+          "persist_stopped");
+    const WriteSnapshot snapshot = leader.effects_of<WriteSnapshot>().at(0);
+    const std::vector<Entry> log = leader.effects_of<PersistLog>().at(0).entries;
+    leader.tick();
+    CHECK(leader.effects().empty());  // stopped: it takes nothing more
+
+    TestReplica restarted(config, StartRestored{.nonce = 50, .snapshot = snapshot.snapshot,
+                                                .log = log, .clean_stop = true});
+    CHECK(restarted->commit() == 3);
+    CHECK(restarted->op() == 5);
+    CHECK_FALSE(restarted->state_unconfirmed());
+    TestReplica crashed(config, StartRestored{.nonce = 51, .snapshot = snapshot.snapshot,
+                                              .log = log});
+    CHECK(crashed->op() == 3);  // a log without the mark is not trusted: a crash left it
+    CHECK(crashed->state_unconfirmed());
+}
+
+TEST_CASE("graceful stop: with durability sync everything is on disk already; a recovering "
+          "replica marks nothing")
+{
+    TestReplica synced(snapshot_config(0, 0, true));
+    commit_ops(synced, 2);
+    synced.step(Stop{});
+    CHECK(synced.effects().empty());
+    ReplicaConfig config = snapshot_config(1, 0);
+    config.persist_view = true;
+    TestReplica recovering(config, StartRecovering{.nonce = 7});
+    recovering.step(Stop{});
+    CHECK(recovering.effects_of<WriteSnapshot>().empty());
+    CHECK(recovering.effects_of<PersistStopped>().empty());
+    CHECK(recovering->stopped());
 }

@@ -531,5 +531,34 @@ TEST_CASE("a full disk fails the snapshot that hit it and nothing else; writes r
     CHECK(state.snapshot == stored);
 }
 
+TEST_CASE("a clean stop's mark is written with the log and view, loads back, and is cleared")
+{
+    TempDir temp;
+    const std::string dir = temp.path("data");
+    {
+        auto storage = open_storage(dir);
+        CHECK_FALSE(load(*storage).clean_stop);
+        require_ok(storage->write_snapshot(4, Bytes{"state of op 4"}));
+        StorageBatch stop;
+        stop.replace_log_after(4, entries(5, 7));
+        stop.set_view(3, 3);
+        stop.set_clean_stop(true);
+        require_ok(storage->write(stop, true));
+    }
+    {
+        auto storage = open_storage(dir);
+        StoredState state = load(*storage);
+        CHECK(state.clean_stop);
+        CHECK(state.log == entries(5, 7));
+        StorageBatch taken;
+        taken.set_clean_stop(false);
+        CHECK_FALSE(taken.empty());
+        require_ok(storage->write(taken, true));
+    }
+    StoredState state = load(*open_storage(dir));
+    CHECK_FALSE(state.clean_stop);
+    CHECK(state.view == View{3});
+}
+
 }  // namespace
 }  // namespace voltlock

@@ -222,3 +222,91 @@ TEST_CASE("§4.2: a view change that does not finish moves on, backing off each 
     replica.tick(1);
     CHECK(replica->view() == 3);
 }
+
+// Failure detection that sees one-way loss (docs/replication.md; issue 11, scenario 5).
+
+TEST_CASE("a leader whose heartbeats no quorum answers (CommitOk) steps down after the view-change "
+          "timeout")
+{
+    TestReplica leader(test_config(0, 3));
+    leader.tick(5);
+    const auto heartbeats = leader.broadcasts<Commit>();
+    REQUIRE(heartbeats.size() == 1);
+    CHECK(heartbeats[0].heartbeat == 1005);  // its monotonic clock: what the answers echo
+    leader.receive(CommitOk{.view = 0, .replica = 2, .heartbeat = 1005});
+    leader.tick(19);  // tick 24: r2 answered 19 ticks ago
+    CHECK(leader->is_leader());
+    leader.receive(CommitOk{.view = 1, .replica = 1, .heartbeat = 1005});  // another view's
+    leader.tick(1);
+    CHECK(leader->status() == Status::view_change);
+    CHECK(leader->view() == 1);
+    CHECK(leader.broadcasts<StartViewChange>().size() == 1);
+}
+
+TEST_CASE("a leader answered by f followers keeps leading; busy, it still sends heartbeats")
+{
+    TestReplica leader(test_config(0, 3));
+    for (int i = 0; i < 10; i++) {
+        leader.receive(request(static_cast<ClientId>(100 + i), 1));  // a Prepare every tick or so
+        leader.step(Flush{});
+        leader.tick(5);
+        const auto heartbeats = leader.broadcasts<Commit>();
+        REQUIRE(heartbeats.size() == 1);
+        leader.receive(CommitOk{.view = 0, .replica = 1, .heartbeat = heartbeats[0].heartbeat});
+    }
+    CHECK(leader->is_leader());
+}
+
+TEST_CASE("a follower answers each Commit with a CommitOk echoing its heartbeat")
+{
+    TestReplica follower(test_config(1, 3));
+    follower.receive(Commit{.view = 0, .replica = 0, .commit = 0, .heartbeat = 35});
+    const auto answers = follower.sent_to<CommitOk>(0);
+    REQUIRE(answers.size() == 1);
+    CHECK(answers[0] == CommitOk{.view = 0, .replica = 1, .heartbeat = 35});
+}
+
+TEST_CASE("a follower that hears the leader but never sees what it acknowledged committed starts "
+          "a view change")
+{
+    TestReplica follower(test_config(1, 3));
+    follow(follower, 2, 0);  // acknowledged ops 1 and 2
+    for (int i = 0; i < 5; i++) {  // Commits keep coming, commit stays 0: the leader is deaf
+        follower.tick(5);
+        follower.receive(Commit{.view = 0, .replica = 0, .commit = 0});
+    }
+    CHECK(follower->status() == Status::view_change);
+    CHECK(follower->view() == 1);
+}
+
+TEST_CASE("a follower whose acknowledged ops are committed in time stays with its leader")
+{
+    TestReplica follower(test_config(1, 3));
+    follow(follower, 2, 0);
+    follower.tick(15);
+    follower.receive(Commit{.view = 0, .replica = 0, .commit = 2});
+    follower.tick(15);
+    follower.receive(Commit{.view = 0, .replica = 0, .commit = 2});
+    CHECK(follower->status() == Status::normal);
+}
+
+// The leader lease (docs/leases.md; issue 11, scenario 1).
+
+TEST_CASE("the leader lease runs a lease period from the send time of the newest heartbeat f "
+          "followers echoed; it is lost with the view")
+{
+    ReplicaConfig config = test_config(0, 3);
+    config.leader_lease_ms = 30;
+    TestReplica leader(config);
+    CHECK_FALSE(leader->holds_leader_lease(1'000));  // nobody confirmed it yet
+    leader.tick(5);                                 // heartbeat sent at 1005
+    const uint64_t sent = leader.broadcasts<Commit>().at(0).heartbeat;
+    leader.receive(CommitOk{.view = 0, .replica = 2, .heartbeat = sent});
+    CHECK(leader->holds_leader_lease(sent + 29));
+    CHECK_FALSE(leader->holds_leader_lease(sent + 30));
+    // An echo of a time it never sent (ahead of its clock) confirms nothing.
+    leader.receive(CommitOk{.view = 0, .replica = 1, .heartbeat = sent + 500});
+    CHECK_FALSE(leader->holds_leader_lease(sent + 30));
+    leader.receive(StartViewChange{.view = 1, .replica = 1});
+    CHECK_FALSE(leader->holds_leader_lease(sent + 1));
+}

@@ -73,9 +73,10 @@ enum vl_message_type {
     VL_MSG_GET_STATE = 11,         /* §5.2 */
     VL_MSG_NEW_STATE = 12,         /* §5.2 */
     VL_MSG_SNAPSHOT_OFFER = 13,    /* §5.2, compacted: fetch my snapshot over TCP first */
+    VL_MSG_COMMIT_OK = 14,         /* follower -> leader: heard your heartbeat (docs/leases.md) */
 };
 #define VL_MSG_TYPE_MIN VL_MSG_REQUEST
-#define VL_MSG_TYPE_MAX VL_MSG_SNAPSHOT_OFFER
+#define VL_MSG_TYPE_MAX VL_MSG_COMMIT_OK
 
 /* Header flags. */
 enum vl_flag {
@@ -141,7 +142,7 @@ VL_STATIC_ASSERT(offsetof(struct vl_header, checksum) == 48, "checksum offset");
  * Reply:            u64 client_id, u64 request_number, u8 result[rest]
  * Prepare:          entries for ops (op - batch_count, op]
  * PrepareOK:        empty: acknowledges every op up to header.op in header.view
- * Commit:           empty
+ * Commit:           empty (header.op: the leader's tick when it sent this heartbeat)
  * StartViewChange:  empty
  * DoViewChange:     u64 last_normal_view, u64 fence_view  (header.op, header.commit: the
  *                   sender's; fence_view: the view of its state's last restart fence)
@@ -157,6 +158,9 @@ VL_STATIC_ASSERT(offsetof(struct vl_header, checksum) == 48, "checksum offset");
  * SnapshotOffer:    u8 state_unconfirmed, as in StartView: the entries asked for are compacted
  *                   into the sender's snapshot of every op up to header.op, which it serves over
  *                   TCP (HTTP) to fetch first
+ * CommitOK:         empty: header.op echoes the Commit's; the sender is a follower in normal
+ *                   status in header.view. User space sends it (XDP passes it up and never
+ *                   counts it), so that the leader hears its followers' processes, not kernels
  */
 #define VL_ENTRY_FIXED_BYTES 26u
 #define VL_REQUEST_FIXED_BYTES 16u

@@ -1,0 +1,147 @@
+"""The fault suite's nemesis: faults injected into a running cell through scripts/cell (kill,
+stop, start, partition, netem, heal) and SIGSTOP/SIGCONT of a replica's process, one at a time:
+inject, hold, undo, wait until the cell has a leader again.
+
+Each kind, and what it does to the leader L (or a replica chosen at random):
+    kill            kill -9 L, restart it on its data dir
+    pause           SIGSTOP L, then SIGCONT
+    partition       cut L off from every peer and the client, both directions
+    partition-in    drop traffic towards L only (one-way)
+    partition-out   drop traffic from L only (one-way)
+    isolate-leader  cut L off from its peers only, for a lease TTL + 2-4 s: clients still reach
+                    it (issue 11, case 1)
+    netem           delay, jitter and loss on a random replica's link, both directions
+    power-cut       kill -9 every replica at once, start them all (durability sync only)
+    restart         stop every replica gracefully (SIGTERM), start them all
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from cell import Cell, CellCommandError
+from cellrig.util import ProcessRef
+
+KINDS = ["kill", "pause", "partition", "partition-in", "partition-out", "isolate-leader",
+         "netem", "power-cut", "restart"]
+
+RECOVERY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Fault:
+    kind: str
+    target: str
+    start: float          # injected
+    undone: float = 0.0   # healed, restarted, resumed
+    recovered: float | None = None   # a leader again; None: the cell did not come back
+
+
+class Nemesis(threading.Thread):
+    def __init__(self, cell: Cell, kinds: list, rng: random.Random, clock, stop: threading.Event,
+                 lease_ttl_s: float, hold_s: tuple = (2.0, 3.5), quiet_s: tuple = (1.0, 3.0)):
+        super().__init__(daemon=True, name="Nemesis")
+        self.cell = cell
+        self.kinds = kinds
+        self.rng = rng
+        self.clock = clock
+        self.stop_event = stop
+        self.hold_s, self.quiet_s = hold_s, quiet_s
+        # A deposed leader matters to leases only if it stays cut off until the new leader has
+        # expired the sessions it kept alive: a TTL after the view change.
+        self.isolation_s = (lease_ttl_s + 2.0, lease_ttl_s + 4.0)
+        self.faults: list = []
+        self.error: BaseException | None = None
+        self.paused: set = set()
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.wait(self.rng.uniform(*self.quiet_s)):
+                self.inject(self.rng.choice(self.kinds))
+                if self.faults[-1].recovered is None:
+                    return
+        except BaseException as e:  # noqa: BLE001: the runner reports it as a failure
+            self.error = e
+        finally:
+            self.resume_all()
+
+    def inject(self, kind: str) -> None:
+        leader = self.leader()
+        if leader is None:
+            leader = self.rng.randrange(self.cell.replica_count)
+        others = [i for i in range(self.cell.replica_count) if i != leader]
+        fault = Fault(kind, f"r{leader}", self.clock())
+        self.faults.append(fault)
+        hold = self.rng.uniform(*self.hold_s)
+        if kind == "kill":
+            self.cell.kill(leader)
+            time.sleep(hold)
+            self.cell.start(leader, timeout=30)
+        elif kind == "pause":
+            self.signal(leader, signal.SIGSTOP)
+            time.sleep(hold)
+            self.signal(leader, signal.SIGCONT)
+        elif kind in ("partition", "partition-in", "partition-out"):
+            direction = {"partition": "both", "partition-in": "in", "partition-out": "out"}[kind]
+            self.cell.partition(leader, direction=direction)
+            time.sleep(hold)
+            self.cell.heal()
+        elif kind == "isolate-leader":
+            self.cell.partition(leader, peers=others)
+            time.sleep(self.rng.uniform(*self.isolation_s))
+            self.cell.heal()
+        elif kind == "netem":
+            victim = self.rng.randrange(self.cell.replica_count)
+            fault.target = f"r{victim}"
+            delay, loss = self.rng.choice([10, 30, 80]), self.rng.choice([1, 5, 20])
+            self.cell.netem(victim, f"delay {delay}ms {delay // 2}ms loss {loss}%",
+                            direction="both")
+            fault.target += f" delay {delay}ms loss {loss}%"
+            time.sleep(hold)
+            self.cell.heal()
+        elif kind == "power-cut":
+            fault.target = "all"
+            self.cell.kill("all")
+            time.sleep(min(hold, 1.0))
+            self.cell.start("all", timeout=30)
+        elif kind == "restart":
+            fault.target = "all"
+            self.cell.stop("all")
+            self.cell.start("all", timeout=30)
+        else:
+            raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(KINDS)}")
+        fault.undone = self.clock()
+        if self.leader(timeout=RECOVERY_TIMEOUT_S) is not None:
+            fault.recovered = self.clock()
+
+    def leader(self, timeout: float = 5.0) -> int | None:
+        try:
+            return self.cell.wait_for_leader(timeout=timeout)
+        except CellCommandError:
+            return None
+
+    def signal(self, replica: int, signum: int) -> None:
+        """SIGSTOP/SIGCONT the replica's daemon: its pid from the rig's record, checked
+        against the start time recorded with it (never a recycled pid)."""
+        path = os.path.join(self.cell.endpoints["state_dir"], "cell.json")
+        with open(path) as f:
+            record = json.load(f)
+        ref = ProcessRef.from_json(record["replicas"][replica].get("process"))
+        if ref is None or not ref.alive():
+            raise AssertionError(f"r{replica} is not running: cannot send it {signum}")
+        os.kill(ref.pid, signum)
+        if signum == signal.SIGSTOP:
+            self.paused.add(ref)
+        else:
+            self.paused.discard(ref)
+
+    def resume_all(self) -> None:
+        for ref in list(self.paused):
+            if ref.alive():
+                os.kill(ref.pid, signal.SIGCONT)
+        self.paused.clear()

@@ -1,0 +1,253 @@
+"""Issue 11's five scenarios, run against real cells as the issue writes them: the promises a lock
+service makes (one holder at a time; nothing acknowledged is lost; the cell serves again) at
+the edges of leases, restarts and partitions.
+
+1. A deposed leader, cut off from its peers while a client keeps sending it keepalives, must not
+   let that client's lease (counted by docs/api.md's rule: from the send time of the last
+   answered keepalive, one TTL) overlap the new leader's grant of the same lock to another.
+2. Snapshot durability, snapshots every 20 ops, Electrode on where the kernel allows: with r0
+   down, 100 writes acknowledged by r1 and r2; then r2 killed and r0 and r2 restarted. r1 never
+   stopped and holds everything: no acknowledged write may be lost.
+3. A graceful stop of every replica (SIGTERM) and a start of them all loses nothing.
+4. Durability sync, 6,000 writes after the last snapshot, every replica killed at once: the cell
+   comes back with every write.
+5. Traffic towards the leader dropped (one-way partition): the cell serves again within 5 s
+   (the goal is 2 s after the failure detection timeouts).
+"""
+import http.client
+import threading
+import time
+
+import pytest
+
+from api import Client, call
+from cell import Cell, unique_name
+
+pytestmark = [pytest.mark.usefixtures("root"), pytest.mark.voltlockd]
+
+SERVE_AGAIN_BOUND_S = 5.0
+
+
+def attempt(client: Client, replica: int, method: str, path: str, body=None):
+    """One request; None when the connection failed or timed out (the outcome is unknown)."""
+    try:
+        return client(replica, method, path, body)
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def until_ok(client: Client, replicas: list, method: str, path: str, body=None,
+             timeout: float = 30.0, ok=(200, 201)):
+    """Sends the request, to each replica in turn, until one answers with a status in `ok`.
+    Only for requests that may safely apply twice (a put of the same value, a read)."""
+    deadline = time.monotonic() + timeout
+    i, last = 0, None
+    while time.monotonic() < deadline:
+        last = attempt(client, replicas[i % len(replicas)], method, path, body)
+        if last is not None and last.status in ok:
+            return last
+        i += 1
+        time.sleep(0.05)
+    raise AssertionError(f"{method} {path}: no answer in {ok} within {timeout:g} s; last {last}")
+
+
+def write_keys(cell: Cell, replicas: list, keys: list) -> None:
+    client = Client(cell, timeout=5.0)
+    try:
+        for key in keys:
+            until_ok(client, replicas, "PUT", f"/v1/kv/{key}", {"value": f"v-{key}"})
+    finally:
+        client.close()
+
+
+def missing_keys(cell: Cell, replicas: list, keys: list, timeout: float = 60.0) -> list:
+    """Reads every key through the log (waiting for the cell to serve); the ones absent or with
+    another value than write_keys wrote."""
+    client = Client(cell, timeout=5.0)
+    missing = []
+    try:
+        for key in keys:
+            r = until_ok(client, replicas, "GET", f"/v1/kv/{key}", timeout=timeout, ok=(200, 404))
+            if r.status != 200 or r.body["value"] != f"v-{key}":
+                missing.append(key)
+    finally:
+        client.close()
+    return missing
+
+
+# ---- 1. Two holders of one lock through a deposed leader ---------------------------------------
+
+TTL_MS = 4000
+
+
+def lease_overlap_through_a_deposed_leader(cell: Cell, tag: str) -> tuple:
+    """Runs the scenario once; returns (A's lease end, B's grant), seconds on one clock, and
+    whether A's fenced write was refused after B's grant."""
+    leader = cell.wait_for_leader()
+    others = [i for i in range(cell.replica_count) if i != leader]
+    a = Client(cell, timeout=1.0)
+    b = Client(cell, timeout=5.0)
+    lock = f"edge1/{tag}"
+    try:
+        session_a = until_ok(a, [leader], "POST", "/v1/sessions",
+                             {"ttl_ms": TTL_MS, "lock_delay_ms": 0})["session"]
+        grant_a = until_ok(a, [leader], "POST", f"/v1/locks/{lock}:acquire",
+                           {"session": session_a})
+        assert grant_a.body["granted"], grant_a
+        # Keepalives to the leader only, until one is replicated (the leader replicates one when
+        # the machine's copy of the lease lags by half a TTL); then cut the leader off.
+        deadline = time.monotonic() + 3 * TTL_MS / 1000
+        while True:
+            assert time.monotonic() < deadline, "no keepalive was replicated"
+            sent = time.monotonic()
+            r = attempt(a, leader, "POST", f"/v1/sessions/{session_a}:keepalive")
+            assert r is not None and r.status == 200, r
+            lease_from = sent   # the documented rule: one TTL from the send time
+            if r.body["replicated"]:
+                break
+            time.sleep(0.1)
+        cell.partition(leader, peers=others)
+
+        granted = {}
+
+        def client_b():
+            # B's own lease outlasts its wait; it sends no keepalives.
+            session_b = until_ok(b, others, "POST", "/v1/sessions",
+                                 {"ttl_ms": 60000, "lock_delay_ms": 0})["session"]
+            r = until_ok(b, others, "POST", f"/v1/locks/{lock}:acquire",
+                         {"session": session_b, "wait_ms": 20000}, timeout=40)
+            granted["at"] = time.monotonic()
+            granted["sequencer"] = r.body["sequencer"]
+        thread = threading.Thread(target=client_b)
+        thread.start()
+        while thread.is_alive():         # A goes on as a client does: keepalives to its leader
+            sent = time.monotonic()
+            r = attempt(a, leader, "POST", f"/v1/sessions/{session_a}:keepalive")
+            if r is not None and r.status == 200 and "at" not in granted:
+                lease_from = max(lease_from, sent)
+            time.sleep(0.1)
+        thread.join()
+        assert "at" in granted, "B was never granted the lock"
+        fenced = until_ok(b, others, "PUT", f"/v1/kv/{lock}",
+                          {"value": "from A", "sequencer": grant_a.body["sequencer"]},
+                          ok=(200, 409))
+        return lease_from + TTL_MS / 1000, granted["at"], fenced
+    finally:
+        cell.heal()
+        a.close()
+        b.close()
+
+
+@pytest.mark.slow
+def test_a_deposed_leader_never_lets_a_lease_overlap_the_next_holders_grant():
+    """The issue saw the overlap in 5 of 6 tries: two tries, each on its own cell."""
+    for try_number in range(2):
+        with Cell(replicas=3, name=unique_name("se")) as cell:
+            lease_end, grant, fenced = lease_overlap_through_a_deposed_leader(
+                cell, f"t{try_number}")
+        assert fenced.status == 409 and fenced.body["code"] == "sequencer_invalid", fenced
+        assert grant >= lease_end, (
+            f"try {try_number + 1}: A's lease runs until {lease_end:.3f} by the documented "
+            f"rule, B was granted the lock at {grant:.3f}: {lease_end - grant:.2f} s of two "
+            "holders")
+
+
+# ---- 2. f+1 replicas restarted while the one that holds everything lives on --------------------
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason=(
+    "issue 11 case 2 is not fixed yet: with safety-core 06aae04 merged, r1 still installed the "
+    "restarted replicas' snapshot of op 112 over its op 130 in 1 of 8 tries (19 writes lost); "
+    "remove this mark with the fix"))
+def test_a_restart_of_two_replicas_never_overwrites_the_survivors_committed_state():
+    """As the issue ran it (it lost writes in 1 of 2 tries with Electrode on): two tries."""
+    for try_number in range(2):
+        with Cell(replicas=3, name=unique_name("se"), electrode="on",
+                  snapshot_every_ops=20) as cell:
+            keys = [f"edge2/{try_number}/{i:03d}" for i in range(130)]
+            write_keys(cell, [0, 1, 2], keys[:30])
+            cell.kill(0)
+            write_keys(cell, [1, 2], keys[30:])
+            cell.kill(2)
+            cell.start(0, 2, timeout=30)
+            lost = missing_keys(cell, [1, 0, 2], keys)
+            assert not lost, (f"try {try_number + 1}: {len(lost)} of 130 acknowledged writes "
+                              f"lost after r0 and r2 restarted next to r1, e.g. {lost[:5]}")
+
+
+# ---- 3. A graceful stop of the whole cell -----------------------------------------------------
+
+@pytest.mark.slow
+def test_a_graceful_stop_and_start_of_every_replica_loses_nothing():
+    with Cell(replicas=3, name=unique_name("se")) as cell:
+        keys = [f"edge3/{i:02d}" for i in range(20)]
+        write_keys(cell, [cell.leader], keys)
+        cell.stop("all")
+        cell.start("all", timeout=30)
+        lost = missing_keys(cell, [0, 1, 2], keys)
+        assert not lost, f"{len(lost)} of 20 keys lost by stop all + start all: {lost[:5]}"
+
+
+# ---- 4. A power cut in sync mode with a log longer than the pipeline --------------------------
+
+@pytest.mark.slow
+def test_a_power_cut_in_sync_mode_after_6000_writes_recovers_every_write():
+    count = 6000
+    with Cell(replicas=3, name=unique_name("se"), durability="sync") as cell:
+        leader = cell.leader
+        errors = []
+
+        def writer(worker: int):
+            client = Client(cell, timeout=10.0)
+            try:
+                for i in range(worker, count, 4):
+                    until_ok(client, [leader], "PUT", f"/v1/kv/edge4/{i:05d}", {"value": str(i)})
+            except BaseException as e:  # noqa: BLE001: reported below
+                errors.append(e)
+            finally:
+                client.close()
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        cell.kill("all")
+        cell.start("all", timeout=30)
+        client = Client(cell, timeout=10.0)
+        found, after = {}, None
+        while True:
+            query = "prefix=true" + (f"&after={after}" if after else "")
+            page = until_ok(client, [0, 1, 2], "GET", f"/v1/kv/edge4/?{query}", timeout=60)
+            found.update((kv["key"], kv["value"]) for kv in page.body["kvs"])
+            if not page.body["more"]:
+                break
+            after = page.body["next_after"]
+        client.close()
+        lost = [i for i in range(count) if found.get(f"edge4/{i:05d}") != str(i)]
+        assert not lost, f"{len(lost)} of {count} acknowledged writes lost, e.g. {lost[:5]}"
+
+
+# ---- 5. A one-way partition towards the leader ------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("electrode", ["off", "on"])
+def test_the_cell_serves_again_soon_after_traffic_towards_the_leader_is_dropped(electrode):
+    with Cell(replicas=3, name=unique_name("se"), electrode=electrode) as cell:
+        leader = cell.leader
+        followers = [i for i in range(3) if i != leader]
+        client = Client(cell, timeout=1.0)
+        assert call(cell, followers[0], "PUT", "/v1/kv/edge5/before", {"value": "x"}).status == 200
+        try:
+            cell.partition(leader, direction="in")
+            cut = time.monotonic()
+            served = until_ok(client, followers, "PUT", "/v1/kv/edge5/during", {"value": "y"},
+                              timeout=20)
+            unavailable = time.monotonic() - cut
+        finally:
+            cell.heal()
+            client.close()
+        assert served.status == 200
+        assert unavailable <= SERVE_AGAIN_BOUND_S, (
+            f"with traffic towards the leader dropped the cell served nothing for "
+            f"{unavailable:.1f} s (bound {SERVE_AGAIN_BOUND_S:g} s)")
