@@ -31,10 +31,10 @@ int bind_error(const std::string& ip, uint16_t port, int type)
 {
     FileDescriptor fd(::socket(AF_INET, type | SOCK_CLOEXEC, 0));
     if (fd.get() < 0) return errno;
-    // As the HTTP server (cpp-httplib) binds: connections a killed run left behind do not
-    // count. That would also let a listener of the same user through: listening() asks.
+    // As the HTTP server (http_server.cpp) binds, with SO_REUSEADDR: connections a killed run
+    // left behind do not count; a listener still does, and listening() asks as well.
     const int on = 1;
-    if (type == SOCK_STREAM) ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &on, sizeof on);
+    if (type == SOCK_STREAM) ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
     const sockaddr_in address = socket_address(ip, port);
     if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0)
         return errno;
