@@ -142,7 +142,9 @@ struct Load {
             return request("GET", "/v1/kv/" + key(first) + (stale ? "?stale=true" : ""), "");
         }
         case Workload::lock: {
-            const std::string name = "bench-lock-" + std::to_string(c.id);
+            // Named after the session (lease), so a lock left held by an earlier run against
+            // the same cell (its session still alive) is never this client's: uncontended.
+            const std::string name = "bench-lock-" + c.owner;
             if (etcd)
                 return c.holding ? request("POST", "/v3/lock/unlock",
                                            R"({"key":")" + c.lock_key + "\"}")

@@ -328,6 +328,7 @@ void HttpServer::stop()
     thread_.join();
     // libmicrohttpd must not stop with suspended connections: resume them; not running, they
     // are closed without an answer.
+    watch_still_suspended();  // then every suspended exchange is in watched_for_hangup_
     for (auto& [fd, weak] : watched_for_hangup_)
         if (auto exchange = weak.lock(); exchange && exchange->connection_ && exchange->suspended_) {
             exchange->suspended_ = false;
@@ -366,17 +367,21 @@ void HttpServer::run()
         if (MHD_get_timeout(daemon_, &mhd_timeout) == MHD_YES)
             timeout = static_cast<int>(std::min<MHD_UNSIGNED_LONG_LONG>(mhd_timeout, 200));
         const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout);
+        bool hangups_ready = false;  // only then is the hang-up set worth an epoll_wait
         for (int i = 0; i < n; i++)
             if (events[i].data.fd == wakeup_.get()) {
                 uint64_t count = 0;
                 [[maybe_unused]] ssize_t got = ::read(wakeup_.get(), &count, sizeof count);
+            } else if (events[i].data.fd == hangup_epoll_.get()) {
+                hangups_ready = true;
             }
         resume_scheduled();
-        take_hangups();
+        if (hangups_ready) take_hangups();
         MHD_run(daemon_);
         on_batch_end_();
         if (now_ms() >= next_deadline_check_ms_) {
             enforce_deadlines();
+            watch_still_suspended();
             next_deadline_check_ms_ = now_ms() + 100;
         }
     }
@@ -399,19 +404,44 @@ void HttpServer::suspend(Exchange& exchange)
     exchange.suspended_ = true;
     counters_.suspended += 1;
     MHD_suspend_connection(exchange.connection_);
-    epoll_event event{};
-    event.events = EPOLLRDHUP;
-    event.data.fd = exchange.fd_;
-    if (::epoll_ctl(hangup_epoll_.get(), EPOLL_CTL_ADD, exchange.fd_, &event) == 0)
-        watched_for_hangup_[exchange.fd_] = exchange.weak_from_this();
+    // Most answers come back within milliseconds: watching their sockets for a hang-up would
+    // cost two epoll_ctl calls per request for nothing. Those still suspended at the next
+    // deadline check (at most 100 ms from now) are watched from then on; EPOLLRDHUP is level-
+    // triggered, so a client that left before that is still seen.
+    not_yet_watched_.push_back(exchange.weak_from_this());
+}
+
+void HttpServer::watch_still_suspended()
+{
+    for (const auto& weak : not_yet_watched_) {
+        const std::shared_ptr<Exchange> exchange = weak.lock();
+        if (!exchange || !exchange->connection_ || !exchange->suspended_ ||
+            exchange->hangup_watched_)
+            continue;
+        epoll_event event{};
+        event.events = EPOLLRDHUP;
+        event.data.fd = exchange->fd_;
+        if (::epoll_ctl(hangup_epoll_.get(), EPOLL_CTL_ADD, exchange->fd_, &event) == 0) {
+            watched_for_hangup_[exchange->fd_] = weak;
+            exchange->hangup_watched_ = true;
+        }
+    }
+    not_yet_watched_.clear();
+}
+
+void HttpServer::unwatch(Exchange& exchange)
+{
+    if (!exchange.hangup_watched_) return;
+    ::epoll_ctl(hangup_epoll_.get(), EPOLL_CTL_DEL, exchange.fd_, nullptr);
+    watched_for_hangup_.erase(exchange.fd_);
+    exchange.hangup_watched_ = false;
 }
 
 void HttpServer::unsuspend(Exchange& exchange)
 {
     exchange.suspended_ = false;
     counters_.suspended -= 1;
-    ::epoll_ctl(hangup_epoll_.get(), EPOLL_CTL_DEL, exchange.fd_, nullptr);
-    watched_for_hangup_.erase(exchange.fd_);
+    unwatch(exchange);
     MHD_resume_connection(exchange.connection_);
 }
 
@@ -637,8 +667,7 @@ void MhdCallbacks::on_completed(void* self, MHD_Connection* connection, void** r
     if (!exchange) return;
     Exchange& e = **exchange;
     if (e.suspended_) {  // cannot happen while suspended, but never leave a stale watch
-        ::epoll_ctl(server.hangup_epoll_.get(), EPOLL_CTL_DEL, e.fd_, nullptr);
-        server.watched_for_hangup_.erase(e.fd_);
+        server.unwatch(e);
         server.counters_.suspended -= 1;
         e.suspended_ = false;
     }

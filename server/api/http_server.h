@@ -142,6 +142,7 @@ private:
     MHD_Connection* connection_ = nullptr;  // null once libmicrohttpd is done with the request
     bool dispatched_ = false;
     bool suspended_ = false;
+    bool hangup_watched_ = false;  // its socket is in the hang-up epoll set
     bool queued_ = false;
     bool refused_ = false;  // over a connection limit: answered 503 at once
     bool too_large_ = false;
@@ -190,6 +191,8 @@ private:
     void enforce_deadlines();
     void suspend(Exchange& exchange);
     void unsuspend(Exchange& exchange);
+    void watch_still_suspended();  // puts exchanges suspended since the last check in the set
+    void unwatch(Exchange& exchange);
     // Queues the exchange's answer (or stream) on its connection.
     bool send_answer(Exchange& exchange);
     ConnectionRecord* record_of(MHD_Connection* connection);
@@ -214,6 +217,7 @@ private:
     std::unordered_map<MHD_Connection*, std::unique_ptr<ConnectionRecord>> connections_;
     std::unordered_map<std::string, uint32_t> per_address_;
     std::unordered_map<int, std::weak_ptr<Exchange>> watched_for_hangup_;  // by socket
+    std::vector<std::weak_ptr<Exchange>> not_yet_watched_;  // suspended since the last check
     uint64_t next_deadline_check_ms_ = 0;
 };
 
