@@ -1335,8 +1335,9 @@ void Replica::on_stop()
     // Only a state that is ours to promise: not one still being recovered, nor a restored one
     // that no restart fence has confirmed (marked whole, it would pass for the cell's).
     if (status_ == Status::recovering || state_unconfirmed_) return;
-    out_->push_back(WriteSnapshot{
-        .op = commit_, .snapshot = encode_snapshot(), .before_next_effect = true});
+    if (commit_ > 0)  // op 0 is the empty state, which needs no snapshot
+        out_->push_back(WriteSnapshot{
+            .op = commit_, .snapshot = encode_snapshot(), .before_next_effect = true});
     out_->push_back(PersistLog{
         .after = commit_,
         .entries = {log_.begin() + static_cast<ptrdiff_t>(commit_ - log_base_), log_.end()}});
