@@ -340,6 +340,28 @@ grep -q "imported the snapshot of op $op" "$work/import.log" ||
     fail "the import did not name op $op: $(tail -3 "$work/import.log")"
 restore "$work/restored-last" "$work/last.snap" >/dev/null 2>&1 ||
     fail "voltlockd --import-snapshot refused the file saved from $one_endpoint"
+# Byte for byte what voltlockd --export-snapshot writes: replica 2 stopped, its data directory
+# exported, then restarted; it serves the snapshot it restarted from until it writes a newer one.
+r2_endpoint=$(cut -d, -f3 <<<"$VL_TEST_ENDPOINTS")
+cell stop 2
+"$VOLTLOCKD" --config "$VL_TEST_CELL_STATE/r2/config.json" \
+    --export-snapshot "$work/exported.snap" >"$work/export.log" 2>&1 ||
+    fail "voltlockd --export-snapshot failed: $(tail -3 "$work/export.log")"
+cell start 2
+save_r2() { "$LOCKCTL" --endpoints "$r2_endpoint" --dial-timeout 500ms -w json \
+    snapshot save "$work/r2.snap" >"$work/r2.json" 2>/dev/null; }
+until_true 30 save_r2 || fail "no snapshot saved from the restarted $r2_endpoint"
+exported_op=$(sed -n 's/.*exported the snapshot of op \([0-9]*\).*/\1/p' "$work/export.log")
+saved_op=$(json_field "$(cat "$work/r2.json")" '["op"]')
+if [ "$saved_op" == "$exported_op" ]; then
+    cmp -s "$work/exported.snap" "$work/r2.snap" ||
+        fail "snapshot save and --export-snapshot wrote different files for op $saved_op"
+    echo "   op $saved_op: snapshot save and --export-snapshot wrote the same bytes"
+else
+    echo "   the restarted replica wrote a newer snapshot (op $saved_op) before the save"
+    [ "$saved_op" -gt "$exported_op" ] ||
+        fail "the restarted replica served op $saved_op, older than the exported $exported_op"
+fi
 # The import does check: a damaged copy (one byte flipped mid-file) is refused.
 cp "$work/backup.snap" "$work/damaged.snap"
 printf '\xff' | dd of="$work/damaged.snap" bs=1 seek=$((size / 2)) conv=notrunc status=none
