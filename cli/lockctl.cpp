@@ -64,7 +64,10 @@ Commands:
   session grant --ttl 10s [--name NAME] | keepalive ID [--once] | revoke ID | list | get ID
   sequencer check [SEQ]            SEQ as printed by lock (default $VOLTLOCK_SEQUENCER)
   member list | endpoint status | endpoint health | status
-  version | completion bash
+  snapshot save FILE               back up the newest snapshot of the first endpoint that
+                                   answers (give one --endpoints URL to pick the replica); FILE
+                                   is what `voltlockd --import-snapshot FILE` restores
+  version | completion bash|zsh
 
 Global flags:
   --endpoints LIST         comma-separated URLs (else $VOLTLOCK_ENDPOINTS, else
@@ -1081,18 +1084,31 @@ int cmd_version(Context& ctx)
     return kExitOk;
 }
 
-int cmd_completion(Context& ctx)
+int cmd_snapshot(Context& ctx)
 {
     const Args& args = ctx.args();
-    allow_flags(args, {}, "completion");
-    if (args.words.size() != 2 || args.words[1] != "bash")
-        throw UsageError{"usage: lockctl completion bash (zsh: not yet)"};
-    std::cout << R"(# lockctl bash completion: source <(lockctl completion bash)
+    allow_flags(args, {}, "snapshot save");
+    if (args.words.size() != 3 || args.words[1] != "save")
+        throw UsageError{"usage: lockctl snapshot save FILE"};
+    const std::string& file = args.words[2];
+    uint64_t op = 0, size = 0;
+    check(vl_snapshot_save(ctx.client(), -1, file.c_str(), &op, &size), ctx.client());
+    if (ctx.format() == Format::json)
+        print_json({{"file", file}, {"op", op}, {"size", size}});
+    else if (ctx.format() == Format::table)
+        print_table({"FILE", "OP", "SIZE"}, {{file, std::to_string(op), std::to_string(size)}});
+    else
+        std::cout << "Snapshot of op " << op << " (" << size << " bytes) saved to " << file
+                  << "\n";
+    return kExitOk;
+}
+
+const char* const kBashCompletion = R"(# lockctl bash completion: source <(lockctl completion bash)
 _lockctl() {
     local cur prev words
     cur="${COMP_WORDS[COMP_CWORD]}"
     prev="${COMP_WORDS[COMP_CWORD-1]}"
-    local commands="put set get del watch lock elect barrier session sequencer member endpoint status version completion"
+    local commands="put set get del watch lock elect barrier session sequencer member endpoint status snapshot version completion"
     local globals="--endpoints --dial-timeout --command-timeout -w --write-out --help"
     case "$prev" in
         -w|--write-out) COMPREPLY=($(compgen -W "simple json table" -- "$cur")); return ;;
@@ -1100,7 +1116,9 @@ _lockctl() {
         sequencer) COMPREPLY=($(compgen -W "check" -- "$cur")); return ;;
         member) COMPREPLY=($(compgen -W "list" -- "$cur")); return ;;
         endpoint) COMPREPLY=($(compgen -W "status health" -- "$cur")); return ;;
-        completion) COMPREPLY=($(compgen -W "bash" -- "$cur")); return ;;
+        snapshot) COMPREPLY=($(compgen -W "save" -- "$cur")); return ;;
+        save) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")); return ;;
     esac
     if [[ "$cur" == -* ]]; then
         local flags="$globals --prefix --limit --rev-only --consistency --prev-revision --lease --sequencer --rev --shared --ttl --wait --kill-grace --listen --count --once --name"
@@ -1111,6 +1129,98 @@ _lockctl() {
 }
 complete -F _lockctl lockctl
 )";
+
+// zsh's own completion system (_arguments), not bash's through bashcompinit: descriptions
+// for the commands, and each flag's values.
+const char* const kZshCompletion = R"(#compdef lockctl
+# lockctl zsh completion: source <(lockctl completion zsh) after compinit, or save it as
+# _lockctl in a directory on $fpath.
+_lockctl() {
+    local -a commands
+    commands=(
+        'put:write a key'
+        'set:write a key (the same as put)'
+        'get:read a key or a prefix'
+        'del:delete a key or a prefix'
+        'watch:stream changes until interrupted'
+        'lock:hold a lock, or run a command while holding it'
+        'elect:campaign for leadership, or listen to leaders'
+        'barrier:enter a barrier and wait for all members'
+        'session:grant, keep alive, revoke, list or get sessions'
+        'sequencer:check a fencing token'
+        'member:list the cell'"'"'s replicas'
+        'endpoint:status or health of each endpoint'
+        'status:the cell'"'"'s status'
+        'snapshot:back up the newest snapshot of one replica'
+        'version:print the versions'
+        'completion:print a shell completion script'
+    )
+    local -a globals
+    globals=(
+        '--endpoints[comma-separated URLs]:endpoints:'
+        '--dial-timeout[connecting to one endpoint]:duration:'
+        '--command-timeout[one request, every retry included]:duration:'
+        '(-w --write-out)'{-w,--write-out}'[output format]:format:(simple json table)'
+        '(-h --help)'{-h,--help}'[help]'
+    )
+    local curcontext="$curcontext" state line
+    typeset -A opt_args
+    _arguments -C $globals '1:command:->command' '*::argument:->argument' && return 0
+    case $state in
+    command)
+        _describe -t commands 'lockctl command' commands
+        ;;
+    argument)
+        local -a flags
+        flags=($globals)
+        case $words[1] in
+        put|set) flags+=('--prev-revision[only if the key is at this revision]:revision:'
+                         '--lease[attach to a session]:session:'
+                         '--sequencer[fence with a sequencer]:sequencer:') ;;
+        get) flags+=('--prefix[every key under KEY]' '--limit[at most N keys]:count:'
+                     '--rev-only[only the revision]'
+                     '--consistency[linearizable or serializable]:consistency:(l s)') ;;
+        del) flags+=('--prefix[every key under KEY]'
+                     '--prev-revision[only if the key is at this revision]:revision:') ;;
+        watch) flags+=('--prefix[every key under KEY]' '--rev[from this revision]:revision:') ;;
+        lock) flags+=('--shared[a shared lock]' '--ttl[session TTL]:duration:'
+                      '--wait[how long to wait]:duration:'
+                      '--kill-grace[SIGTERM to SIGKILL]:duration:') ;;
+        elect) flags+=('--listen[print each new leader]' '--ttl[session TTL]:duration:') ;;
+        barrier) flags+=('--count[members]:count:' '--wait[how long to wait]:duration:'
+                         '--ttl[session TTL]:duration:') ;;
+        session) flags+=('--ttl[session TTL]:duration:' '--name[session name]:name:'
+                         '--once[one keepalive]')
+                 (( CURRENT == 2 )) && { _values 'session command' grant keepalive revoke list get; return }
+                 ;;
+        sequencer) (( CURRENT == 2 )) && { _values 'sequencer command' check; return } ;;
+        member) (( CURRENT == 2 )) && { _values 'member command' list; return } ;;
+        endpoint) (( CURRENT == 2 )) && { _values 'endpoint command' status health; return } ;;
+        snapshot)
+            (( CURRENT == 2 )) && { _values 'snapshot command' save; return }
+            (( CURRENT == 3 )) && { _files; return }
+            ;;
+        completion) (( CURRENT == 2 )) && { _values 'shell' bash zsh; return } ;;
+        esac
+        _arguments $flags '*:argument:'
+        ;;
+    esac
+}
+if [[ $zsh_eval_context[-1] == loadautofunc ]]; then
+    _lockctl "$@"
+else
+    compdef _lockctl lockctl
+fi
+)";
+
+int cmd_completion(Context& ctx)
+{
+    const Args& args = ctx.args();
+    allow_flags(args, {}, "completion");
+    const std::string shell = args.words.size() == 2 ? args.words[1] : "";
+    if (shell == "bash") std::cout << kBashCompletion;
+    else if (shell == "zsh") std::cout << kZshCompletion;
+    else throw UsageError{"usage: lockctl completion bash|zsh"};
     return kExitOk;
 }
 
@@ -1119,7 +1229,8 @@ const std::map<std::string, std::function<int(Context&)>> kCommands = {
     {"del", cmd_del},         {"watch", cmd_watch},     {"lock", cmd_lock},
     {"elect", cmd_elect},     {"barrier", cmd_barrier}, {"session", cmd_session},
     {"sequencer", cmd_sequencer}, {"member", cmd_member}, {"endpoint", cmd_endpoint},
-    {"status", cmd_status},   {"version", cmd_version}, {"completion", cmd_completion},
+    {"status", cmd_status},   {"snapshot", cmd_snapshot}, {"version", cmd_version},
+    {"completion", cmd_completion},
 };
 
 // The usage lines of one command, for `lockctl CMD --help`, then the global flags.

@@ -2,10 +2,12 @@
 """Runs the clib cell tests: builds a 3-replica cell (scripts/cell, network namespaces), runs each
 test binary given in its client namespace, and tears the cell down whatever happens.
 
-    run_in_cell.py [--example FENCED_WRITE] [--env NAME=VALUE]... BINARY... [-- ARGS]
+    run_in_cell.py [--example FENCED_WRITE] [--env NAME=VALUE]... [--snapshot-every-ops N]
+                   BINARY... [-- ARGS]
 
 --example runs client/c/examples/fenced_write.c's program once, as a user would; --env adds to
-each binary's environment (the lockctl tier passes LOCKCTL=path this way).
+each binary's environment (the lockctl tier passes LOCKCTL=path this way);
+--snapshot-every-ops makes the replicas write snapshots that often (lockctl snapshot save's test).
 
 Needs root and voltlockd ($VOLTLOCKD, else build/voltlockd); without them it says why and exits
 77, which ctest counts as skipped."""
@@ -29,9 +31,12 @@ def main() -> int:
         argv, extra = argv[:at], argv[at + 1:]
     example = None
     extra_env = {}
-    while argv[:1] in (["--example"], ["--env"]):
+    snapshot_every_ops = None
+    while argv[:1] in (["--example"], ["--env"], ["--snapshot-every-ops"]):
         if argv[0] == "--example":
             example = argv[1]
+        elif argv[0] == "--snapshot-every-ops":
+            snapshot_every_ops = int(argv[1])
         else:
             name, _, value = argv[1].partition("=")
             extra_env[name] = value
@@ -43,7 +48,7 @@ def main() -> int:
         print(f"clib cell tests: skipped, {voltlockd_path()} is not built")
         return SKIP
     failed = 0
-    with Cell(replicas=3, name=unique_name("c")) as cell:
+    with Cell(replicas=3, name=unique_name("c"), snapshot_every_ops=snapshot_every_ops) as cell:
         endpoints = ",".join(r["http"] for r in cell.replicas)
         for binary in argv:
             run = os.path.basename(binary)

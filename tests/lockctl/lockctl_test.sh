@@ -2,10 +2,12 @@
 # lockctl as a shell user runs it, against a real 3-replica cell: every command, each output
 # format, every exit code, locks around commands, a watch across a leader kill -9, elections.
 # Runs in the cell's client namespace under tests/clib/run_in_cell.py, which sets LOCKCTL,
-# VL_TEST_ENDPOINTS, VL_TEST_CELL, VL_TEST_CELL_SCRIPT and VL_TEST_RUN.
+# VOLTLOCKD, VL_TEST_ENDPOINTS, VL_TEST_CELL, VL_TEST_CELL_SCRIPT, VL_TEST_CELL_STATE and
+# VL_TEST_RUN; the cell writes a snapshot every 100 ops (for snapshot save).
 set -uo pipefail
 
-: "${LOCKCTL:?} ${VL_TEST_ENDPOINTS:?} ${VL_TEST_CELL:?} ${VL_TEST_CELL_SCRIPT:?} ${VL_TEST_RUN:?}"
+: "${LOCKCTL:?} ${VOLTLOCKD:?} ${VL_TEST_ENDPOINTS:?} ${VL_TEST_CELL:?} ${VL_TEST_CELL_SCRIPT:?}"
+: "${VL_TEST_CELL_STATE:?} ${VL_TEST_RUN:?}"
 export VOLTLOCK_ENDPOINTS=$VL_TEST_ENDPOINTS
 work=$(mktemp -d)
 background=()
@@ -68,6 +70,15 @@ expect 0 lockctl version
 contains "$out" "lockctl version: "
 expect 0 lockctl -w json version
 same "$(json_field "$out" '["api"]')" "v1"
+
+section "snapshot save: a replica without a snapshot yet"
+# First, while the new cell is far from its first snapshot (100 ops).
+expect 4 lockctl snapshot save "$work/early.snap"
+contains "$err" "no_snapshot"
+one_line "$err"
+[ ! -e "$work/early.snap" ] && [ ! -e "$work/early.snap.partial" ] || fail "a file was left behind"
+expect 2 lockctl snapshot save
+expect 2 lockctl snapshot load "$work/x.snap"
 
 section "put, set, get, del in each format"
 expect 0 lockctl put "$P/cfg/a" one
@@ -293,9 +304,82 @@ kill -INT "$beta" "$listener"
 wait "$beta" || fail "elect did not exit 0 on SIGINT"
 wait "$listener"
 
+section "snapshot save: a backup that voltlockd --import-snapshot restores"
+marker="$P-snapshot-marker-$RANDOM"
+expect 0 lockctl put "$P/snap/marker" "$marker"
+# The replicas snapshot every 100 ops: write until the first endpoint's newest snapshot holds
+# the marker (the state machine keeps keys and values as they are, so the bytes show it).
+snapshot_has_marker() {
+    for i in $(seq 1 20); do "$LOCKCTL" put "$P/snap/fill" "$i" >/dev/null || return 1; done
+    "$LOCKCTL" snapshot save "$work/backup.snap" >/dev/null 2>&1 &&
+        grep -aq -- "$marker" "$work/backup.snap"
+}
+until_true 120 snapshot_has_marker || fail "no snapshot with the marker key was saved"
+expect 0 lockctl -w json snapshot save "$work/backup.snap"
+op=$(json_field "$out" '["op"]')
+size=$(json_field "$out" '["size"]')
+same "$(json_field "$out" '["file"]')" "$work/backup.snap"
+[ "$op" -gt 0 ] || fail "no op in $out"
+same "$(stat -c %s "$work/backup.snap")" "$size"
+[ ! -e "$work/backup.snap.partial" ] || fail "the temporary file was left behind"
+expect 0 lockctl snapshot save "$work/simple.snap"
+contains "$out" "saved to $work/simple.snap"
+# One endpoint given: that replica's snapshot; a dead one alone: unreachable, exit 3.
+one_endpoint=${VL_TEST_ENDPOINTS##*,}
+expect 0 lockctl --endpoints "$one_endpoint" snapshot save "$work/last.snap"
+expect 3 lockctl --endpoints http://127.0.0.1:9 --dial-timeout 500ms snapshot save "$work/dead.snap"
+[ ! -e "$work/dead.snap" ] || fail "a file was written without a snapshot"
+expect 2 lockctl snapshot save "$work/no/such/dir/x.snap"
+contains "$err" "cannot create"
+# The restore, as the README's "Restore" does it: into a new, empty data directory.
+replica_config="$VL_TEST_CELL_STATE/r1/config.json"
+restore() { "$VOLTLOCKD" --config "$replica_config" --data-dir "$1" --import-snapshot "$2"; }
+restore "$work/restored" "$work/backup.snap" >"$work/import.log" 2>&1 ||
+    fail "voltlockd --import-snapshot refused the saved file: $(tail -3 "$work/import.log")"
+grep -q "imported the snapshot of op $op" "$work/import.log" ||
+    fail "the import did not name op $op: $(tail -3 "$work/import.log")"
+restore "$work/restored-last" "$work/last.snap" >/dev/null 2>&1 ||
+    fail "voltlockd --import-snapshot refused the file saved from $one_endpoint"
+# Byte for byte what voltlockd --export-snapshot writes: replica 2 stopped, its data directory
+# exported, then restarted; it serves the snapshot it restarted from until it writes a newer one.
+r2_endpoint=$(cut -d, -f3 <<<"$VL_TEST_ENDPOINTS")
+cell stop 2
+"$VOLTLOCKD" --config "$VL_TEST_CELL_STATE/r2/config.json" \
+    --export-snapshot "$work/exported.snap" >"$work/export.log" 2>&1 ||
+    fail "voltlockd --export-snapshot failed: $(tail -3 "$work/export.log")"
+cell start 2
+save_r2() { "$LOCKCTL" --endpoints "$r2_endpoint" --dial-timeout 500ms -w json \
+    snapshot save "$work/r2.snap" >"$work/r2.json" 2>/dev/null; }
+until_true 30 save_r2 || fail "no snapshot saved from the restarted $r2_endpoint"
+exported_op=$(sed -n 's/.*exported the snapshot of op \([0-9]*\).*/\1/p' "$work/export.log")
+saved_op=$(json_field "$(cat "$work/r2.json")" '["op"]')
+if [ "$saved_op" == "$exported_op" ]; then
+    cmp -s "$work/exported.snap" "$work/r2.snap" ||
+        fail "snapshot save and --export-snapshot wrote different files for op $saved_op"
+    echo "   op $saved_op: snapshot save and --export-snapshot wrote the same bytes"
+else
+    echo "   the restarted replica wrote a newer snapshot (op $saved_op) before the save"
+    [ "$saved_op" -gt "$exported_op" ] ||
+        fail "the restarted replica served op $saved_op, older than the exported $exported_op"
+fi
+# The import does check: a damaged copy (one byte flipped mid-file) is refused.
+cp "$work/backup.snap" "$work/damaged.snap"
+printf '\xff' | dd of="$work/damaged.snap" bs=1 seek=$((size / 2)) conv=notrunc status=none
+cmp -s "$work/backup.snap" "$work/damaged.snap" && {
+    printf '\x00' | dd of="$work/damaged.snap" bs=1 seek=$((size / 2)) conv=notrunc status=none; }
+restore "$work/restored-damaged" "$work/damaged.snap" >/dev/null 2>&1 &&
+    fail "voltlockd --import-snapshot accepted a damaged snapshot"
+
 section "completion"
 expect 0 lockctl completion bash
 bash -c "$out"$'\n'"complete -p lockctl" >/dev/null || fail "the completion script does not load"
+contains "$out" "snapshot"
+expect 0 lockctl completion zsh
+contains "$out" "#compdef lockctl"
+# It loads under zsh's own completion system and registers itself for lockctl.
+zsh_check='autoload -U compinit; compinit -u; source <("$LOCKCTL" completion zsh); [[ ${_comps[lockctl]} == _lockctl ]]'
+LOCKCTL=$LOCKCTL HOME=$work zsh -f -c "$zsh_check" >/dev/null 2>&1 ||
+    fail "the zsh completion script does not load: $(HOME=$work zsh -f -c "$zsh_check" 2>&1 | tail -2)"
 expect 2 lockctl completion fish
 
 if [ "$failures" -gt 0 ]; then

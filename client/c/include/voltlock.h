@@ -332,6 +332,16 @@ VL_API vl_status vl_barrier_leave(vl_session *s, const char *name, uint32_t wait
  * "/v1/barriers/NAME", "/healthz", "/readyz". endpoint_index picks the endpoint (from 0 in
  * the list given to vl_client_open), or -1 for any that answers. Free with vl_string_free. */
 VL_API vl_status vl_info_get(vl_client *c, const char *path, int endpoint_index, char **json_out);
+/* Backs up the newest snapshot of one replica (GET /v1/internal/snapshot, docs/lockctl.md):
+ * fetched chunk by chunk from endpoint_index (or, with -1, the first endpoint that answers, in
+ * list order), every chunk's CRC-32C and the whole snapshot's checked, written to path + ".partial",
+ * fsynced and renamed onto path. The file is what `voltlockd --export-snapshot` writes and
+ * `voltlockd --import-snapshot` reads. A snapshot replaced during the fetch is fetched again
+ * from the start. On an error nothing is left at path (an older file there stays). The
+ * snapshot's op and size come back through op_out and size_out (either may be NULL). A replica
+ * with no snapshot yet answers VL_ERR_SERVER_OTHER with "no_snapshot: ..." in the error text. */
+VL_API vl_status vl_snapshot_save(vl_client *c, int endpoint_index, const char *path,
+                                  uint64_t *op_out, uint64_t *size_out);
 /* How many endpoints the client was given, and the i-th (valid until vl_client_close). */
 VL_API size_t vl_client_endpoint_count(const vl_client *c);
 VL_API const char *vl_client_endpoint(const vl_client *c, size_t index);

@@ -1,6 +1,8 @@
 // The C ABI of libvoltlock (include/voltlock.h) over the codec and the transport. Every entry
 // point catches everything: no exception crosses the ABI.
+#include <charconv>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -11,9 +13,13 @@
 #include <thread>
 #include <unordered_map>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <httplib.h>
 
 #include "codec.h"
+#include "core/checksum.h"
 #include "transport.h"
 #include "voltlock.h"
 
@@ -415,6 +421,118 @@ std::optional<Json> session_request(const vl_client* c, uint32_t ttl_ms, uint32_
         body["name"] = name;
     }
     return body;
+}
+
+
+// ---- Snapshot backups (vl_snapshot_save) -------------------------------------------------------
+// The client of the replicas' state-transfer endpoint (server/shell/snapshot_transfer.h): the
+// same headers, checksum (core/checksum.h, shared with the server) and chunk rules.
+
+constexpr const char* kSnapshotPath = "/v1/internal/snapshot";
+// A snapshot replaced by a newer one mid-fetch (HTTP 409) is fetched again from byte 0, this
+// many times at most: a replica writes one every --snapshot-every-ops, not continuously.
+constexpr int kSnapshotRefetches = 5;
+
+struct SnapshotFetch {
+    vl_status status = VL_OK;
+    std::string text;
+    bool unreachable = false;  // a transport failure: the next endpoint may answer
+    uint64_t op = 0;
+    uint64_t size = 0;
+};
+
+bool header_u64(const httplib::Response& response, const char* name, uint64_t& out)
+{
+    const std::string value = response.get_header_value(name);
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), out);
+    return !value.empty() && error == std::errc{} && end == value.data() + value.size();
+}
+
+// The whole snapshot endpoint `index` serves, written to `out` from its start.
+SnapshotFetch fetch_snapshot_into(Transport& transport, size_t index, std::FILE* out)
+{
+    const Endpoint& endpoint = transport.endpoints()[index];
+    auto client = transport.checkout(index);
+    client->set_connection_timeout(transport.options().dial_timeout);
+    client->set_read_timeout(transport.options().command_timeout);
+    client->set_write_timeout(transport.options().command_timeout);
+    const auto failed = [&](vl_status status, const std::string& text) {
+        return SnapshotFetch{.status = status, .text = endpoint.url + ": " + text};
+    };
+    for (int fetch = 0; fetch < kSnapshotRefetches; fetch++) {
+        if (std::fseek(out, 0, SEEK_SET) != 0 || ::ftruncate(fileno(out), 0) != 0)
+            return failed(VL_ERR_INVALID_ARGUMENT, std::string("cannot rewind the file: ") +
+                                                std::strerror(errno));
+        uint64_t op = 0, size = 0, whole_crc = 0, offset = 0;
+        uint32_t running_crc = 0;
+        bool replaced = false;
+        do {
+            const std::string path = std::string(kSnapshotPath) + "?offset=" + u64(offset) +
+                                     (op ? "&op=" + u64(op) : std::string{});
+            const auto response = client->Get(path);
+            if (!response) {
+                transport.note_failure(index);
+                SnapshotFetch fetch_failed =
+                    failed(VL_ERR_TRANSPORT, httplib::to_string(response.error()));
+                fetch_failed.unreachable = true;
+                return fetch_failed;
+            }
+            if (response->status == 409) {
+                replaced = true;
+                break;
+            }
+            if (response->status != 200) {
+                Json body;
+                const Failure failure =
+                    decode_answer(Answer{response->status, response->body, std::nullopt}, &body);
+                return failed(failure.status, failure.text);
+            }
+            uint64_t served_op = 0, served_size = 0, served_crc = 0, chunk_crc = 0;
+            if (!header_u64(*response, "X-Voltlock-Snapshot-Op", served_op) ||
+                !header_u64(*response, "X-Voltlock-Snapshot-Size", served_size) ||
+                !header_u64(*response, "X-Voltlock-Snapshot-Crc32c", served_crc) ||
+                !header_u64(*response, "X-Voltlock-Chunk-Crc32c", chunk_crc))
+                return failed(VL_ERR_PROTOCOL, "a snapshot chunk without its headers");
+            if (op == 0) {
+                op = served_op;
+                size = served_size;
+                whole_crc = served_crc;
+            }
+            const std::string& chunk = response->body;
+            if (served_op != op || served_size != size || served_crc != whole_crc ||
+                chunk.size() > size - offset || (chunk.empty() && offset < size))
+                return failed(VL_ERR_PROTOCOL, "a chunk that does not continue the snapshot");
+            if (voltlock::crc32c(chunk) != chunk_crc)
+                return failed(VL_ERR_PROTOCOL,
+                              "the chunk at byte " + u64(offset) + " failed its checksum");
+            if (std::fwrite(chunk.data(), 1, chunk.size(), out) != chunk.size())
+                return failed(VL_ERR_INVALID_ARGUMENT,
+                              std::string("cannot write the file: ") + std::strerror(errno));
+            running_crc = voltlock::crc32c(chunk, running_crc);
+            offset += chunk.size();
+        } while (offset < size);
+        if (replaced) continue;
+        transport.checkin(index, std::move(client));
+        if (running_crc != whole_crc)
+            return failed(VL_ERR_PROTOCOL, "the whole snapshot of op " + u64(op) +
+                                               " failed its checksum");
+        return SnapshotFetch{.op = op, .size = size};
+    }
+    return failed(VL_ERR_UNAVAILABLE, "the snapshot was replaced by a newer one " +
+                                          std::to_string(kSnapshotRefetches) +
+                                          " times during the fetch; try again");
+}
+
+// Makes a rename in `path`'s directory durable.
+bool sync_parent_directory(const std::string& path)
+{
+    const size_t slash = path.rfind('/');
+    const std::string directory = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+    const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return false;
+    const bool synced = ::fsync(fd) == 0;
+    ::close(fd);
+    return synced;
 }
 
 }  // namespace
@@ -901,6 +1019,50 @@ vl_status vl_info_get(vl_client* c, const char* path, int endpoint_index, char**
         if (status != VL_OK) return status;
         *json_out = copy_string(body.dump());
         return *json_out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+    });
+}
+
+vl_status vl_snapshot_save(vl_client* c, int endpoint_index, const char* path, uint64_t* op_out,
+                           uint64_t* size_out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return guarded(c->errors, [&] {
+        if (!path || !*path) return invalid(c->errors, "path is required");
+        const size_t count = c->transport.endpoints().size();
+        if (endpoint_index >= int(count))
+            return invalid(c->errors, "endpoint_index is past the list");
+        // Whole or not at all: written aside, synced, then renamed into place.
+        const std::string target = path;
+        const std::string partial = target + ".partial";
+        std::FILE* out = std::fopen(partial.c_str(), "wb");
+        if (!out)
+            return c->errors.set(VL_ERR_INVALID_ARGUMENT, "cannot create " + partial + ": " +
+                                                              std::strerror(errno));
+        SnapshotFetch fetched{.status = VL_ERR_TRANSPORT, .text = "no endpoint was tried"};
+        const size_t first = endpoint_index < 0 ? 0 : size_t(endpoint_index);
+        const size_t last = endpoint_index < 0 ? count : first + 1;
+        for (size_t index = first; index < last; index++) {
+            fetched = fetch_snapshot_into(c->transport, index, out);
+            if (!fetched.unreachable) break;
+        }
+        bool written = fetched.status == VL_OK && std::fflush(out) == 0 &&
+                       ::fsync(fileno(out)) == 0;
+        const int write_error = errno;
+        written = std::fclose(out) == 0 && written;
+        if (fetched.status != VL_OK) {
+            std::remove(partial.c_str());
+            return c->errors.set(fetched.status, fetched.text);
+        }
+        if (!written || std::rename(partial.c_str(), target.c_str()) != 0 ||
+            !sync_parent_directory(target)) {
+            const int error = written ? errno : write_error;
+            std::remove(partial.c_str());
+            return c->errors.set(VL_ERR_INVALID_ARGUMENT,
+                                 "cannot write " + target + ": " + std::strerror(error));
+        }
+        if (op_out) *op_out = fetched.op;
+        if (size_out) *size_out = fetched.size;
+        return c->errors.set(VL_OK, "");
     });
 }
 
