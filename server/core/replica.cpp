@@ -71,6 +71,7 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
         }
         persisted_view_ = {view_, last_normal_view_};
     }
+    been_normal_ = status_ == Status::normal;  // a fresh cell's replica starts in normal status
 }
 
 void Replica::step(const Input& input, Effects& out)
@@ -802,7 +803,13 @@ void Replica::on_recovery(const Recovery& m)
     // directory, or taking part in the restart's view change with it, saying so.
     const bool restarting = (status_ == Status::recovering && restored_) ||
                             (restart_view_change_ && !joining(view_));
-    if ((status_ != Status::normal || state_unconfirmed_) && !restarting) return;
+    // A replica changing views with the cell's state (a leader that heard no quorum steps down
+    // into one) answers too, so that a restart does not leave its state out: its answer names
+    // a view past its last normal view, which §4.3 step 3 does not count (issue 11, scenario 2).
+    const bool live_changing_views = status_ == Status::view_change && been_normal_ &&
+                                     !state_unconfirmed_ && !restart_view_change_;
+    if ((status_ != Status::normal || state_unconfirmed_) && !restarting && !live_changing_views)
+        return;
     send(m.replica, RecoveryResponse{.view = view_,
                                      .replica = config_.replica,
                                      .nonce = m.nonce,
@@ -824,13 +831,25 @@ void Replica::on_recovery_response(const RecoveryResponse& m)
     }
     restart_votes_.erase(m.replica);
     recovery_responses_[m.replica] = m;
-    // §4.3 step 3: f + 1 responses, one of them from the leader of the latest view among them.
-    if (recovery_responses_.size() < quorum()) return;
+    // §4.3 step 3: f + 1 responses from replicas in normal status (in view change, a replica's
+    // view is past its last normal view), one of them from the leader of the latest view.
+    const auto in_normal_status = [](const RecoveryResponse& response) {
+        return response.view == response.last_normal_view;
+    };
+    size_t normal_responses = 0;
     View latest = 0;
-    for (const auto& [replica, response] : recovery_responses_)
+    for (const auto& [replica, response] : recovery_responses_) {
+        if (!in_normal_status(response)) continue;
+        normal_responses += 1;
         latest = std::max(latest, response.view);
+    }
+    if (normal_responses < quorum()) {
+        maybe_restart_cell();  // an answer from a replica changing views may complete a restart
+        return;
+    }
     const auto leader_response = recovery_responses_.find(leader_of(latest));
-    if (leader_response == recovery_responses_.end() || leader_response->second.view != latest)
+    if (leader_response == recovery_responses_.end() || leader_response->second.view != latest ||
+        !in_normal_status(leader_response->second))
         return;
     if (state_unconfirmed_) {
         // A state restored from a snapshot alone may not be the cell's history (the cell may
@@ -1400,6 +1419,7 @@ void Replica::enter_normal(View view)
     reset_view_state();
     restart_view_change_ = false;
     status_ = Status::normal;
+    been_normal_ = true;
     view_ = view;
     last_normal_view_ = view;
     status_since_tick_ = tick_;

@@ -479,6 +479,9 @@ private:
     // What it restored is everything it acknowledged (durability sync, or a clean stop): it
     // takes part in view changes with it as VR's replicas do.
     bool restored_whole_ = false;
+    // This process has run in normal status: unlike a state being restored, its state has been
+    // the cell's, so it answers a Recovery also while changing views (on_recovery).
+    bool been_normal_ = false;
     std::map<ReplicaIndex, RecoveryResponse> restart_votes_;
     // Replicated with the state: the view of the last restart fence applied (0: none). States of
     // an older restart epoch are from before a restart that went on without them.

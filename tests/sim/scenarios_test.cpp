@@ -742,9 +742,14 @@ TEST_CASE("durability snapshot: f + 1 replicas restart from older snapshots whil
 {
     // Issue 11, scenario 2: r0 killed; ops committed by r1 and r2; r2 killed; r0 and r2 restart
     // from their snapshots. They used to restart the cell between them, from their snapshots,
-    // and r1, which never stopped, installed their state and dropped the ops it held.
-    for (const bool electrode : {false, true}) {
+    // and r1, which never stopped, installed their state and dropped the ops it held. Down for
+    // long, r1 has stepped down (it hears no quorum) and is changing views when they come back.
+    const uint64_t timeout_ticks = ReplicaConfig{}.view_change_timeout_ticks;
+    for (const auto& [electrode, down_ticks] :
+         {std::pair{false, uint64_t{10}}, std::pair{true, uint64_t{10}},
+          std::pair{false, 10 * timeout_ticks}, std::pair{true, 10 * timeout_ticks}}) {
         CAPTURE(electrode);
+        CAPTURE(down_ticks);
         ClusterOptions options = storage_options(3, 714, false);
         if (electrode)
             options.electrode.assign(3, ElectrodeOptions{.attached = true,
@@ -760,7 +765,7 @@ TEST_CASE("durability snapshot: f + 1 replicas restart from older snapshots whil
         const std::vector<CommittedOp> committed = cluster.committed();
         REQUIRE(cluster.disk_snapshot_op(0) < committed.size());
         REQUIRE(cluster.disk_snapshot_op(2) < committed.size());
-        cluster.run_ticks(10);
+        cluster.run_ticks(down_ticks);
         cluster.restart_from_disk(0);
         cluster.restart_from_disk(2);
         require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 3'000,

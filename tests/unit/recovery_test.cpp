@@ -32,7 +32,8 @@ TEST_CASE("§4.3 step 1: a recovering replica broadcasts Recovery with a nonce")
     CHECK(again.back().nonce != nonce);
 }
 
-TEST_CASE("§4.3 step 2: only replicas in normal status answer Recovery")
+TEST_CASE("§4.3 step 2: replicas in normal status answer Recovery; one changing views answers "
+          "with a view past its last normal view, which step 3 does not count")
 {
     TestReplica normal(test_config(0, 3));
     normal.receive(Recovery{.replica = 2, .nonce = 77});
@@ -45,7 +46,18 @@ TEST_CASE("§4.3 step 2: only replicas in normal status answer Recovery")
     changing.tick(20);
     REQUIRE(changing->status() == Status::view_change);
     changing.receive(Recovery{.replica = 2, .nonce = 77});
-    CHECK(changing.sent_to<RecoveryResponse>(2).empty());
+    const auto changing_responses = changing.sent_to<RecoveryResponse>(2);
+    REQUIRE(changing_responses.size() == 1);  // a restart must not leave its state out
+    CHECK(changing_responses[0].view > changing_responses[0].last_normal_view);
+
+    TestReplica recovering(test_config(2, 3), StartRecovering{.nonce = 5});
+    const uint64_t nonce = recovery_nonce_sent(recovering);
+    for (const ReplicaIndex r : {ReplicaIndex{0}, ReplicaIndex{1}})
+        recovering.receive(RecoveryResponse{.view = 1, .replica = r, .nonce = nonce, .op = 1,
+                                            .commit = 1, .last_normal_view = 0});
+    // Counted as normal, r1 would be view 1's leader among f + 1 answers: a fetch from it.
+    CHECK(recovering.sent_to<GetState>(1).empty());
+    CHECK(recovering->status() == Status::recovering);
 }
 
 TEST_CASE("§4.3 step 3: f + 1 answers including the latest view's leader, then the log")
@@ -54,16 +66,16 @@ TEST_CASE("§4.3 step 3: f + 1 answers including the latest view's leader, then 
     const uint64_t nonce = recovery_nonce_sent(recovering);
 
     recovering.receive(RecoveryResponse{.view = 3, .replica = 1, .nonce = nonce + 1, .op = 9,
-                                        .commit = 9});
+                                        .commit = 9, .last_normal_view = 3});
     recovering.receive(RecoveryResponse{.view = 3, .replica = 1, .nonce = nonce, .op = 1,
-                                        .commit = 1});
+                                        .commit = 1, .last_normal_view = 3});
     CHECK(recovering.sent_to<GetState>(0).empty());  // one answer is not f + 1
     recovering.receive(RecoveryResponse{.view = 2, .replica = 0, .nonce = nonce, .op = 1,
-                                        .commit = 1});
+                                        .commit = 1, .last_normal_view = 2});
     CHECK(recovering.sent_to<GetState>(0).empty());  // replica 0 does not lead view 3
 
     recovering.receive(RecoveryResponse{.view = 3, .replica = 0, .nonce = nonce, .op = 2,
-                                        .commit = 1});
+                                        .commit = 1, .last_normal_view = 3});
     const auto fetches = recovering.sent_to<GetState>(0);  // leader of view 3
     REQUIRE(fetches.size() == 1);
     CHECK(fetches[0].view == 3);
