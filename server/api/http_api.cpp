@@ -317,6 +317,13 @@ void HttpApi::install_routes()
 
 // ---- Proposing ---------------------------------------------------------------------------------
 
+void HttpApi::run_op_answering_result(const CallPtr& call, const LockOp& op)
+{
+    run_op(call, op, 0, [call](const OpResult& result) {
+        call->answer_json(200, result_json(result, ValueEncoding::automatic));
+    });
+}
+
 void HttpApi::run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, Answer answer,
                      LeaderPath::Relay relay)
 {
@@ -570,9 +577,7 @@ void HttpApi::release(const CallPtr& call)
 {
     auto op = release_op(call->match(1), call->body, max_message_bytes_);
     if (!op.ok()) return call->fail(op.error());
-    run_op(call, op.value(), 0, [call](const OpResult& result) {
-        call->answer_json(200, result_json(result, ValueEncoding::automatic));
-    });
+    run_op_answering_result(call, op.value());
 }
 
 void HttpApi::get_locks(const CallPtr& call, bool one)
@@ -599,9 +604,7 @@ void HttpApi::check_sequencer(const CallPtr& call)
 {
     auto op = check_sequencer_op(call->body, max_message_bytes_);
     if (!op.ok()) return call->fail(op.error());
-    run_op(call, op.value(), 0, [call](const OpResult& result) {
-        call->answer_json(200, result_json(result, ValueEncoding::automatic));
-    });
+    run_op_answering_result(call, op.value());
 }
 
 // ---- Key/value ---------------------------------------------------------------------------------
@@ -644,9 +647,7 @@ void HttpApi::put_kv(const CallPtr& call)
 {
     auto op = put_op(call->match(1), call->body, max_message_bytes_);
     if (!op.ok()) return call->fail(op.error());
-    run_op(call, op.value(), 0, [call](const OpResult& result) {
-        call->answer_json(200, result_json(result, ValueEncoding::automatic));
-    });
+    run_op_answering_result(call, op.value());
 }
 
 void HttpApi::delete_kv(const CallPtr& call)
@@ -659,9 +660,7 @@ void HttpApi::delete_kv(const CallPtr& call)
     if (auto bad = check_name("key", key, prefix.value())) return call->fail(*bad);
     auto op = delete_op(key, prefix.value(), prev.value(), call->body, max_message_bytes_);
     if (!op.ok()) return call->fail(op.error());
-    run_op(call, op.value(), 0, [call](const OpResult& result) {
-        call->answer_json(200, result_json(result, ValueEncoding::automatic));
-    });
+    run_op_answering_result(call, op.value());
 }
 
 // ---- Watches -----------------------------------------------------------------------------------

@@ -60,6 +60,8 @@ private:
     // what a forwarded answer becomes here (waits that continue at this replica).
     void run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, Answer answer,
                 LeaderPath::Relay relay = {});
+    // run_op for an op whose result is answered as it is: 200 with its JSON.
+    void run_op_answering_result(const CallPtr& call, const LockOp& op);
     // A linearizable read of state the ops do not return (sessions, locks, barriers): a no-op
     // through the log, then `snapshot` on the leader right after it is applied.
     void read_at_leader(const CallPtr& call, std::function<Json()> snapshot);
