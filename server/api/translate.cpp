@@ -40,10 +40,9 @@ Parsed<uint64_t> get_u64(const Json& object, std::string_view field,
 Parsed<uint32_t> get_u32(const Json& object, std::string_view field,
                          std::optional<uint32_t> otherwise)
 {
-    auto value = get_u64(object, field, otherwise);
-    if (!value.ok()) return value.error();
+    auto value = VL_TRY(get_u64(object, field, otherwise));
     return static_cast<uint32_t>(
-        std::min<uint64_t>(value.value(), std::numeric_limits<uint32_t>::max()));
+        std::min<uint64_t>(value, std::numeric_limits<uint32_t>::max()));
 }
 
 Parsed<std::string> get_string(const Json& object, std::string_view field,
@@ -60,11 +59,11 @@ Parsed<std::string> get_string(const Json& object, std::string_view field,
 
 Parsed<SessionId> get_session(const Json& object, bool required)
 {
-    auto session = get_u64(object, "session", required ? std::nullopt
-                                                       : std::optional<uint64_t>(0));
-    if (!session.ok()) return session.error();
-    if (required && session.value() == 0) return invalid_field("session", "must be >= 1");
-    return session.value();
+    const std::optional<uint64_t> otherwise =
+        required ? std::nullopt : std::optional<uint64_t>(0);
+    auto session = VL_TRY(get_u64(object, "session", otherwise));
+    if (required && session == 0) return invalid_field("session", "must be >= 1");
+    return session;
 }
 
 std::string thousands(uint64_t n)
@@ -240,23 +239,20 @@ Parsed<std::optional<ClientIdentity>> parse_identity(const std::optional<std::st
                            "send both or neither",
                            Json{{"field", client_id ? "X-Voltlock-Request-Number"
                                                     : "X-Voltlock-Client-Id"}});
-    auto id = parse_u64_param("X-Voltlock-Client-Id", *client_id);
-    if (!id.ok()) return id.error();
-    auto n = parse_u64_param("X-Voltlock-Request-Number", *number);
-    if (!n.ok()) return n.error();
-    if (id.value() == 0 || n.value() == 0)
+    auto id = VL_TRY(parse_u64_param("X-Voltlock-Client-Id", *client_id));
+    auto n = VL_TRY(parse_u64_param("X-Voltlock-Request-Number", *number));
+    if (id == 0 || n == 0)
         return bad_request("invalid_argument",
                            "X-Voltlock-Client-Id and X-Voltlock-Request-Number must be >= 1");
-    return std::optional<ClientIdentity>{ClientIdentity{id.value(), n.value()}};
+    return std::optional<ClientIdentity>{ClientIdentity{id, n}};
 }
 
 Parsed<LockMode> parse_mode(const Json& json)
 {
-    auto mode = get_string(json, "mode", "exclusive");
-    if (!mode.ok()) return mode.error();
-    if (mode.value() == "exclusive") return LockMode::exclusive;
-    if (mode.value() == "shared") return LockMode::shared;
-    return invalid_field("mode", "must be exclusive or shared, not '" + mode.value() + "'");
+    auto mode = VL_TRY(get_string(json, "mode", "exclusive"));
+    if (mode == "exclusive") return LockMode::exclusive;
+    if (mode == "shared") return LockMode::shared;
+    return invalid_field("mode", "must be exclusive or shared, not '" + mode + "'");
 }
 
 Parsed<Sequencer> parse_sequencer(const Json& json, std::string_view field)
@@ -268,16 +264,12 @@ Parsed<Sequencer> parse_sequencer(const Json& json, std::string_view field)
             return bad_request("unknown_field",
                                "unknown field '" + name + "' in " + std::string(field),
                                Json{{"field", std::string(field) + "." + name}});
-    auto lock = get_string(json, "lock", std::nullopt);
-    if (!lock.ok()) return lock.error();
-    auto mode = parse_mode(json);
-    if (!mode.ok()) return mode.error();
-    auto generation = get_u64(json, "generation", std::nullopt);
-    if (!generation.ok()) return generation.error();
-    auto session = get_session(json, true);
-    if (!session.ok()) return session.error();
-    return Sequencer{.lock = lock.value(), .mode = mode.value(),
-                     .generation = generation.value(), .session = session.value()};
+    auto lock = VL_TRY(get_string(json, "lock", std::nullopt));
+    auto mode = VL_TRY(parse_mode(json));
+    auto generation = VL_TRY(get_u64(json, "generation", std::nullopt));
+    auto session = VL_TRY(get_session(json, true));
+    return Sequencer{.lock = lock, .mode = mode,
+                     .generation = generation, .session = session};
 }
 
 Json sequencer_json(const Sequencer& s)
@@ -293,9 +285,8 @@ Parsed<std::optional<Sequencer>> get_optional_sequencer(const Json& json)
 {
     const auto it = json.find("sequencer");
     if (it == json.end() || it->is_null()) return std::optional<Sequencer>{};
-    auto sequencer = parse_sequencer(*it);
-    if (!sequencer.ok()) return sequencer.error();
-    return std::optional<Sequencer>{sequencer.value()};
+    auto sequencer = VL_TRY(parse_sequencer(*it));
+    return std::optional<Sequencer>{sequencer};
 }
 
 }  // namespace
@@ -304,96 +295,76 @@ Parsed<std::optional<Sequencer>> get_optional_sequencer(const Json& json)
 
 Parsed<LockOp> create_session_op(std::string_view body, uint32_t max_message_bytes)
 {
-    auto json = parse_object(body, {"ttl_ms", "lock_delay_ms", "name"});
-    if (!json.ok()) return json.error();
-    auto ttl = get_u32(json.value(), "ttl_ms", std::nullopt);
-    if (!ttl.ok()) return ttl.error();
-    auto delay = get_u32(json.value(), "lock_delay_ms", 0);
-    if (!delay.ok()) return delay.error();
-    auto name = get_string(json.value(), "name", "");
-    if (!name.ok()) return name.error();
-    return finish(CreateSession{.ttl_ms = ttl.value(), .lock_delay_ms = delay.value(),
-                                .name = name.value()},
+    auto json = VL_TRY(parse_object(body, {"ttl_ms", "lock_delay_ms", "name"}));
+    auto ttl = VL_TRY(get_u32(json, "ttl_ms", std::nullopt));
+    auto delay = VL_TRY(get_u32(json, "lock_delay_ms", 0));
+    auto name = VL_TRY(get_string(json, "name", ""));
+    return finish(CreateSession{.ttl_ms = ttl, .lock_delay_ms = delay,
+                                .name = name},
                   max_message_bytes);
 }
 
 Parsed<LockOp> acquire_op(const std::string& lock, std::string_view body,
                           uint32_t max_message_bytes)
 {
-    auto json = parse_object(body, {"session", "mode", "wait_ms"});
-    if (!json.ok()) return json.error();
-    auto session = get_session(json.value(), true);
-    if (!session.ok()) return session.error();
-    auto mode = parse_mode(json.value());
-    if (!mode.ok()) return mode.error();
-    auto wait = get_u32(json.value(), "wait_ms", 0);
-    if (!wait.ok()) return wait.error();
-    return finish(Acquire{.lock = lock, .session = session.value(), .mode = mode.value(),
-                          .wait_ms = wait.value()},
+    auto json = VL_TRY(parse_object(body, {"session", "mode", "wait_ms"}));
+    auto session = VL_TRY(get_session(json, true));
+    auto mode = VL_TRY(parse_mode(json));
+    auto wait = VL_TRY(get_u32(json, "wait_ms", 0));
+    return finish(Acquire{.lock = lock, .session = session, .mode = mode,
+                          .wait_ms = wait},
                   max_message_bytes);
 }
 
 Parsed<LockOp> release_op(const std::string& lock, std::string_view body,
                           uint32_t max_message_bytes)
 {
-    auto json = parse_object(body, {"session"});
-    if (!json.ok()) return json.error();
-    auto session = get_session(json.value(), true);
-    if (!session.ok()) return session.error();
-    return finish(Release{.lock = lock, .session = session.value()}, max_message_bytes);
+    auto json = VL_TRY(parse_object(body, {"session"}));
+    auto session = VL_TRY(get_session(json, true));
+    return finish(Release{.lock = lock, .session = session}, max_message_bytes);
 }
 
 Parsed<LockOp> check_sequencer_op(std::string_view body, uint32_t max_message_bytes)
 {
-    auto json = parse_object(body, {"sequencer"});
-    if (!json.ok()) return json.error();
-    if (!json.value().contains("sequencer")) return invalid_field("sequencer", "required");
-    auto sequencer = parse_sequencer(json.value()["sequencer"]);
-    if (!sequencer.ok()) return sequencer.error();
-    return finish(CheckSequencer{.sequencer = sequencer.value()}, max_message_bytes);
+    auto json = VL_TRY(parse_object(body, {"sequencer"}));
+    if (!json.contains("sequencer")) return invalid_field("sequencer", "required");
+    auto sequencer = VL_TRY(parse_sequencer(json["sequencer"]));
+    return finish(CheckSequencer{.sequencer = sequencer}, max_message_bytes);
 }
 
 Parsed<LockOp> put_op(const std::string& key, std::string_view body, uint32_t max_message_bytes)
 {
-    auto json = parse_object(body, {"value", "encoding", "prev_revision", "session", "sequencer"});
-    if (!json.ok()) return json.error();
-    auto text = get_string(json.value(), "value", std::nullopt);
-    if (!text.ok()) return text.error();
-    auto encoding = get_string(json.value(), "encoding", "utf8");
-    if (!encoding.ok()) return encoding.error();
+    auto json = VL_TRY(parse_object(body, {"value", "encoding", "prev_revision", "session", "sequencer"}));
+    auto text = VL_TRY(get_string(json, "value", std::nullopt));
+    auto encoding = VL_TRY(get_string(json, "encoding", "utf8"));
     Put put{.key = key};
-    if (encoding.value() == "base64") {
-        auto bytes = base64_decode(text.value());
+    if (encoding == "base64") {
+        auto bytes = base64_decode(text);
         if (!bytes) return invalid_field("value", "not valid base64 (RFC 4648, with padding)");
         put.value = std::move(*bytes);
-    } else if (encoding.value() == "utf8") {
-        put.value = text.value();
+    } else if (encoding == "utf8") {
+        put.value = text;
     } else {
-        return invalid_field("encoding", "must be utf8 or base64, not '" + encoding.value() + "'");
+        return invalid_field("encoding", "must be utf8 or base64, not '" + encoding + "'");
     }
-    if (json.value().contains("prev_revision") && !json.value()["prev_revision"].is_null()) {
-        auto prev = get_u64(json.value(), "prev_revision", std::nullopt);
-        if (!prev.ok()) return prev.error();
-        put.prev_revision = prev.value();
+    if (json.contains("prev_revision") && !json["prev_revision"].is_null()) {
+        auto prev = VL_TRY(get_u64(json, "prev_revision", std::nullopt));
+        put.prev_revision = prev;
     }
-    auto session = get_session(json.value(), false);
-    if (!session.ok()) return session.error();
-    put.session = session.value();
-    auto sequencer = get_optional_sequencer(json.value());
-    if (!sequencer.ok()) return sequencer.error();
-    put.sequencer = sequencer.value();
+    auto session = VL_TRY(get_session(json, false));
+    put.session = session;
+    auto sequencer = VL_TRY(get_optional_sequencer(json));
+    put.sequencer = sequencer;
     return finish(std::move(put), max_message_bytes);
 }
 
 Parsed<LockOp> delete_op(const std::string& key, bool prefix, std::optional<uint64_t> prev_revision,
                          std::string_view body, uint32_t max_message_bytes)
 {
-    auto json = parse_object(body, {"sequencer"});
-    if (!json.ok()) return json.error();
-    auto sequencer = get_optional_sequencer(json.value());
-    if (!sequencer.ok()) return sequencer.error();
+    auto json = VL_TRY(parse_object(body, {"sequencer"}));
+    auto sequencer = VL_TRY(get_optional_sequencer(json));
     return finish(Delete{.key = key, .prefix = prefix, .prev_revision = prev_revision,
-                         .sequencer = sequencer.value()},
+                         .sequencer = sequencer},
                   max_message_bytes);
 }
 
@@ -409,30 +380,23 @@ Parsed<LockOp> get_op(const std::string& key, bool prefix, const std::string& af
 Parsed<LockOp> barrier_enter_op(const std::string& barrier, std::string_view body,
                                 uint32_t max_message_bytes)
 {
-    auto json = parse_object(body, {"session", "count", "wait_ms"});
-    if (!json.ok()) return json.error();
-    auto session = get_session(json.value(), true);
-    if (!session.ok()) return session.error();
-    auto count = get_u32(json.value(), "count", std::nullopt);
-    if (!count.ok()) return count.error();
-    auto wait = get_u32(json.value(), "wait_ms", 0);
-    if (!wait.ok()) return wait.error();
-    return finish(BarrierEnter{.barrier = barrier, .session = session.value(),
-                               .count = count.value(), .wait_ms = wait.value()},
+    auto json = VL_TRY(parse_object(body, {"session", "count", "wait_ms"}));
+    auto session = VL_TRY(get_session(json, true));
+    auto count = VL_TRY(get_u32(json, "count", std::nullopt));
+    auto wait = VL_TRY(get_u32(json, "wait_ms", 0));
+    return finish(BarrierEnter{.barrier = barrier, .session = session,
+                               .count = count, .wait_ms = wait},
                   max_message_bytes);
 }
 
 Parsed<LockOp> barrier_leave_op(const std::string& barrier, std::string_view body,
                                 uint32_t max_message_bytes)
 {
-    auto json = parse_object(body, {"session", "wait_ms"});
-    if (!json.ok()) return json.error();
-    auto session = get_session(json.value(), true);
-    if (!session.ok()) return session.error();
-    auto wait = get_u32(json.value(), "wait_ms", 0);
-    if (!wait.ok()) return wait.error();
-    return finish(BarrierLeave{.barrier = barrier, .session = session.value(),
-                               .wait_ms = wait.value()},
+    auto json = VL_TRY(parse_object(body, {"session", "wait_ms"}));
+    auto session = VL_TRY(get_session(json, true));
+    auto wait = VL_TRY(get_u32(json, "wait_ms", 0));
+    return finish(BarrierLeave{.barrier = barrier, .session = session,
+                               .wait_ms = wait},
                   max_message_bytes);
 }
 

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/expected.h"
 #include "core/lock_machine.h"
 #include "core/lock_ops.h"
 
@@ -37,18 +38,7 @@ Json error_body(const ApiError& error);
 
 // A value or the ApiError explaining why there is none.
 template <typename T>
-class Parsed {
-public:
-    Parsed(T value) : value_(std::move(value)) {}
-    Parsed(ApiError error) : value_(std::move(error)) {}
-    bool ok() const { return std::holds_alternative<T>(value_); }
-    T& value() { return std::get<T>(value_); }
-    const T& value() const { return std::get<T>(value_); }
-    const ApiError& error() const { return std::get<ApiError>(value_); }
-
-private:
-    std::variant<T, ApiError> value_;
-};
+using Parsed = Expected<T, ApiError>;
 
 // ---- Building blocks ---------------------------------------------------------------------------
 

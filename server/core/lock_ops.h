@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/expected.h"
 #include "core/types.h"
 
 namespace voltlock {
@@ -431,18 +432,7 @@ const char* op_decode_error_name(OpDecodeError error);
 
 // Either a value or the reason the buffer was rejected.
 template <typename T>
-class OpDecodeResult {
-public:
-    OpDecodeResult(T value) : value_(std::move(value)) {}
-    OpDecodeResult(OpDecodeError error) : value_(error) {}
-    bool ok() const { return std::holds_alternative<T>(value_); }
-    const T& value() const { return std::get<T>(value_); }
-    T& value() { return std::get<T>(value_); }
-    OpDecodeError error() const { return std::get<OpDecodeError>(value_); }
-
-private:
-    std::variant<T, OpDecodeError> value_;
-};
+using OpDecodeResult = Expected<T, OpDecodeError>;
 
 OpDecodeResult<LockOp> decode_op(std::string_view payload);
 OpDecodeResult<OpResult> decode_result(std::string_view result);

@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/expected.h"
 #include "core/types.h"
 #include "voltlock/wire.h"
 
@@ -234,18 +235,7 @@ struct Decoded {
 };
 
 // Either a decoded message or the reason it was rejected.
-class DecodeResult {
-public:
-    DecodeResult(Decoded decoded) : value_(std::move(decoded)) {}
-    DecodeResult(DecodeError error) : value_(error) {}
-    bool ok() const { return std::holds_alternative<Decoded>(value_); }
-    const Decoded& value() const { return std::get<Decoded>(value_); }
-    Decoded& value() { return std::get<Decoded>(value_); }
-    DecodeError error() const { return std::get<DecodeError>(value_); }
-
-private:
-    std::variant<Decoded, DecodeError> value_;
-};
+using DecodeResult = Expected<Decoded, DecodeError>;
 
 DecodeResult decode(std::span<const uint8_t> datagram, uint32_t cluster_id);
 

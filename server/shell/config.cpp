@@ -76,12 +76,6 @@ private:
     std::set<std::string> seen_;
 };
 
-#define VL_TRY(expr)                                \
-    do {                                            \
-        auto vl_try_result = (expr);                \
-        if (!vl_try_result.ok()) return vl_try_result.error(); \
-    } while (0)
-
 Result<PeerAddress> parse_peer(const Json& json, const std::string& path)
 {
     if (!json.is_object()) return field_error(path, "must be an object");

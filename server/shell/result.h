@@ -5,7 +5,8 @@
 #include <cstring>
 #include <string>
 #include <utility>
-#include <variant>
+
+#include "core/expected.h"
 
 namespace voltlock {
 
@@ -20,19 +21,7 @@ struct Error {
 };
 
 template <typename T>
-class [[nodiscard]] Result {
-public:
-    Result(T value) : value_(std::move(value)) {}
-    Result(Error error) : value_(std::move(error)) {}
-
-    bool ok() const { return std::holds_alternative<T>(value_); }
-    T& value() { return std::get<T>(value_); }
-    const T& value() const { return std::get<T>(value_); }
-    const Error& error() const { return std::get<Error>(value_); }
-
-private:
-    std::variant<T, Error> value_;
-};
+using Result = Expected<T, Error>;
 
 struct Ok {};
 

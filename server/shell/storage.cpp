@@ -360,13 +360,10 @@ void StorageBatch::set_view(View view, View last_normal_view)
 Result<std::unique_ptr<Storage>> Storage::open(const std::string& dir,
                                                const CellIdentity& identity)
 {
-    auto db = open_database(dir, identity, "opening");
-    if (!db.ok()) return db.error();
-    const auto initialized = check_identity(*db.value(), dir, identity);
-    if (!initialized.ok()) return initialized.error();
-    std::unique_ptr<Storage> storage(new Storage(dir, identity, initialized.value()));
-    auto attached = storage->attach(std::move(db.value()));
-    if (!attached.ok()) return attached.error();
+    auto db = VL_TRY(open_database(dir, identity, "opening"));
+    const auto initialized = VL_TRY(check_identity(*db, dir, identity));
+    std::unique_ptr<Storage> storage(new Storage(dir, identity, initialized));
+    VL_TRY(storage->attach(std::move(db)));
     return storage;
 }
 
@@ -379,13 +376,11 @@ Storage::~Storage() = default;
 
 Result<Ok> Storage::attach(std::unique_ptr<rocksdb::DB> db)
 {
-    const auto snapshot_op = last_op_under(*db, path_, manifest_prefix);
-    if (!snapshot_op.ok()) return snapshot_op.error();
-    const auto last_log_op = last_op_under(*db, path_, log_prefix);
-    if (!last_log_op.ok()) return last_log_op.error();
+    const auto snapshot_op = VL_TRY(last_op_under(*db, path_, manifest_prefix));
+    const auto last_log_op = VL_TRY(last_op_under(*db, path_, log_prefix));
     db_ = std::move(db);
-    snapshot_op_ = snapshot_op.value();
-    last_op_ = std::max(snapshot_op.value(), last_log_op.value());
+    snapshot_op_ = snapshot_op;
+    last_op_ = std::max(snapshot_op, last_log_op);
     return Ok{};
 }
 
@@ -398,9 +393,8 @@ Result<Ok> Storage::recover_from_failed_write(const std::string& what)
     // and starts a new one. The store's extent is read again: a write that failed after its
     // record reached the WAL takes effect now.
     db_.reset();  // one process cannot hold the database open twice
-    auto db = open_database(path_, identity_, what + ": reopening after a failed write");
-    if (!db.ok()) return db.error();
-    auto attached = attach(std::move(db.value()));
+    auto db = VL_TRY(open_database(path_, identity_, what + ": reopening after a failed write"));
+    auto attached = attach(std::move(db));
     if (!attached.ok()) return attached;
     last_write_failed_ = false;
     return Ok{};
@@ -432,20 +426,18 @@ Result<StoredState> Storage::load() const
     state.clean_stop = db_->Get(read_options(), clean_stop_key, &clean_stop).ok();
 
     if (snapshot_op_ != 0) {
-        auto refusal = read_snapshot(snapshot_op_, state.snapshot);
-        if (!refusal.ok()) return refusal.error();
-        if (refusal.value()) {
+        auto refusal = VL_TRY(read_snapshot(snapshot_op_, state.snapshot));
+        if (refusal) {
             // The log holds only the ops after the snapshot: without it there is nothing to
             // apply them to.
             state.snapshot.clear();
-            state.snapshot_refused = std::move(*refusal.value());
+            state.snapshot_refused = std::move(*refusal);
             return state;
         }
         state.snapshot_op = snapshot_op_;
     }
-    auto log = read_log(snapshot_op_);
-    if (!log.ok()) return log.error();
-    state.log = std::move(log.value());
+    auto log = VL_TRY(read_log(snapshot_op_));
+    state.log = std::move(log);
     return state;
 }
 
