@@ -61,7 +61,7 @@ std::string label(const std::string& name, const std::string& value)
 std::string group_label(const std::string& group)
 {
     if (group == "messages_in" || group == "messages_out") return "type";
-    if (group == "rejected") return "reason";
+    if (group == "rejected" || group == "ignored") return "reason";
     return "kind";
 }
 

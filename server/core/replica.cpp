@@ -23,6 +23,43 @@ const char* status_name(Status status)
     return "unknown";
 }
 
+const char* ignored_name(Ignored reason)
+{
+    switch (reason) {
+    case Ignored::stopped: return "stopped";
+    case Ignored::not_draining: return "not_draining";
+    case Ignored::unknown_sender: return "unknown_sender";
+    case Ignored::not_leader: return "not_leader";
+    case Ignored::reserved_client: return "reserved_client";
+    case Ignored::oversized: return "oversized";
+    case Ignored::old_request: return "old_request";
+    case Ignored::in_flight: return "in_flight";
+    case Ignored::queue_full: return "queue_full";
+    case Ignored::recovering: return "recovering";
+    case Ignored::stale_view: return "stale_view";
+    case Ignored::other_view: return "other_view";
+    case Ignored::not_from_leader: return "not_from_leader";
+    case Ignored::own_view: return "own_view";
+    case Ignored::view_started: return "view_started";
+    case Ignored::in_view: return "in_view";
+    case Ignored::not_view_leader: return "not_view_leader";
+    case Ignored::behind_commit: return "behind_commit";
+    case Ignored::not_answering: return "not_answering";
+    case Ignored::other_recovery: return "other_recovery";
+    case Ignored::awaiting_answers: return "awaiting_answers";
+    case Ignored::ahead_of_cell: return "ahead_of_cell";
+    case Ignored::beyond_log: return "beyond_log";
+    case Ignored::log_not_frozen: return "log_not_frozen";
+    case Ignored::not_fetching: return "not_fetching";
+    case Ignored::reordered: return "reordered";
+    case Ignored::duplicate: return "duplicate";
+    case Ignored::bad_snapshot: return "bad_snapshot";
+    case Ignored::write_failed: return "write_failed";
+    case Ignored::outdated: return "outdated";
+    }
+    return "unknown";
+}
+
 Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start)
     : config_(config),
       machine_(machine),
@@ -76,7 +113,8 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
 
 void Replica::step(const Input& input, Effects& out)
 {
-    if (stopped_) return;  // the shell is exiting
+    traces_.clear();
+    if (stopped_) return ignore(__func__, Ignored::stopped);
     out_ = &out;
     if (must_fence_kernel(input)) {
         // Off first (the record emitted below says fast_ack 0), then drain, then this input.
@@ -135,7 +173,7 @@ bool Replica::must_fence_kernel(const Input& input) const
 
 void Replica::on_kernel_drained()
 {
-    if (!waiting_for_drain_) return;
+    if (!waiting_for_drain_) return ignore(__func__, Ignored::not_draining);
     kernel_may_hold_acks_ = false;  // the fast path is off and its ring is in the log
     const Input input = std::move(*waiting_for_drain_);
     waiting_for_drain_.reset();
@@ -151,7 +189,8 @@ void Replica::on_receive(const Receive& receive)
     }
     // Everything else comes from a replica of this cell other than us.
     const ReplicaIndex sender = sender_of(message);
-    if (sender >= config_.replica_count || sender == config_.replica) return;
+    if (sender >= config_.replica_count || sender == config_.replica)
+        return ignore(__func__, Ignored::unknown_sender);
     std::visit(Overloaded{
                    [](const Request&) {},
                    [](const Reply&) {},  // replicas do not act on replies
@@ -240,17 +279,17 @@ void Replica::on_request(const Request& m)
 {
     if (!is_leader() || m.client_id == kCellClientId) {
         counters_.requests_dropped += 1;  // §4.1: only the leader handles requests
-        return;
+        return ignore(__func__, is_leader() ? Ignored::reserved_client : Ignored::not_leader);
     }
     if (m.payload.size() > max_entry_payload_bytes(config_.max_message_bytes)) {
         counters_.requests_dropped += 1;  // could never be replicated in one datagram
-        return;
+        return ignore(__func__, Ignored::oversized);
     }
     // §4.1 step 2: the client table gives at-most-once execution.
     if (const auto it = client_table_.find(m.client_id); it != client_table_.end()) {
         if (m.request_number < it->second.request_number) {
             counters_.requests_dropped += 1;
-            return;
+            return ignore(__func__, Ignored::old_request);
         }
         if (m.request_number == it->second.request_number) {
             reply(m.client_id, it->second);
@@ -259,11 +298,11 @@ void Replica::on_request(const Request& m)
     }
     if (const auto it = requests_in_flight_.find(m.client_id);
         it != requests_in_flight_.end() && it->second >= m.request_number) {
-        return;  // a retry of a request already on its way through the log
+        return ignore(__func__, Ignored::in_flight);
     }
     if (pending_requests_.size() >= config_.request_queue_limit) {
         counters_.requests_dropped += 1;
-        return;
+        return ignore(__func__, Ignored::queue_full);
     }
     requests_in_flight_[m.client_id] = m.request_number;
     pending_requests_.push_back(m);
@@ -313,13 +352,16 @@ void Replica::send_prepares(bool flush_partial)
 
 void Replica::on_prepare(const Prepare& m, bool kernel_acked)
 {
-    if (status_ == Status::recovering || m.view < view_) return;
-    if (m.replica != leader_of(m.view)) return;
+    if (status_ == Status::recovering) return ignore(__func__, Ignored::recovering, m.op);
+    if (m.view < view_) return ignore(__func__, Ignored::stale_view, m.op);
+    if (m.replica != leader_of(m.view)) return ignore(__func__, Ignored::not_from_leader, m.op);
     if (m.view > view_ || status_ == Status::view_change) {
         join_view(m.view, commit_, m.op);  // the StartView for this view never reached us
         return;
     }
-    if (is_leader()) return;
+    if (is_leader()) return ignore(__func__, Ignored::own_view, m.op);
+    VL_ASSERT(status_ == Status::normal && m.view == view_ && m.replica == leader(),
+              "a Prepare acted on is our leader's, in our view");
     last_heard_from_leader_tick_ = tick_;
     const Op first_op = m.op - m.entries.size();  // the op before the batch
     if (!install_entries(first_op, m.entries)) {
@@ -335,7 +377,9 @@ void Replica::on_prepare(const Prepare& m, bool kernel_acked)
 
 void Replica::on_prepare_ok(const PrepareOk& m, bool quorum_marked)
 {
-    if (!is_leader() || m.view != view_) return;
+    if (!is_leader()) return ignore(__func__, Ignored::not_leader, m.op);
+    if (m.view != view_) return ignore(__func__, Ignored::other_view, m.op);
+    VL_ASSERT(m.replica != config_.replica, "on_receive passes no message of our own");
     acked_[m.replica] = std::max(acked_[m.replica], std::min(m.op, op()));
     // Electrode §4.3: a marked acknowledgement is the one that completed a quorum the kernel
     // counted; it dropped the others, which therefore never reach acked_.
@@ -345,13 +389,17 @@ void Replica::on_prepare_ok(const PrepareOk& m, bool quorum_marked)
 
 void Replica::on_commit(const Commit& m)
 {
-    if (status_ == Status::recovering || m.view < view_) return;
-    if (m.replica != leader_of(m.view)) return;
+    if (status_ == Status::recovering) return ignore(__func__, Ignored::recovering, m.commit);
+    if (m.view < view_) return ignore(__func__, Ignored::stale_view, m.commit);
+    if (m.replica != leader_of(m.view))
+        return ignore(__func__, Ignored::not_from_leader, m.commit);
     if (m.view > view_ || status_ == Status::view_change) {
         join_view(m.view, commit_, m.commit);
         return;
     }
-    if (is_leader()) return;
+    if (is_leader()) return ignore(__func__, Ignored::own_view, m.commit);
+    VL_ASSERT(status_ == Status::normal && m.view == view_ && m.replica == leader(),
+              "a Commit acted on is our leader's, in our view");
     last_heard_from_leader_tick_ = tick_;
     adopt_commit_as_follower(m.commit);
     send(leader(), CommitOk{.view = view_, .replica = config_.replica, .heartbeat = m.heartbeat});
@@ -368,7 +416,8 @@ void Replica::send_heartbeat()
 
 void Replica::on_commit_ok(const CommitOk& m)
 {
-    if (!is_leader() || m.view != view_) return;
+    if (!is_leader()) return ignore(__func__, Ignored::not_leader);
+    if (m.view != view_) return ignore(__func__, Ignored::other_view);
     answered_tick_[m.replica] = tick_;
     // Our own send times only: an echo from the future would extend the lease unearned.
     if (m.heartbeat <= monotonic_ms_)
@@ -526,15 +575,18 @@ void Replica::start_view_change(View view)
 
 void Replica::on_start_view_change(const StartViewChange& m)
 {
-    if (status_ == Status::recovering && !join_restart(m.view)) return;
-    if (m.view < view_) return;
+    if (status_ == Status::recovering && !join_restart(m.view))
+        return ignore(__func__, Ignored::recovering);
+    if (m.view < view_) return ignore(__func__, Ignored::stale_view);
     if (m.view > view_) start_view_change(m.view);
-    if (joining(view_)) return;  // that view has started already
+    if (joining(view_)) return ignore(__func__, Ignored::view_started);
     if (status_ == Status::normal) {
         // The sender is still changing to a view we already run: it missed the StartView.
         if (is_leader()) send_start_view(m.replica);
         return;
     }
+    VL_ASSERT(status_ == Status::view_change && m.view == view_,
+              "a StartViewChange counted is for the view we are changing to");
     start_view_change_from_[m.replica] = true;
     maybe_send_do_view_change();
 }
@@ -583,15 +635,18 @@ void Replica::maybe_send_do_view_change()
 
 void Replica::on_do_view_change(const DoViewChange& m)
 {
-    if (status_ == Status::recovering && !join_restart(m.view)) return;
-    if (m.view < view_) return;
+    if (status_ == Status::recovering && !join_restart(m.view))
+        return ignore(__func__, Ignored::recovering, m.op);
+    if (m.view < view_) return ignore(__func__, Ignored::stale_view, m.op);
     if (m.view > view_) start_view_change(m.view);
-    if (joining(view_)) return;  // that view has started already
+    if (joining(view_)) return ignore(__func__, Ignored::view_started, m.op);
     if (status_ == Status::normal) {
         if (is_leader()) send_start_view(m.replica);  // it missed the StartView
         return;
     }
-    if (leader() != config_.replica) return;
+    if (leader() != config_.replica) return ignore(__func__, Ignored::not_view_leader, m.op);
+    VL_ASSERT(status_ == Status::view_change && m.view == view_,
+              "a DoViewChange kept is for the view we are changing to and will lead");
     // A DoViewChange also says its sender started this view change.
     start_view_change_from_[m.replica] = true;
     do_view_change_from_[m.replica] = m;
@@ -701,13 +756,16 @@ void Replica::send_start_view(ReplicaIndex to)
 
 void Replica::on_start_view(const StartView& m)
 {
-    if (status_ == Status::recovering || m.view < view_) return;
-    if (m.view == view_ && status_ == Status::normal) return;  // already in this view
-    if (m.replica != leader_of(m.view)) return;
+    if (status_ == Status::recovering) return ignore(__func__, Ignored::recovering, m.op);
+    if (m.view < view_) return ignore(__func__, Ignored::stale_view, m.op);
+    if (m.view == view_ && status_ == Status::normal)
+        return ignore(__func__, Ignored::in_view, m.op);
+    if (m.replica != leader_of(m.view)) return ignore(__func__, Ignored::not_from_leader, m.op);
     // The cell's history never gives way to a restored state that lacks ops of it: such a view
     // started without us, from snapshots older than what we committed; its leader learns of
     // our state when we take part in the next view change (issue 11, scenario 2).
-    if (!state_unconfirmed_ && m.state_unconfirmed && m.op < commit_) return;
+    if (!state_unconfirmed_ && m.state_unconfirmed && m.op < commit_)
+        return ignore(__func__, Ignored::behind_commit, m.op);
     // A restored state, or a committed one the view does not hold (the restart's view that
     // made it committed ended before a quorum held it): the view's state replaces ours whole.
     if (state_unconfirmed_ || m.op < commit_) {
@@ -809,7 +867,7 @@ void Replica::on_recovery(const Recovery& m)
     const bool live_changing_views = status_ == Status::view_change && been_normal_ &&
                                      !state_unconfirmed_ && !restart_view_change_;
     if ((status_ != Status::normal || state_unconfirmed_) && !restarting && !live_changing_views)
-        return;
+        return ignore(__func__, Ignored::not_answering);
     send(m.replica, RecoveryResponse{.view = view_,
                                      .replica = config_.replica,
                                      .nonce = m.nonce,
@@ -822,7 +880,7 @@ void Replica::on_recovery(const Recovery& m)
 void Replica::on_recovery_response(const RecoveryResponse& m)
 {
     if (status_ != Status::recovering || m.nonce != recovery_nonce() || recovery_target_)
-        return;
+        return ignore(__func__, Ignored::other_recovery, m.op);
     if (m.restarting) {
         recovery_responses_.erase(m.replica);
         restart_votes_[m.replica] = m;
@@ -845,12 +903,12 @@ void Replica::on_recovery_response(const RecoveryResponse& m)
     }
     if (normal_responses < quorum()) {
         maybe_restart_cell();  // an answer from a replica changing views may complete a restart
-        return;
+        return ignore(__func__, Ignored::awaiting_answers, m.op);
     }
     const auto leader_response = recovery_responses_.find(leader_of(latest));
     if (leader_response == recovery_responses_.end() || leader_response->second.view != latest ||
         !in_normal_status(leader_response->second))
-        return;
+        return ignore(__func__, Ignored::awaiting_answers, m.op);
     if (state_unconfirmed_) {
         // A state restored from a snapshot alone may not be the cell's history (the cell may
         // have restarted without us): the leader's replaces it whole.
@@ -868,7 +926,8 @@ void Replica::on_recovery_response(const RecoveryResponse& m)
         return;
     }
     // A durable state ahead of the cell's cannot be; wait for answers that explain it.
-    if (leader_response->second.op < commit_ || latest < last_normal_view_) return;
+    if (leader_response->second.op < commit_ || latest < last_normal_view_)
+        return ignore(__func__, Ignored::ahead_of_cell, m.op);
     recovery_target_ = leader_response->second;
     view_ = latest;
     // What we restored is committed; whatever our log holds after it is replaced.
@@ -981,8 +1040,11 @@ void Replica::on_get_state(const GetState& m)
 {
     // Answered in normal status, and in view-change status too while our log is frozen as we
     // reported it: that is how a new leader fetches the log it selected.
-    if (status_ == Status::recovering || m.view != view_ || m.op > op()) return;
-    if (status_ == Status::view_change && fetch_) return;
+    if (status_ == Status::recovering) return ignore(__func__, Ignored::recovering, m.op);
+    if (m.view != view_) return ignore(__func__, Ignored::other_view, m.op);
+    if (m.op > op()) return ignore(__func__, Ignored::beyond_log, m.op);
+    if (status_ == Status::view_change && fetch_)
+        return ignore(__func__, Ignored::log_not_frozen, m.op);
     if (m.op < log_base_) {  // compacted: the snapshot first, over TCP
         send(m.replica, SnapshotOffer{.view = view_,
                                       .replica = config_.replica,
@@ -1003,7 +1065,8 @@ void Replica::on_get_state(const GetState& m)
 
 void Replica::on_new_state(const NewState& m)
 {
-    if (!fetch_ || m.replica != fetch_->from || m.view != view_) return;
+    if (!fetch_ || m.replica != fetch_->from || m.view != view_)
+        return ignore(__func__, Ignored::not_fetching, m.op);
     Fetch& fetch = *fetch_;
     fetch.source_unconfirmed = m.state_unconfirmed;
     // Only an answer that moved the fetch forward asks for the next chunk: a duplicated or
@@ -1012,17 +1075,19 @@ void Replica::on_new_state(const NewState& m)
     if (fetch.purpose == Fetch::Purpose::catch_up) {
         // Same view: our log is a prefix of the leader's, so entries append as they come.
         const Op before = op();
-        if (!install_entries(m.first_op, m.entries) || op() == before) return;
+        if (!install_entries(m.first_op, m.entries) || op() == before)
+            return ignore(__func__, Ignored::duplicate, m.op);
         last_heard_from_leader_tick_ = tick_;
         commit_to(std::min(m.commit, op()));
         fetch.target_op = std::max(fetch.target_op, m.op);
         fetch_next_or_complete();
         return;
     }
-    if (m.first_op > fetch.fetched_op()) return;  // reordered; the timer asks again
+    // Reordered: the timer asks again.
+    if (m.first_op > fetch.fetched_op()) return ignore(__func__, Ignored::reordered, m.op);
     if (m.first_op + m.entries.size() <= fetch.fetched_op() &&
         fetch.fetched_op() < fetch.target_op)
-        return;  // adds nothing
+        return ignore(__func__, Ignored::duplicate, m.op);
     for (size_t i = fetch.fetched_op() - m.first_op; i < m.entries.size(); i++)
         fetch.entries.push_back(m.entries[i]);
     fetch.commit = std::max(fetch.commit, m.commit);
@@ -1052,8 +1117,10 @@ void Replica::fetch_next_or_complete()
 
 void Replica::on_snapshot_offer(const SnapshotOffer& m)
 {
-    if (!fetch_ || m.replica != fetch_->from || m.view != view_) return;
-    if (m.op <= fetched_through()) return;  // a late offer: we are past it
+    if (!fetch_ || m.replica != fetch_->from || m.view != view_)
+        return ignore(__func__, Ignored::not_fetching, m.op);
+    // A late offer: we are past it.
+    if (m.op <= fetched_through()) return ignore(__func__, Ignored::duplicate, m.op);
     fetch_->source_unconfirmed = m.state_unconfirmed;
     out_->push_back(FetchSnapshot{.from = m.replica, .op = m.op});
 }
@@ -1260,11 +1327,13 @@ void Replica::on_snapshot_written(const SnapshotWritten& written)
 {
     const bool under_way = snapshot_writing_ == written.op;
     if (under_way) snapshot_writing_.reset();
-    if (!written.ok) return;  // the log stays whole; the next trigger tries again
+    // The log stays whole; the next trigger tries again.
+    if (!written.ok) return ignore(__func__, Ignored::write_failed, written.op);
     if (under_way) snapshot_fence_view_ = snapshot_writing_fence_view_;
     counters_.snapshots_written += 1;
     // A snapshot installed meanwhile is newer, or the state it was of was discarded.
-    if (written.op <= log_base_ || written.op > commit_) return;
+    if (written.op <= log_base_ || written.op > commit_)
+        return ignore(__func__, Ignored::outdated, written.op);
     // The entries after it move to a new log; the old one, with the dropped entries, is freed a
     // piece per step (free_released_entries).
     const auto first_kept = log_.begin() + static_cast<ptrdiff_t>(written.op - log_base_);
@@ -1291,13 +1360,14 @@ void Replica::on_snapshot_fetched(const SnapshotFetched& fetched)
 {
     // From the replica the fetch under way asks only: one that an earlier fetch asked may hold a
     // state the view change since did not select (vr_sim seed 54 x 3, durability snapshot).
-    if (!fetch_ || fetched.from != fetch_->from) return;
+    if (!fetch_ || fetched.from != fetch_->from) return ignore(__func__, Ignored::not_fetching);
     const auto snapshot = decode_replica_snapshot(fetched.snapshot);
     if (!snapshot) {
         counters_.snapshots_refused += 1;
-        return;
+        return ignore(__func__, Ignored::bad_snapshot);
     }
-    if (snapshot->op <= fetched_through()) return;  // an older offer's: we are past it
+    // An older offer's: we are past it.
+    if (snapshot->op <= fetched_through()) return ignore(__func__, Ignored::duplicate, snapshot->op);
     if (fetch_->replaces_state) {
         // The new base, installed with the entries after it when they are all here: until then
         // our state and log stay what we offered and acknowledged (a view change meanwhile,
@@ -1365,6 +1435,11 @@ void Replica::on_stop()
 }
 
 // ---- Plumbing -------------------------------------------------------------------------------
+
+void Replica::ignore(const char* event, Ignored reason, Op op)
+{
+    traces_.push_back(Trace{.event = event, .reason = reason, .view = view_, .op = op});
+}
 
 void Replica::send(ReplicaIndex to, Message message)
 {

@@ -220,6 +220,53 @@ using Effect = std::variant<Send, Broadcast, SendReply, Executed, KernelStateCha
                             SnapshotInstalled, PersistStopped>;
 using Effects = std::vector<Effect>;
 
+// ---- Traces ---------------------------------------------------------------------------------
+
+// Why a handler returned without acting on its input. Every early return in a handler names
+// one, so that a replica standing still can say why: the shell logs each at debug level
+// (`r2 v7: on_prepare_ok op=1041 other_view`) and counts them per reason in /metrics.
+enum class Ignored : uint8_t {
+    stopped,            // a step after Stop: the shell is exiting
+    not_draining,       // KernelDrained without a drain under way
+    unknown_sender,     // a replica index outside the cell, or our own
+    not_leader,         // for the leader of our view, and that is not us (or not yet)
+    reserved_client,    // a request with the cell's own client id
+    oversized,          // a request that could never fit one Prepare
+    old_request,        // a request number below the client table's
+    in_flight,          // a retry of a request already on its way through the log
+    queue_full,         // request_queue_limit requests wait already
+    recovering,         // §4.3: a recovering replica takes part in no view
+    stale_view,         // of a view before ours
+    other_view,         // of a view other than ours, where only ours counts
+    not_from_leader,    // from a replica that does not lead the message's view
+    own_view,           // a leader's message in the view we lead
+    view_started,       // for a view change whose view has started already
+    in_view,            // a StartView for the view we run already
+    not_view_leader,    // a DoViewChange to a replica that will not lead that view
+    behind_commit,      // a restored state that lacks ops we committed (issue 11, case 2)
+    not_answering,      // §4.3 step 2: we may not answer a Recovery now
+    other_recovery,     // a RecoveryResponse for another nonce, or after we chose a target
+    awaiting_answers,   // §4.3 step 3 needs more answers, or the latest leader's
+    ahead_of_cell,      // our durable state is ahead of the answers: wait for ones explaining it
+    beyond_log,         // a GetState for ops we do not hold
+    log_not_frozen,     // a GetState while our own fetch moves our log
+    not_fetching,       // state transfer with no fetch under way, or from another replica
+    reordered,          // a NewState that starts past what we have fetched
+    duplicate,          // a NewState, offer or snapshot that adds nothing
+    bad_snapshot,       // fetched bytes that do not decode as a snapshot
+    write_failed,       // SnapshotWritten not ok: the next trigger tries again
+    outdated,           // a snapshot written of a state replaced meanwhile
+};
+inline constexpr size_t ignored_count = static_cast<size_t>(Ignored::outdated) + 1;
+const char* ignored_name(Ignored reason);
+
+struct Trace {
+    const char* event = "";  // the handler: "on_prepare_ok"
+    Ignored reason = Ignored::stopped;
+    View view = 0;  // the replica's view when it returned
+    Op op = 0;      // the op the input was about, 0 if none
+};
+
 // Counters kept for /v1/status and tests.
 struct ReplicaCounters {
     uint64_t view_changes = 0;        // views this replica entered normal status in
@@ -239,6 +286,8 @@ public:
 
     // The one entry point: consumes `input`, appends what to do to `out`.
     void step(const Input& input, Effects& out);
+    // Why the last step's handlers returned without acting, if they did: read after step().
+    const std::vector<Trace>& traces() const { return traces_; }
 
     // Read-only view for the shell, tests and the simulator.
     ReplicaIndex replica() const { return config_.replica; }
@@ -408,6 +457,8 @@ private:
     void persist_before_sending();
 
     void send(ReplicaIndex to, Message message);
+    // Records why `event` returns without acting (`return ignore(__func__, ...)`).
+    void ignore(const char* event, Ignored reason, Op op = 0);
     void broadcast(Message message);
     void truncate_log(Op op);
     const Entry& log_at(Op op) const { return log_[op - log_base_ - 1]; }
@@ -417,6 +468,7 @@ private:
     const ReplicaConfig config_;
     StateMachine& machine_;
     Effects* out_ = nullptr;  // set for the duration of step()
+    std::vector<Trace> traces_;  // the last step's
 
     // Protocol state (§4).
     Status status_ = Status::normal;

@@ -273,6 +273,11 @@ void Node::step(const Input& input)
     // Local: what the effects call back (a proposal's completion) may step the replica again.
     Effects effects;
     replica_.step(input, effects);
+    for (const Trace& trace : replica_.traces()) {
+        counters_.ignored[static_cast<size_t>(trace.reason)] += 1;
+        spdlog::debug("r{} v{}: {} op={} {}", config_.replica, trace.view, trace.event, trace.op,
+                      ignored_name(trace.reason));
+    }
     // Our own snapshot is of the replica as it stands now: taken before any effect runs.
     for (const Effect& effect : effects) {
         const auto* write = std::get_if<WriteSnapshot>(&effect);
@@ -637,6 +642,9 @@ nlohmann::json Node::status(bool with_digest) const
     Json rejected = Json::object();
     for (size_t e = 0; e < decode_error_count; e++)
         rejected[decode_error_name(static_cast<DecodeError>(e))] = counters_.rejected[e];
+    Json ignored = Json::object();
+    for (size_t reason = 0; reason < ignored_count; reason++)
+        ignored[ignored_name(static_cast<Ignored>(reason))] = counters_.ignored[reason];
 
     const ReplicaCounters& core = replica_.counters();
     Json machine = {{"kind", config_.machine == MachineKind::lock ? "lock" : "register"}};
@@ -662,6 +670,7 @@ nlohmann::json Node::status(bool with_digest) const
          {{"messages_in", messages_in},
           {"messages_out", messages_out},
           {"rejected", rejected},
+          {"ignored", ignored},
           {"unknown_peer", counters_.unknown_peer},
           {"unknown_client", counters_.unknown_client},
           {"send_drops", socket_.send_drops()},

@@ -37,6 +37,7 @@ struct NodeCounters {
     std::array<uint64_t, VL_MSG_TYPE_MAX + 1> messages_in{};
     std::array<uint64_t, VL_MSG_TYPE_MAX + 1> messages_out{};
     std::array<uint64_t, decode_error_count> rejected{};  // by DecodeError
+    std::array<uint64_t, ignored_count> ignored{};  // inputs the core did not act on, by reason
     uint64_t unknown_peer = 0;  // a replica message from an address that is not that replica's
     uint64_t unknown_client = 0;  // a reply for a client whose address we do not know
 };
