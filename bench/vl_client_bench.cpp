@@ -115,8 +115,9 @@ int main(int argc, char** argv)
         std::fprintf(stderr, "%s\n", why);
         return 2;
     }
-    std::printf("| op | threads | library ops/s | library p50 / p99 µs | raw ops/s | raw p50 / p99 µs "
-                "| raw / library | errors library / raw |\n|---|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "| op | threads | library ops/s | library p50 / p99 µs | raw ops/s | raw p50 / p99 µs "
+        "| raw / library | errors library / raw |\n|---|---|---|---|---|---|---|---|\n");
     for (const int threads : thread_counts) {
         // put: one key per thread.
         const Result lib_put = measure(threads, seconds, [&](int t, long) {

@@ -161,7 +161,8 @@ struct Load {
     // Takes client `c`'s answer; true if it counts as one finished op.
     bool answered(Client& c, int status, const std::string& body)
     {
-        const bool ok = status == 200 || status == 201 || (status == 404 && system == System::voltlock);
+        const bool ok =
+            status == 200 || status == 201 || (status == 404 && system == System::voltlock);
         if (!ok) {
             errors += 1;
             if (errors <= 3) std::fprintf(stderr, "vl_http_load: %d %s\n", status, body.c_str());
@@ -253,7 +254,8 @@ int main(int argc, char** argv)
                 const size_t colon = one.find(':');
                 Endpoint e;
                 e.address.sin_family = AF_INET;
-                e.address.sin_port = htons(static_cast<uint16_t>(std::atoi(one.c_str() + colon + 1)));
+                e.address.sin_port =
+                    htons(static_cast<uint16_t>(std::atoi(one.c_str() + colon + 1)));
                 ::inet_pton(AF_INET, one.substr(0, colon).c_str(), &e.address.sin_addr);
                 endpoints.push_back(e);
                 start = comma + 1;
@@ -304,10 +306,12 @@ int main(int argc, char** argv)
     std::vector<epoll_event> events(256);
     char buffer[65536];
     while (Clock::now() < deadline) {
-        if (!measuring && std::all_of(all.begin(), all.end(), [](const Client& c) { return c.setup_done; })) {
+        if (!measuring &&
+            std::all_of(all.begin(), all.end(), [](const Client& c) { return c.setup_done; })) {
             measuring = true;
             measure_start = Clock::now();
-            deadline = measure_start + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+            deadline =
+                measure_start + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
         }
         const int n = ::epoll_wait(epoll, events.data(), static_cast<int>(events.size()), 100);
         for (int k = 0; k < n; k++) {
@@ -353,8 +357,9 @@ int main(int argc, char** argv)
     std::sort(load.latencies_us.begin(), load.latencies_us.end());
     auto at = [&](double q) -> uint64_t {
         if (load.latencies_us.empty()) return 0;
-        return load.latencies_us[std::min(load.latencies_us.size() - 1,
-                                          static_cast<size_t>(q * static_cast<double>(load.latencies_us.size())))];
+        return load.latencies_us[std::min(
+            load.latencies_us.size() - 1,
+            static_cast<size_t>(q * static_cast<double>(load.latencies_us.size())))];
     };
     std::printf("{\"ops\": %llu, \"ops_per_s\": %.0f, \"p50_us\": %llu, \"p99_us\": %llu, "
                 "\"max_us\": %llu, \"errors\": %llu, \"reconnects\": %llu}\n",

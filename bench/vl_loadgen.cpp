@@ -121,7 +121,8 @@ public:
         return {{"clients", options_.clients},
                 {"ops", acknowledged_},
                 {"seconds", elapsed_s_},
-                {"ops_per_second", elapsed_s_ > 0 ? static_cast<double>(acknowledged_) / elapsed_s_ : 0},
+                {"ops_per_second",
+                 elapsed_s_ > 0 ? static_cast<double>(acknowledged_) / elapsed_s_ : 0},
                 {"latency_us", {{"p50", percentile(0.50)}, {"p99", percentile(0.99)}}},
                 {"retries", retries_}};
     }
@@ -154,7 +155,8 @@ private:
                             std::to_string(client.request_number + 1) + "-";
         // Sizes spread over the range by a fixed stride, so runs are repeatable.
         const size_t span = options_.payload_bytes_max - options_.payload_bytes + 1;
-        const size_t size = options_.payload_bytes + (client.request_number * 7919 + client.id) % span;
+        const size_t size =
+            options_.payload_bytes + (client.request_number * 7919 + client.id) % span;
         value.resize(std::max(value.size(), size), '.');
         return RegisterMachine::write_op(value);
     }
@@ -194,7 +196,8 @@ private:
     {
         const auto now = Clock::now();
         for (ClientState& client : clients_) {
-            if (client.idle || now - client.last_sent < std::chrono::milliseconds(options_.timeout_ms))
+            if (client.idle ||
+                now - client.last_sent < std::chrono::milliseconds(options_.timeout_ms))
                 continue;
             retries_ += 1;
             send(client, replicas_);  // the leader may have changed: ask everyone
@@ -269,10 +272,11 @@ bool parse_options(int argc, char** argv, Options& options)
             const std::string range = argv[++i];
             const auto dash = range.find('-');
             options.payload_bytes = std::stoul(range.substr(0, dash));
-            options.payload_bytes_max =
-                dash == std::string::npos ? options.payload_bytes : std::stoul(range.substr(dash + 1));
-        }
-        else if (arg == "--timeout-ms") options.timeout_ms = static_cast<uint32_t>(std::stoul(argv[++i]));
+            options.payload_bytes_max = dash == std::string::npos
+                                            ? options.payload_bytes
+                                            : std::stoul(range.substr(dash + 1));
+        } else if (arg == "--timeout-ms")
+            options.timeout_ms = static_cast<uint32_t>(std::stoul(argv[++i]));
         else return false;
     }
     return !options.config_path.empty() && options.clients >= 1 &&
@@ -334,7 +338,8 @@ int main(int argc, char** argv)
                     static_cast<unsigned long long>(report["latency_us"]["p99"].get<uint64_t>()),
                     static_cast<unsigned long long>(report["retries"].get<uint64_t>()),
                     options.verify ? (status == 0 ? ", verified" : ", VIOLATION") : "");
-        if (status != 0) std::printf("violation: %s\n", report["violation"].get<std::string>().c_str());
+        if (status != 0)
+            std::printf("violation: %s\n", report["violation"].get<std::string>().c_str());
     }
     return status;
 }

@@ -334,7 +334,8 @@ Parsed<LockOp> check_sequencer_op(std::string_view body, uint32_t max_message_by
 
 Parsed<LockOp> put_op(const std::string& key, std::string_view body, uint32_t max_message_bytes)
 {
-    auto json = VL_TRY(parse_object(body, {"value", "encoding", "prev_revision", "session", "sequencer"}));
+    auto json =
+        VL_TRY(parse_object(body, {"value", "encoding", "prev_revision", "session", "sequencer"}));
     auto text = VL_TRY(get_string(json, "value", std::nullopt));
     auto encoding = VL_TRY(get_string(json, "encoding", "utf8"));
     Put put{.key = key};

@@ -400,7 +400,8 @@ Bytes encode_op(const LockOp& op);
 Bytes encode_result(const OpResult& result);
 
 // Payload and result limits per datagram size are max_entry_payload_bytes() and
-// max_reply_result_bytes() in core/message.h. A GetResult's size is its header plus each key's bytes.
+// max_reply_result_bytes() in core/message.h. A GetResult's size is its header plus each
+// key's bytes.
 // op, error, revision, more, count
 inline constexpr size_t kGetResultHeaderBytes = 1 + 1 + 8 + 1 + 4;
 inline constexpr size_t key_value_bytes(size_t key_bytes, size_t value_bytes)

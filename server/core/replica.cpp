@@ -1367,7 +1367,8 @@ void Replica::on_snapshot_fetched(const SnapshotFetched& fetched)
         return ignore(__func__, Ignored::bad_snapshot);
     }
     // An older offer's: we are past it.
-    if (snapshot->op <= fetched_through()) return ignore(__func__, Ignored::duplicate, snapshot->op);
+    if (snapshot->op <= fetched_through())
+        return ignore(__func__, Ignored::duplicate, snapshot->op);
     if (fetch_->replaces_state) {
         // The new base, installed with the entries after it when they are all here: until then
         // our state and log stay what we offered and acknowledged (a view change meanwhile,

@@ -210,9 +210,9 @@ Result<Ok> export_snapshot(const DaemonConfig& config, const std::string& file)
     const std::string partial = file + ".partial";
     FILE* out = std::fopen(partial.c_str(), "wb");
     if (!out) return os_error("--export-snapshot: cannot create " + partial);
-    const bool written =
-        std::fwrite(state.snapshot.data(), 1, state.snapshot.size(), out) == state.snapshot.size() &&
-        std::fflush(out) == 0 && ::fsync(fileno(out)) == 0;
+    const bool written = std::fwrite(state.snapshot.data(), 1, state.snapshot.size(), out) ==
+                             state.snapshot.size() &&
+                         std::fflush(out) == 0 && ::fsync(fileno(out)) == 0;
     const int error = errno;
     std::fclose(out);
     if (!written || std::rename(partial.c_str(), file.c_str()) != 0) {

@@ -25,7 +25,10 @@ public:
     bool notifying() const { return !socket_path_.empty(); }
     // How often to ping the watchdog: half its timeout, as sd_watchdog_enabled(3) advises;
     // nullopt when no watchdog is set for this process.
-    std::optional<std::chrono::microseconds> watchdog_interval() const { return watchdog_interval_; }
+    std::optional<std::chrono::microseconds> watchdog_interval() const
+    {
+        return watchdog_interval_;
+    }
 
     // Sends one datagram of assignments ("READY=1\nSTATUS=..."); Ok without a socket.
     Result<Ok> notify(std::string_view assignments) const;

@@ -72,14 +72,15 @@ TEST_CASE("kv: put, get, compare-and-set, delete, binary values, paging, stale r
     CHECK(text_of(kv) == binary);
     vl_kv_free(kv);
 
-    for (int i = 0; i < 7; i++) REQUIRE(put_text(c, prefix + "page/" + std::to_string(i), "v") == VL_OK);
+    for (int i = 0; i < 7; i++)
+        REQUIRE(put_text(c, prefix + "page/" + std::to_string(i), "v") == VL_OK);
     std::vector<std::string> keys;
     std::string after;
     int pages = 0;
     while (true) {
         vl_kv_list* list = nullptr;
-        REQUIRE(vl_get_prefix(c, (prefix + "page/").c_str(), after.empty() ? nullptr : after.c_str(),
-                              3, 0, &list) == VL_OK);
+        REQUIRE(vl_get_prefix(c, (prefix + "page/").c_str(),
+                              after.empty() ? nullptr : after.c_str(), 3, 0, &list) == VL_OK);
         pages++;
         for (size_t i = 0; i < list->count; i++) keys.emplace_back(list->kvs[i].key);
         const bool more = list->more;

@@ -128,8 +128,8 @@ TEST_CASE("a key in UTF-8 and in base64")
 TEST_CASE("a listing page with more to come")
 {
     vl_kv_list* list = kv_list_from_json(Json::parse(
-        R"({"kvs":[{"create_revision":3,"key":"config/db","mod_revision":3,"value":"x","version":1},)"
-        R"({"create_revision":4,"key":"config/pool","mod_revision":4,"value":"16","version":1}],)"
+        R"({"kvs":[{"create_revision":3,"key":"config/db","mod_revision":3,"value":"x",)"
+        R"("version":1},{"create_revision":4,"key":"config/pool","mod_revision":4,"value":"16","version":1}],)"
         R"("more":true,"next_after":"config/pool","revision":4})"));
     REQUIRE(list);
     CHECK(list->count == 2);
@@ -164,7 +164,8 @@ TEST_CASE("a watch stream split at every byte gives the same blocks")
     const std::string stream =
         "retry: 1000\n: watching from revision 3\n\n"
         "id: 3\nevent: put\ndata: {\"cause\":\"request\",\"key\":\"config/db\",\"prev_revision\":0,"
-        "\"revision\":3,\"session\":0,\"type\":\"put\",\"value\":\"MTA=\",\"encoding\":\"base64\"}\n\n"
+        "\"revision\":3,\"session\":0,\"type\":\"put\",\"value\":\"MTA=\",\"encoding\":\"base64\"}"
+        "\n\n"
         "event: delete\r\ndata: {\"revision\":4,\"type\":\"delete\",\"key\":\"a\"}\r\n\r\n"
         ": heartbeat\n\n";
     for (size_t cut = 0; cut <= stream.size(); cut++) {

@@ -16,7 +16,8 @@ namespace {
 std::string env(const char* name)
 {
     const char* value = std::getenv(name);
-    if (!value || !*value) FAIL("the clib cell tests run under run_in_cell.py, which sets " << name);
+    if (!value || !*value)
+        FAIL("the clib cell tests run under run_in_cell.py, which sets " << name);
     return value;
 }
 

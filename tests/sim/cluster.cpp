@@ -684,8 +684,8 @@ Op Cluster::committed_before(View view)
 {
     const auto [memo, added] = committed_before_view_.try_emplace(view, 0);
     if (added)
-        for (auto it = committed_in_view_.begin(); it != committed_in_view_.end() && it->first < view;
-             ++it)
+        for (auto it = committed_in_view_.begin();
+             it != committed_in_view_.end() && it->first < view; ++it)
             memo->second = std::max(memo->second, it->second);
     return memo->second;
 }

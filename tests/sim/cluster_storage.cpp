@@ -44,8 +44,10 @@ void Cluster::run_storage()
                 } else {
                     storage_counters_.snapshot_writes_failed++;
                 }
-                trace("r%u: snapshot of op %llu %s", r, ull(write.op),
-                      ok ? "written" : superseded ? "skipped (superseded)" : "not written (disk full)");
+                const char* outcome = ok           ? "written"
+                                      : superseded ? "skipped (superseded)"
+                                                   : "not written (disk full)";
+                trace("r%u: snapshot of op %llu %s", r, ull(write.op), outcome);
             }
             step(r, SnapshotWritten{.op = write.op, .ok = ok});
             // Served once the core compacted up to it, and offers it (node.cpp).

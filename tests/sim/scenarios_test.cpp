@@ -500,8 +500,8 @@ TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare; in the same ba
                          cluster_id),
                   next, 0);
     network.place(Address::replica(0), Address::replica(2), held.begin()->second.bytes, next, 1);
-    network.place(Address::replica(0), Address::replica(2), std::next(held.begin(), 2)->second.bytes,
-                  next, 2);
+    network.place(Address::replica(0), Address::replica(2),
+                  std::next(held.begin(), 2)->second.bytes, next, 2);
     network.place(Address::replica(1), Address::replica(2),
                   encode(StartViewChange{.view = cluster.replica(1).view(), .replica = 1},
                          cluster_id),

@@ -308,8 +308,9 @@ public:
                            },
                            [&](SnapshotFetch& fetch) {
                                if (!up_.at(fetch.replica)) return;
-                               step(fetch.replica, SnapshotFetched{.snapshot = disks_.at(fetch.from).snapshot,
-                                                                   .from = fetch.from});
+                               step(fetch.replica,
+                                    SnapshotFetched{.snapshot = disks_.at(fetch.from).snapshot,
+                                                    .from = fetch.from});
                            },
                        },
                        pending);
