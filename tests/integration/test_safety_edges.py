@@ -194,12 +194,6 @@ def test_a_deposed_leader_never_lets_a_lease_overlap_the_next_holders_grant():
 # ---- 2. f+1 replicas restarted while the one that holds everything lives on --------------------
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 11 case 2: with safety-core 06aae04 merged, r1 still installed the restarted "
-    "replicas' snapshot of op 112 over its op 130 in 1 of 8 tries (19 writes lost). The likely "
-    "cause (a survivor that stepped down for want of a quorum no longer answered Recovery, so "
-    "the restart left it out) is fixed by 6f6a774 and its simulator test; remove this mark once "
-    "this test has passed in enough runs to show it"))
 def test_a_restart_of_two_replicas_never_overwrites_the_survivors_committed_state():
     """As the issue ran it (it lost writes in 1 of 2 tries with Electrode on): two tries."""
     for try_number in range(2):
