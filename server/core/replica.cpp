@@ -451,20 +451,21 @@ bool Replica::leader_hears_quorum() const
 
 void Replica::note_commit_progress()
 {
-    // A follower whose PrepareOKs (its own or its kernel's) reach the leader sees them committed
-    // within a heartbeat or two; a leader that cannot hear them never commits them.
-    if (awaiting_commit_op_ != 0 && commit_ >= awaiting_commit_op_) awaiting_commit_op_ = 0;
-    if (awaiting_commit_op_ == 0 && op() > commit_ && !fetch_) {
-        awaiting_commit_op_ = op();
-        awaiting_commit_since_tick_ = tick_;
-    }
+    // A follower whose PrepareOKs (its own or its kernel's) reach the leader sees the commit
+    // number move within a heartbeat or two; a leader that cannot hear them commits nothing.
+    // The wait restarts whenever the commit number moves: a leader that commits a long log
+    // piece by piece (after a whole-cell restart) is making progress, however far the end is.
+    if (awaiting_commit_ && commit_ == awaiting_commit_at_ && op() > commit_) return;
+    awaiting_commit_ = op() > commit_ && !fetch_;
+    awaiting_commit_at_ = commit_;
+    awaiting_commit_since_tick_ = tick_;
 }
 
 bool Replica::leader_suspected(uint64_t at_tick) const
 {
     const uint64_t timeout = config_.view_change_timeout_ticks;
     return at_tick - last_heard_from_leader_tick_ >= timeout ||
-           (awaiting_commit_op_ != 0 && at_tick - awaiting_commit_since_tick_ >= timeout);
+           (awaiting_commit_ && at_tick - awaiting_commit_since_tick_ >= timeout);
 }
 
 void Replica::advance_commit_as_leader(Op quorum_counted_op)
@@ -1045,6 +1046,10 @@ void Replica::on_get_state(const GetState& m)
     if (m.op > op()) return ignore(__func__, Ignored::beyond_log, m.op);
     if (status_ == Status::view_change && fetch_)
         return ignore(__func__, Ignored::log_not_frozen, m.op);
+    // A follower fetching our log (joining the view, or catching up) hears us and is heard: it
+    // answers no heartbeat until it holds the log, which after a whole-cell restart with a long
+    // log takes many heartbeat timeouts. Counted as an answer, so that we do not step down.
+    if (is_leader()) answered_tick_[m.replica] = tick_;
     if (m.op < log_base_) {  // compacted: the snapshot first, over TCP
         send(m.replica, SnapshotOffer{.view = view_,
                                       .replica = config_.replica,
@@ -1500,7 +1505,7 @@ void Replica::enter_normal(View view)
     last_normal_view_ = view;
     status_since_tick_ = tick_;
     last_heard_from_leader_tick_ = tick_;
-    awaiting_commit_op_ = 0;
+    awaiting_commit_ = false;
     failed_view_changes_ = 0;
 }
 

@@ -490,8 +490,10 @@ private:
     uint64_t monotonic_ms_ = 0;
     uint64_t last_heard_from_leader_tick_ = 0;   // follower
     uint64_t last_heartbeat_tick_ = 0;           // leader: the last Commit it broadcast
-    // Follower: the op it held beyond the leader's commit number, and since when (0: none).
-    Op awaiting_commit_op_ = 0;
+    // Follower: whether it holds ops beyond the leader's commit number, the commit number it
+    // has waited at without progress, and since when.
+    bool awaiting_commit_ = false;
+    Op awaiting_commit_at_ = 0;
     uint64_t awaiting_commit_since_tick_ = 0;
     uint64_t status_since_tick_ = 0;             // view change and recovery deadlines
     uint64_t status_messages_sent_tick_ = 0;     // their retransmission
@@ -499,8 +501,9 @@ private:
 
     // Leader.
     std::vector<Op> acked_;  // per replica, highest op acknowledged in this view
-    // Per replica, the tick a CommitOk of this view last came from it (the view's start counts),
-    // and the newest heartbeat (the send time, on our monotonic clock) it echoed in this view.
+    // Per replica, the tick a CommitOk or GetState of this view last came from it (the view's
+    // start counts), and the newest heartbeat (the send time, on our monotonic clock) it echoed
+    // in this view.
     std::vector<uint64_t> answered_tick_;
     std::vector<uint64_t> echoed_heartbeat_ms_;
     void send_heartbeat();

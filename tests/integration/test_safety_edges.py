@@ -10,7 +10,9 @@ the edges of leases, restarts and partitions.
    stopped and holds everything: no acknowledged write may be lost.
 3. A graceful stop of every replica (SIGTERM) and a start of them all loses nothing.
 4. Durability sync, 6,000 writes after the last snapshot, every replica killed at once: the cell
-   comes back with every write.
+   comes back with every write. Run with 30,000 writes: with a log that long the followers fetch
+   it from the new leader for many view-change timeouts, which used to depose every leader in
+   turn (docs/fault-testing.md, "whole-cell restarts with long logs").
 5. Traffic towards the leader dropped (one-way partition): the cell serves again within 5 s
    (the goal is 2 s after the failure detection timeouts).
 """
@@ -51,11 +53,48 @@ def until_ok(client: Client, replicas: list, method: str, path: str, body=None,
     raise AssertionError(f"{method} {path}: no answer in {ok} within {timeout:g} s; last {last}")
 
 
-def write_keys(cell: Cell, replicas: list, keys: list) -> None:
-    client = Client(cell, timeout=5.0)
+def value_of(key: str, size: int = 0) -> str:
+    """What write_keys writes to key: v-<key>, padded with dots to `size` characters."""
+    return f"v-{key}".ljust(size, ".")
+
+
+def write_keys(cell: Cell, replicas: list, keys: list, workers: int = 1,
+               value_size: int = 0) -> None:
+    """Writes value_of(key) to every key, each acknowledged before this returns; `workers`
+    clients at once, each on its own kept-alive connections (the leader batches their writes)."""
+    errors = []
+
+    def writer(worker: int):
+        client = Client(cell, timeout=10.0)
+        try:
+            for key in keys[worker::workers]:
+                until_ok(client, replicas, "PUT", f"/v1/kv/{key}",
+                         {"value": value_of(key, value_size)})
+        except BaseException as e:  # noqa: BLE001: reported below
+            errors.append(e)
+        finally:
+            client.close()
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def listed_values(cell: Cell, prefix: str, timeout: float = 60.0) -> dict:
+    """Every key under prefix with its value, read through the log page by page."""
+    client = Client(cell, timeout=10.0)
+    found, after = {}, None
     try:
-        for key in keys:
-            until_ok(client, replicas, "PUT", f"/v1/kv/{key}", {"value": f"v-{key}"})
+        while True:
+            query = "prefix=true" + (f"&after={after}" if after else "")
+            page = until_ok(client, list(range(cell.replica_count)), "GET",
+                            f"/v1/kv/{prefix}?{query}", timeout=timeout)
+            found.update((kv["key"], kv["value"]) for kv in page.body["kvs"])
+            if not page.body["more"]:
+                return found
+            after = page.body["next_after"]
     finally:
         client.close()
 
@@ -68,7 +107,7 @@ def missing_keys(cell: Cell, replicas: list, keys: list, timeout: float = 60.0) 
     try:
         for key in keys:
             r = until_ok(client, replicas, "GET", f"/v1/kv/{key}", timeout=timeout, ok=(200, 404))
-            if r.status != 200 or r.body["value"] != f"v-{key}":
+            if r.status != 200 or r.body["value"] != value_of(key):
                 missing.append(key)
     finally:
         client.close()
@@ -155,12 +194,6 @@ def test_a_deposed_leader_never_lets_a_lease_overlap_the_next_holders_grant():
 # ---- 2. f+1 replicas restarted while the one that holds everything lives on --------------------
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 11 case 2: with safety-core 06aae04 merged, r1 still installed the restarted "
-    "replicas' snapshot of op 112 over its op 130 in 1 of 8 tries (19 writes lost). The likely "
-    "cause (a survivor that stepped down for want of a quorum no longer answered Recovery, so "
-    "the restart left it out) is fixed by 6f6a774 and its simulator test; remove this mark once "
-    "this test has passed in enough runs to show it"))
 def test_a_restart_of_two_replicas_never_overwrites_the_survivors_committed_state():
     """As the issue ran it (it lost writes in 1 of 2 tries with Electrode on): two tries."""
     for try_number in range(2):
@@ -192,42 +225,42 @@ def test_a_graceful_stop_and_start_of_every_replica_loses_nothing():
 
 # ---- 4. A power cut in sync mode with a log longer than the pipeline --------------------------
 
-@pytest.mark.slow
-def test_a_power_cut_in_sync_mode_after_6000_writes_recovers_every_write():
-    count = 6000
-    with Cell(replicas=3, name=unique_name("se"), durability="sync") as cell:
-        leader = cell.leader
-        errors = []
+# Found by the fault suite: 24,000-39,000 entries after the last snapshot made every new leader
+# step down within 0.5 s, for ever (docs/fault-testing.md): the followers fetch the log from it
+# a datagram at a time. Values of 400 bytes (3 entries a datagram) make 30,000 entries a fetch
+# of ~10,000 round trips, seconds even on an idle machine, as the fault suite's were under load.
+LONG_LOG_WRITES = 30_000
+LONG_LOG_VALUE_BYTES = 400
+# Measured 3-5 s on a loaded 2-core VM (docs/fault-testing.md); before the fix, never.
+LONG_LOG_SERVE_BOUND_S = 30.0
 
-        def writer(worker: int):
-            client = Client(cell, timeout=10.0)
-            try:
-                for i in range(worker, count, 4):
-                    until_ok(client, [leader], "PUT", f"/v1/kv/edge4/{i:05d}", {"value": str(i)})
-            except BaseException as e:  # noqa: BLE001: reported below
-                errors.append(e)
-            finally:
-                client.close()
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors[0]
+
+@pytest.mark.slow
+def test_a_power_cut_in_sync_mode_with_a_long_log_serves_again_with_every_write():
+    count = LONG_LOG_WRITES
+    # No snapshot while it writes: every entry is after the last one (op 0) at the power cut.
+    with Cell(replicas=3, name=unique_name("se"), durability="sync",
+              snapshot_every_ops=10 * count, snapshot_every_seconds=3600) as cell:
+        keys = [f"edge4/{i:05d}" for i in range(count)]
+        write_keys(cell, [cell.leader], keys, workers=32, value_size=LONG_LOG_VALUE_BYTES)
         cell.kill("all")
-        cell.start("all", timeout=30)
-        client = Client(cell, timeout=10.0)
-        found, after = {}, None
-        while True:
-            query = "prefix=true" + (f"&after={after}" if after else "")
-            page = until_ok(client, [0, 1, 2], "GET", f"/v1/kv/edge4/?{query}", timeout=60)
-            found.update((kv["key"], kv["value"]) for kv in page.body["kvs"])
-            if not page.body["more"]:
-                break
-            after = page.body["next_after"]
-        client.close()
-        lost = [i for i in range(count) if found.get(f"edge4/{i:05d}") != str(i)]
+        cell.start("all", wait=False)
+        started = time.monotonic()
+        client = Client(cell, timeout=5.0)
+        try:
+            until_ok(client, [0, 1, 2], "PUT", "/v1/kv/edge4-after", {"value": "x"},
+                     timeout=3 * LONG_LOG_SERVE_BOUND_S)
+        finally:
+            client.close()
+        unavailable = time.monotonic() - started
+        print(f"power cut with {count} entries after the last snapshot: served again after "
+              f"{unavailable:.2f} s")
+        found = listed_values(cell, "edge4/")
+        lost = [key for key in keys if found.get(key) != value_of(key, LONG_LOG_VALUE_BYTES)]
         assert not lost, f"{len(lost)} of {count} acknowledged writes lost, e.g. {lost[:5]}"
+        assert unavailable <= LONG_LOG_SERVE_BOUND_S, (
+            f"after a power cut with {count} log entries after the last snapshot the cell "
+            f"served nothing for {unavailable:.1f} s (bound {LONG_LOG_SERVE_BOUND_S:g} s)")
 
 
 # ---- 5. A one-way partition towards the leader ------------------------------------------------

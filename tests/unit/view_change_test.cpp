@@ -290,6 +290,39 @@ TEST_CASE("a follower whose acknowledged ops are committed in time stays with it
     CHECK(follower->status() == Status::normal);
 }
 
+TEST_CASE("a follower whose leader commits a long log piece by piece stays with it however long "
+          "the whole takes; when the commit number stops moving, it starts a view change")
+{
+    TestReplica follower(test_config(1, 3));
+    follow(follower, 100, 0);  // after a whole-cell restart: a long log, nothing committed
+    for (Op commit = 10; commit <= 90; commit += 10) {  // 135 ticks, far past the timeout
+        follower.tick(15);
+        follower.receive(Commit{.view = 0, .replica = 0, .commit = commit});
+    }
+    CHECK(follower->status() == Status::normal);
+    for (int i = 0; i < 5; i++) {  // Commits keep coming, commit stays 90: the leader is deaf
+        follower.tick(5);
+        follower.receive(Commit{.view = 0, .replica = 0, .commit = 90});
+    }
+    CHECK(follower->status() == Status::view_change);
+}
+
+TEST_CASE("a leader whose followers fetch its log (GetState) for longer than the view-change "
+          "timeout, answering no heartbeat meanwhile, keeps leading")
+{
+    TestReplica leader(test_config(0, 3));
+    leader.receive(request(100, 1));
+    leader.step(Flush{});
+    for (int i = 0; i < 10; i++) {  // 50 ticks, the view-change timeout is 20
+        leader.tick(5);
+        leader.receive(GetState{.view = 0, .replica = 2, .op = 0});
+    }
+    CHECK(leader->is_leader());
+    leader.receive(GetState{.view = 1, .replica = 2, .op = 0});  // another view's: no answer
+    leader.tick(20);
+    CHECK(leader->status() == Status::view_change);
+}
+
 // The leader lease (docs/leases.md; issue 11, scenario 1).
 
 TEST_CASE("the leader lease runs a lease period from the send time of the newest heartbeat f "
