@@ -13,6 +13,10 @@ the edges of leases, restarts and partitions.
    comes back with every write.
 5. Traffic towards the leader dropped (one-way partition): the cell serves again within 5 s
    (the goal is 2 s after the failure detection timeouts).
+6. (Found by the fault suite's lease check, docs/fault-testing.md.) A release whose answer the
+   client never got lands when a partition heals, after the client acquired the lock again: it
+   ends that grant. Retried with the same X-Voltlock-Client-Id and -Request-Number until
+   answered (docs/api.md, "Sessions and leases"), the late copy changes nothing.
 """
 import http.client
 import threading
@@ -253,3 +257,80 @@ def test_the_cell_serves_again_soon_after_traffic_towards_the_leader_is_dropped(
         assert unavailable <= SERVE_AGAIN_BOUND_S, (
             f"with traffic towards the leader dropped the cell served nothing for "
             f"{unavailable:.1f} s (bound {SERVE_AGAIN_BOUND_S:g} s)")
+
+
+# ---- 6. A release that lands late --------------------------------------------------------------
+
+def late_release(cell: Cell, lock: str, retry: bool) -> dict:
+    """A holds `lock`, B waits for it at the leader. A sends a release to a follower that
+    nothing reaches (its connection made before the cut), which times out unanswered. With
+    `retry`, A sends the same request (same identity) to the leader until it is answered, waits
+    for B to have the lock and give it back, and acquires it again with its next request
+    number; without, A just acquires again ("granted", held already). Then the partition heals
+    and the late copy of the release reaches the follower. Returns B's grant (or None), A's
+    last grant and the holders afterwards."""
+    leader = cell.wait_for_leader()
+    follower = next(i for i in range(cell.replica_count) if i != leader)
+    a, a_cut, b = Client(cell, timeout=5.0), Client(cell, timeout=1.0), Client(cell, timeout=40.0)
+    identity = {"X-Voltlock-Client-Id": str(700_000 + (1 if retry else 0)),
+                "X-Voltlock-Request-Number": "1"}
+    outcome: dict = {"b": None}
+    try:
+        session_a = a(leader, "POST", "/v1/sessions", {"ttl_ms": 60000})["session"]
+        session_b = a(leader, "POST", "/v1/sessions", {"ttl_ms": 60000})["session"]
+        first = a(leader, "POST", f"/v1/locks/{lock}:acquire", {"session": session_a})
+        assert first.status == 200, first
+
+        def client_b():
+            r = b(leader, "POST", f"/v1/locks/{lock}:acquire",
+                  {"session": session_b, "wait_ms": 30000})
+            outcome["b"] = r.body.get("sequencer")
+            if not retry:
+                return
+            assert b(leader, "POST", f"/v1/locks/{lock}:release",
+                     {"session": session_b}).status == 200
+        waiter = threading.Thread(target=client_b)
+        waiter.start()
+        assert a_cut(follower, "GET", "/v1/status").status == 200   # the connection A keeps
+        cell.partition(follower, direction="in")
+        release = {"session": session_a}
+        assert attempt(a_cut, follower, "POST", f"/v1/locks/{lock}:release", release) is None, (
+            "the release reached a replica that nothing should reach")
+        if retry:
+            answered = a(leader, "POST", f"/v1/locks/{lock}:release", release, headers=identity)
+            assert answered.status == 200 and answered.body["released"], answered
+            waiter.join(timeout=40)
+            identity["X-Voltlock-Request-Number"] = "2"
+        again = a(leader, "POST", f"/v1/locks/{lock}:acquire",
+                  {"session": session_a, "wait_ms": 10000}, headers=identity if retry else None)
+        assert again.status == 200 and again.body["granted"], again
+        outcome["a"] = again.body["sequencer"]
+    finally:
+        cell.heal()
+    try:
+        # The late copy travels as soon as the follower hears again; look for a while longer.
+        until_ok(a, [follower], "GET", "/v1/status")
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and outcome["b"] is None:
+            time.sleep(0.05)
+        waiter.join(timeout=40)
+        outcome["holders"] = a(leader, "GET", f"/v1/locks/{lock}").body["holders"]
+        return outcome
+    finally:
+        a.close()
+        a_cut.close()
+        b.close()
+
+
+@pytest.mark.slow
+def test_a_release_that_lands_late_ends_only_the_grant_it_was_meant_for():
+    with Cell(replicas=3, name=unique_name("se")) as cell:
+        # Unresolved, the late release ends the grant A took again: A must not count on it.
+        hazard = late_release(cell, "edge6/unresolved", retry=False)
+        assert hazard["b"] is not None and hazard["b"]["generation"] > hazard["a"]["generation"], (
+            "the late release never arrived, so this test shows nothing", hazard)
+        # Resolved by the retry with the same identity, the late copy is a duplicate.
+        resolved = late_release(cell, "edge6/resolved", retry=True)
+        assert [h["generation"] for h in resolved["holders"]] == [resolved["a"]["generation"]], (
+            "the late copy of a release that was retried and answered ended a later grant",
+            resolved)
