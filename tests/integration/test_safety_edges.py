@@ -17,15 +17,23 @@ the edges of leases, restarts and partitions.
    client never got lands when a partition heals, after the client acquired the lock again: it
    ends that grant. Retried with the same X-Voltlock-Client-Id and -Request-Number until
    answered (docs/api.md, "Sessions and leases"), the late copy changes nothing.
+7. A leader stopped (SIGSTOP) just as a keepalive reaches it, and continued once the new leader
+   has given the lock away, answers nothing that extends the client's lease past that grant: it
+   checks its leader lease by the clock at the moment it answers (docs/leases.md, rule 2), also
+   for a keepalive sent to it after the grant.
 """
 import http.client
+import json
+import os
+import signal
 import threading
 import time
 
 import pytest
 
-from api import Client, call
+from api import Client, call, connect
 from cell import Cell, unique_name
+from cellrig.util import ProcessRef
 
 pytestmark = [pytest.mark.usefixtures("root"), pytest.mark.voltlockd]
 
@@ -334,3 +342,89 @@ def test_a_release_that_lands_late_ends_only_the_grant_it_was_meant_for():
         assert [h["generation"] for h in resolved["holders"]] == [resolved["a"]["generation"]], (
             "the late copy of a release that was retried and answered ended a later grant",
             resolved)
+
+
+# ---- 7. A keepalive that reaches a leader as it is stopped -------------------------------------
+
+def daemon(cell: Cell, replica: int) -> ProcessRef:
+    """The replica's daemon, from the rig's record (checked against its start time)."""
+    with open(os.path.join(cell.endpoints["state_dir"], "cell.json")) as f:
+        ref = ProcessRef.from_json(json.load(f)["replicas"][replica].get("process"))
+    assert ref is not None and ref.alive(), f"r{replica} is not running"
+    return ref
+
+
+def keepalive_into_a_pause(cell: Cell, tag: str) -> tuple:
+    """A holds a lock and keeps its session alive at the leader. One keepalive is written to
+    the leader and the leader stopped at once, with the request in its socket or half handled.
+    B waits for the lock at the others; once B has it, a second keepalive is written to the
+    stopped leader, which then continues and handles both. Returns A's lease end by the
+    documented rule, B's grant time, and the two answers (None: no answer)."""
+    leader = cell.wait_for_leader()
+    others = [i for i in range(cell.replica_count) if i != leader]
+    a, b = Client(cell, timeout=5.0), Client(cell, timeout=3.0)
+    lock = f"edge7/{tag}"
+    paused = daemon(cell, leader)
+    stopped = False
+    conns = []
+
+    def send_keepalive() -> float:
+        conn = connect(cell, leader, 60.0)
+        conns.append(conn)
+        sent = time.monotonic()
+        conn.request("POST", f"/v1/sessions/{session_a}:keepalive")
+        return sent
+
+    def answer_of(conn):
+        try:
+            response = conn.getresponse()
+            return response.status, json.loads(response.read().decode())
+        except (OSError, http.client.HTTPException):
+            return None
+
+    try:
+        session_a = until_ok(a, [leader], "POST", "/v1/sessions",
+                             {"ttl_ms": TTL_MS, "lock_delay_ms": 0})["session"]
+        assert until_ok(a, [leader], "POST", f"/v1/locks/{lock}:acquire",
+                        {"session": session_a}).body["granted"]
+        sent = time.monotonic()
+        assert a(leader, "POST", f"/v1/sessions/{session_a}:keepalive").status == 200
+        lease_from = sent
+
+        sends = [send_keepalive()]
+        os.kill(paused.pid, signal.SIGSTOP)
+        stopped = True
+        session_b = until_ok(b, others, "POST", "/v1/sessions",
+                             {"ttl_ms": 60000, "lock_delay_ms": 0})["session"]
+        until_ok(b, others, "POST", f"/v1/locks/{lock}:acquire",
+                 {"session": session_b, "wait_ms": 2000}, timeout=40)
+        granted = time.monotonic()
+        # Sent after the lock was given away: only a leader that judged its lease by a clock
+        # stopped with it (the time before the pause) could answer it.
+        sends.append(send_keepalive())
+        os.kill(paused.pid, signal.SIGCONT)
+        stopped = False
+        answers = [answer_of(conn) for conn in conns]
+        for sent, answer in zip(sends, answers):
+            if answer is not None and answer[0] == 200:
+                lease_from = max(lease_from, sent)
+        return lease_from + TTL_MS / 1000, granted, answers
+    finally:
+        if stopped:
+            os.kill(paused.pid, signal.SIGCONT)
+        for conn in conns:
+            conn.close()
+        a.close()
+        b.close()
+
+
+@pytest.mark.slow
+def test_a_leader_stopped_as_a_keepalive_reaches_it_never_extends_a_lease_past_the_next_grant():
+    """Two tries: the keepalive is read before the stop in some, after it in others."""
+    for try_number in range(2):
+        with Cell(replicas=3, name=unique_name("se")) as cell:
+            lease_end, grant, answer = keepalive_into_a_pause(cell, f"t{try_number}")
+        assert grant >= lease_end, (
+            f"try {try_number + 1}: the paused leader answered {answer}; A's lease runs until "
+            f"{lease_end:.3f} by the documented rule, B was granted the lock at {grant:.3f}: "
+            f"{lease_end - grant:.2f} s of two holders")
