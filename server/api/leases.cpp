@@ -20,6 +20,8 @@ void LeaseTracker::become_leader(uint64_t now_ms, const std::vector<SessionLease
                                  uint64_t leader_lease_ms)
 {
     active_ = true;
+    leader_since_ms_ = now_ms;
+    leader_lease_ms_ = leader_lease_ms;
     leases_.clear();
     for (const SessionLease& lease : leases) {
         const uint64_t deadline_ms = now_ms + handover_ms(lease.ttl_ms, leader_lease_ms);
@@ -40,9 +42,13 @@ void LeaseTracker::on_created(SessionId session, uint32_t ttl_ms, Revision lease
                               uint64_t now_ms)
 {
     if (!active_) return;
+    // A creation of the previous view, committed by this leader only now: the old leader may
+    // have answered the client and kept the session alive since, so it gets the handover wait
+    // like every session this leader found (docs/leases.md, rule 4).
+    const uint64_t handed_over_ms = leader_since_ms_ + handover_ms(ttl_ms, leader_lease_ms_);
     leases_[session] = Lease{.ttl_ms = ttl_ms,
                              .lease_epoch = lease_epoch,
-                             .deadline_ms = now_ms + ttl_ms,
+                             .deadline_ms = std::max(now_ms + ttl_ms, handed_over_ms),
                              .replicated_deadline_ms = now_ms + ttl_ms};
 }
 

@@ -42,7 +42,9 @@ public:
     static uint64_t handover_ms(uint32_t ttl_ms, uint64_t leader_lease_ms);
 
     bool active() const { return active_; }
-    // This replica became the leader: every session gets now + handover_ms(its TTL).
+    // This replica became the leader: every session gets now + handover_ms(its TTL), and so
+    // does a session whose creation it applies later (one its predecessor created and may have
+    // kept alive; on_created).
     void become_leader(uint64_t now_ms, const std::vector<SessionLease>& leases,
                        uint64_t leader_lease_ms);
     // This replica is no longer the leader: forget everything.
@@ -74,6 +76,8 @@ private:
     };
 
     bool active_ = false;
+    uint64_t leader_since_ms_ = 0;  // become_leader's now
+    uint64_t leader_lease_ms_ = 0;
     std::map<SessionId, Lease> leases_;
 };
 

@@ -21,6 +21,7 @@ class Hold:
     generation: int
     start: float          # the grant was received
     end: float            # release sent, session found gone, or the lease ran out
+    ended_by: str = "lease"   # which of those came first: lease, release, gone, refused
 
 
 @dataclass
@@ -53,8 +54,9 @@ def overlapping_holds(holds: list) -> list:
             if latest_end and latest_end.end > h.start and latest_end.session != h.session:
                 violations.append(
                     f"lock {lock}: session {latest_end.session} (generation "
-                    f"{latest_end.generation}) held it until {latest_end.end:.3f} by the lease "
-                    f"rule, session {h.session} was granted it (generation {h.generation}) at "
+                    f"{latest_end.generation}) held it until {latest_end.end:.3f} (then: "
+                    f"{latest_end.ended_by}), session {h.session} was granted it (generation "
+                    f"{h.generation}) at "
                     f"{h.start:.3f}: {latest_end.end - h.start:.3f} s of two holders")
             if latest_end is None or h.end > latest_end.end:
                 latest_end = h

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -98,6 +99,19 @@ def read_all(client: ReplicaClient, prefix: str) -> dict:
         after = answer.body["next_after"]
 
 
+def lock_traces(locks: list, overlaps: list) -> list:
+    """What the lock workers of the sessions named in `overlaps` sent and heard, as lines."""
+    sessions = {int(s) for v in overlaps for s in re.findall(r"session (\d+)", v)}
+    lines = []
+    for w in locks:
+        for sent, received, request, replica, status, session, body in w.trace:
+            if session in sessions or (request == "create" and isinstance(body, dict)
+                                       and body.get("session") in sessions):
+                lines.append(f"{sent:8.3f} {received:8.3f} worker {w.number} session {session} "
+                             f"{request} at r{replica}: {status} {json.dumps(body)}")
+    return sorted(lines)
+
+
 def run(args: argparse.Namespace) -> dict:
     rng = random.Random(args.seed)
     stop_workers, stop_nemesis, stop_watch = (threading.Event() for _ in range(3))
@@ -140,6 +154,9 @@ def run(args: argparse.Namespace) -> dict:
         stop_workers.set()
         for w in workers:
             w.join(timeout=30)
+        lease_overlaps = overlapping_holds([h for w in locks for h in w.holds])
+        if lease_overlaps:                # keep what the replicas logged of it
+            report["lease_traces"] = lock_traces(locks, lease_overlaps)
         newest_write = max((rev for _, rev in writes.values() if rev is not None), default=0)
         if cell_is_back:
             final = ReplicaClient(endpoints, random.Random(seed()), 10.0)
@@ -151,8 +168,9 @@ def run(args: argparse.Namespace) -> dict:
         stop_watch.set()
         watch.close()
         watch.join(timeout=30)
-        if not cell_is_back:              # keep what the replicas logged, for a look
-            cell.print_log_tails()
+        if not cell_is_back or lease_overlaps:    # keep what the replicas logged, for a look
+            if not cell_is_back:
+                cell.print_log_tails()
             report["logs"] = cell.endpoints["state_dir"]
             cell.down(keep_logs=True)
 
@@ -187,8 +205,7 @@ def run(args: argparse.Namespace) -> dict:
         elif result.linearizable is None:
             report["errors"].append(f"register {key}: the linearizability search ran out of time "
                                     f"({result.ops} ops, {result.explored} steps)")
-    holds = [h for w in locks for h in w.holds]
-    report["violations"] += overlapping_holds(holds)
+    report["violations"] += lease_overlaps
     report["violations"] += fencing_violations([f for w in locks for f in w.fenced],
                                                [g for w in locks for g in w.grants])
     acknowledged = set().union(*(w.acknowledged for w in sets)) if sets else set()
@@ -211,6 +228,7 @@ def run(args: argparse.Namespace) -> dict:
         "lock grants": sum(w.acquires["granted"] for w in locks),
         "lock busy": sum(w.acquires["busy"] for w in locks),
         "lock acquire unknown": sum(w.acquires["unknown"] for w in locks),
+        "lock sessions given up": sum(w.sessions_given_up for w in locks),
         "fenced writes accepted": sum(1 for w in locks for f in w.fenced if f.accepted),
         "fenced writes refused": sum(1 for w in locks for f in w.fenced if f.accepted is False),
         "set adds ok": len(acknowledged),
@@ -252,6 +270,10 @@ def print_report(report: dict, out=sys.stdout) -> None:
         print(f"    {v}", file=out)
     for e in report["errors"]:
         print(f"  error: {e}", file=out)
+    if report.get("lease_traces"):
+        print("  the lock clients of those sessions (sent, received, request, answer):", file=out)
+        for line in report["lease_traces"]:
+            print(f"    {line}", file=out)
     if report.get("logs"):
         print(f"  the replicas' logs are kept in {report['logs']}", file=out)
     print(f"  reproduce the schedule with --seed={report['seed']} "

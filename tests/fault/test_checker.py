@@ -169,10 +169,11 @@ def test_holds_that_touch_do_not_overlap():
 
 
 def test_two_holders_at_once_are_found():
-    holds = [Hold("l", 1, 10, 1, 0.0, 5.94), Hold("l", 2, 11, 2, 4.44, 6.0),
+    holds = [Hold("l", 1, 10, 1, 0.0, 5.94, "refused"), Hold("l", 2, 11, 2, 4.44, 6.0),
              Hold("other", 3, 12, 1, 4.5, 5.0)]
     violations = overlapping_holds(holds)
     assert len(violations) == 1 and "1.500 s of two holders" in violations[0]
+    assert "until 5.940 (then: refused)" in violations[0]     # what ended the first hold
 
 
 def test_a_hold_that_outlasts_the_next_one_is_still_compared():

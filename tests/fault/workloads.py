@@ -138,7 +138,14 @@ class SetWorker(Worker):
 
 class LockWorker(Worker):
     """Holds `lock` again and again. The lease is counted from the send time of the last
-    answered keepalive (or session creation), for one TTL (docs/api.md)."""
+    answered keepalive (or session creation), for one TTL (docs/api.md).
+
+    An acquire or release whose outcome is unknown may still take effect later, even seconds
+    later (a forwarding replica tries the leader for up to 8 s; a request held up by a partition
+    arrives when it heals). A late release would end a hold the worker had since taken again
+    ("granted", held already), so after either the worker gives the session up without a word
+    (the cell expires it, which frees the lock) and opens a new one: nothing it believes rests
+    on a request whose fate it does not know (docs/api.md, "Sessions and leases")."""
 
     def __init__(self, *args, lock: str, ttl_ms: int, writes: dict, **kwargs):
         super().__init__(*args, **kwargs)
@@ -152,6 +159,14 @@ class LockWorker(Worker):
         self.grants: list = []
         self.fenced: list = []
         self.acquires = {"granted": 0, "busy": 0, "unknown": 0}
+        self.sessions_given_up = 0
+        # (sent, received, request, replica, status, session, body): what a violation's report
+        # shows of the sessions involved.
+        self.trace: list = []
+
+    def note(self, sent: float, received: float, request: str, replica: int, answer) -> None:
+        self.trace.append((sent, received, request, replica, answer.status, self.session,
+                           answer.body))
 
     def lease_end(self) -> float:
         return self.lease_from + self.ttl_s
@@ -160,9 +175,11 @@ class LockWorker(Worker):
         if self.session is None or self.recorder.now() >= self.lease_end():
             self.open_session()
             return
+        sent, target = self.recorder.now(), self.client.target
         answer = self.client.request("POST", f"/v1/locks/{self.lock}:acquire",
                                      {"session": self.session, "wait_ms": 1000})
         received = self.recorder.now()
+        self.note(sent, received, "acquire", target, answer)
         if answer.status == 200 and answer.body.get("granted"):
             self.acquires["granted"] += 1
             self.hold(answer.body["sequencer"], received)
@@ -171,17 +188,22 @@ class LockWorker(Worker):
         elif answer.status == 404 and answer.code() == "unknown_session":
             self.session = None
         elif answer.unknown:
-            # It may have been granted: give it back (at worst a no-op), without believing it.
+            # It may be granted yet, or later: not a hold, and the session is given up.
             self.acquires["unknown"] += 1
-            self.release()
+            self.give_up_session()
         else:
             self.unexpected("acquire", answer)
 
+    def give_up_session(self) -> None:
+        self.session = None
+        self.sessions_given_up += 1
+
     def open_session(self) -> None:
-        sent = self.recorder.now()
+        sent, target = self.recorder.now(), self.client.target
         answer = self.client.request("POST", "/v1/sessions",
                                      {"ttl_ms": self.ttl_ms, "lock_delay_ms": 0,
                                       "name": f"fault-{self.number}"})
+        self.note(sent, self.recorder.now(), "create", target, answer)
         if answer.status == 201:
             self.session, self.lease_from = answer.body["session"], sent
         elif not answer.unknown:
@@ -195,9 +217,10 @@ class LockWorker(Worker):
         careful client does not start believing again). Appends the time the session was found
         gone to `gone`."""
         while holding.is_set() and not self.stop_event.is_set():
-            sent = self.recorder.now()
+            sent, target = self.recorder.now(), client.target
             answer = client.request("POST", f"/v1/sessions/{self.session}:keepalive")
             received = self.recorder.now()
+            self.note(sent, received, "keepalive", target, answer)
             if answer.status == 200:
                 if received < self.lease_end():
                     self.lease_from = max(self.lease_from, sent)
@@ -213,7 +236,7 @@ class LockWorker(Worker):
     def hold(self, sequencer: dict, granted_at: float) -> None:
         generation = sequencer["generation"]
         self.grants.append(Grant(self.lock, generation, granted_at))
-        ends, gone = [], []
+        ends, gone = [], []               # (time, why), times the session was found gone
         holding = threading.Event()
         holding.set()
         keeper_client = ReplicaClient(self.client.endpoints,
@@ -231,18 +254,19 @@ class LockWorker(Worker):
                 if gone or self.recorder.now() >= self.lease_end():
                     break
                 if not self.fenced_write(sequencer):
-                    ends.append(self.recorder.now())
+                    ends.append((self.recorder.now(), "refused"))
                     break
                 self.stop_event.wait(0.05)
         finally:
             holding.clear()
-            ends.append(self.recorder.now())      # the release is sent now
+            ends.append((self.recorder.now(), "release"))      # the release is sent now
             keeper.join()
             keeper_client.close()
-        ends += gone
-        ends.append(self.lease_end())
+        ends += [(t, "gone") for t in gone]
+        ends.append((self.lease_end(), "lease"))
+        end, why = min(ends)
         self.holds.append(Hold(self.lock, self.number, sequencer["session"], generation,
-                               granted_at, min(ends)))
+                               granted_at, end, why))
         if gone:
             self.session = None
         else:
@@ -279,11 +303,15 @@ class LockWorker(Worker):
         self.unexpected("fenced PUT", answer)
 
     def release(self) -> None:
+        sent, target = self.recorder.now(), self.client.target
         answer = self.client.request("POST", f"/v1/locks/{self.lock}:release",
                                      {"session": self.session})
+        self.note(sent, self.recorder.now(), "release", target, answer)
         if answer.status == 404 and answer.code() == "unknown_session":
             self.session = None
-        elif not (answer.status in (200, 409) or answer.unknown):
+        elif answer.unknown:
+            self.give_up_session()      # it may land after this session's next grant
+        elif answer.status not in (200, 409):
             self.unexpected("release", answer)
 
 

@@ -15,15 +15,27 @@ the edges of leases, restarts and partitions.
    turn (docs/fault-testing.md, "whole-cell restarts with long logs").
 5. Traffic towards the leader dropped (one-way partition): the cell serves again within 5 s
    (the goal is 2 s after the failure detection timeouts).
+6. (Found by the fault suite's lease check, docs/fault-testing.md.) A release whose answer the
+   client never got lands when a partition heals, after the client acquired the lock again: it
+   ends that grant. Retried with the same X-Voltlock-Client-Id and -Request-Number until
+   answered (docs/api.md, "Sessions and leases"), the late copy changes nothing.
+7. A leader stopped (SIGSTOP) just as a keepalive reaches it, and continued once the new leader
+   has given the lock away, answers nothing that extends the client's lease past that grant: it
+   checks its leader lease by the clock at the moment it answers (docs/leases.md, rule 2), also
+   for a keepalive sent to it after the grant.
 """
 import http.client
+import json
+import os
+import signal
 import threading
 import time
 
 import pytest
 
-from api import Client, call
+from api import Client, call, connect
 from cell import Cell, unique_name
+from cellrig.util import ProcessRef
 
 pytestmark = [pytest.mark.usefixtures("root"), pytest.mark.voltlockd]
 
@@ -286,3 +298,166 @@ def test_the_cell_serves_again_soon_after_traffic_towards_the_leader_is_dropped(
         assert unavailable <= SERVE_AGAIN_BOUND_S, (
             f"with traffic towards the leader dropped the cell served nothing for "
             f"{unavailable:.1f} s (bound {SERVE_AGAIN_BOUND_S:g} s)")
+
+
+# ---- 6. A release that lands late --------------------------------------------------------------
+
+def late_release(cell: Cell, lock: str, retry: bool) -> dict:
+    """A holds `lock`, B waits for it at the leader. A sends a release to a follower that
+    nothing reaches (on a connection made before the cut, which A leaves open) and has no
+    answer. With
+    `retry`, A sends the same request (same identity) to the leader until it is answered, waits
+    for B to have the lock and give it back, and acquires it again with its next request
+    number; without, A just acquires again ("granted", held already). Then the partition heals
+    and the late copy of the release reaches the follower. Returns B's grant (or None), A's
+    last grant, the late copy's answer and the holders after it."""
+    leader = cell.wait_for_leader()
+    follower = next(i for i in range(cell.replica_count) if i != leader)
+    a, b = Client(cell, timeout=5.0), Client(cell, timeout=40.0)
+    identity = {"X-Voltlock-Client-Id": str(700_000 + (1 if retry else 0)),
+                "X-Voltlock-Request-Number": "1"}
+    outcome: dict = {"b": None}
+    try:
+        session_a = a(leader, "POST", "/v1/sessions", {"ttl_ms": 60000})["session"]
+        session_b = a(leader, "POST", "/v1/sessions", {"ttl_ms": 60000})["session"]
+        first = a(leader, "POST", f"/v1/locks/{lock}:acquire", {"session": session_a})
+        assert first.status == 200, first
+
+        def client_b():
+            r = b(leader, "POST", f"/v1/locks/{lock}:acquire",
+                  {"session": session_b, "wait_ms": 30000})
+            outcome["b"] = r.body.get("sequencer")
+            if not retry:
+                return
+            assert b(leader, "POST", f"/v1/locks/{lock}:release",
+                     {"session": session_b}).status == 200
+        waiter = threading.Thread(target=client_b)
+        waiter.start()
+        cut = connect(cell, follower, 60.0)       # made before the cut; A gets no answer on it
+        cell.partition(follower, direction="in")
+        release = {"session": session_a}
+        cut.request("POST", f"/v1/locks/{lock}:release", body=json.dumps(release),
+                    headers={"Content-Type": "application/json", **(identity if retry else {})})
+        if retry:
+            answered = a(leader, "POST", f"/v1/locks/{lock}:release", release, headers=identity)
+            assert answered.status == 200 and answered.body["released"], answered
+            waiter.join(timeout=40)
+            identity["X-Voltlock-Request-Number"] = "2"
+        again = a(leader, "POST", f"/v1/locks/{lock}:acquire",
+                  {"session": session_a, "wait_ms": 10000}, headers=identity if retry else None)
+        assert again.status == 200 and again.body["granted"], again
+        outcome["a"] = again.body["sequencer"]
+    finally:
+        cell.heal()
+    try:
+        # The late copy arrives when TCP sends it again, and is answered on that connection.
+        late = cut.getresponse()
+        outcome["late"] = (late.status, json.loads(late.read().decode()))
+        waiter.join(timeout=40)
+        outcome["holders"] = a(leader, "GET", f"/v1/locks/{lock}").body["holders"]
+        return outcome
+    finally:
+        cut.close()
+        a.close()
+        b.close()
+
+
+@pytest.mark.slow
+def test_a_release_that_lands_late_ends_only_the_grant_it_was_meant_for():
+    with Cell(replicas=3, name=unique_name("se")) as cell:
+        # Unresolved, the late release ends the grant A took again: A must not count on it.
+        hazard = late_release(cell, "edge6/unresolved", retry=False)
+        assert hazard["late"][0] == 200 and hazard["late"][1]["released"], hazard
+        assert hazard["b"] is not None and hazard["b"]["generation"] > hazard["a"]["generation"], (
+            "the late release did not pass the lock on", hazard)
+        # Resolved by the retry with the same identity, the late copy is a duplicate.
+        resolved = late_release(cell, "edge6/resolved", retry=True)
+        assert [h["generation"] for h in resolved["holders"]] == [resolved["a"]["generation"]], (
+            "the late copy of a release that was retried and answered ended a later grant",
+            resolved)
+
+
+# ---- 7. A keepalive that reaches a leader as it is stopped -------------------------------------
+
+def daemon(cell: Cell, replica: int) -> ProcessRef:
+    """The replica's daemon, from the rig's record (checked against its start time)."""
+    with open(os.path.join(cell.endpoints["state_dir"], "cell.json")) as f:
+        ref = ProcessRef.from_json(json.load(f)["replicas"][replica].get("process"))
+    assert ref is not None and ref.alive(), f"r{replica} is not running"
+    return ref
+
+
+def keepalive_into_a_pause(cell: Cell, tag: str) -> tuple:
+    """A holds a lock and keeps its session alive at the leader. One keepalive is written to
+    the leader and the leader stopped at once, with the request in its socket or half handled.
+    B waits for the lock at the others; once B has it, a second keepalive is written to the
+    stopped leader, which then continues and handles both. Returns A's lease end by the
+    documented rule, B's grant time, and the two answers (None: no answer)."""
+    leader = cell.wait_for_leader()
+    others = [i for i in range(cell.replica_count) if i != leader]
+    a, b = Client(cell, timeout=5.0), Client(cell, timeout=3.0)
+    lock = f"edge7/{tag}"
+    paused = daemon(cell, leader)
+    stopped = False
+    conns = []
+
+    def send_keepalive() -> float:
+        conn = connect(cell, leader, 60.0)
+        conns.append(conn)
+        sent = time.monotonic()
+        conn.request("POST", f"/v1/sessions/{session_a}:keepalive")
+        return sent
+
+    def answer_of(conn):
+        try:
+            response = conn.getresponse()
+            return response.status, json.loads(response.read().decode())
+        except (OSError, http.client.HTTPException):
+            return None
+
+    try:
+        session_a = until_ok(a, [leader], "POST", "/v1/sessions",
+                             {"ttl_ms": TTL_MS, "lock_delay_ms": 0})["session"]
+        assert until_ok(a, [leader], "POST", f"/v1/locks/{lock}:acquire",
+                        {"session": session_a}).body["granted"]
+        sent = time.monotonic()
+        assert a(leader, "POST", f"/v1/sessions/{session_a}:keepalive").status == 200
+        lease_from = sent
+
+        sends = [send_keepalive()]
+        os.kill(paused.pid, signal.SIGSTOP)
+        stopped = True
+        session_b = until_ok(b, others, "POST", "/v1/sessions",
+                             {"ttl_ms": 60000, "lock_delay_ms": 0})["session"]
+        until_ok(b, others, "POST", f"/v1/locks/{lock}:acquire",
+                 {"session": session_b, "wait_ms": 2000}, timeout=40)
+        granted = time.monotonic()
+        # Sent after the lock was given away: only a leader that judged its lease by a clock
+        # stopped with it (the time before the pause) could answer it.
+        sends.append(send_keepalive())
+        os.kill(paused.pid, signal.SIGCONT)
+        stopped = False
+        answers = [answer_of(conn) for conn in conns]
+        for sent, answer in zip(sends, answers):
+            if answer is not None and answer[0] == 200:
+                lease_from = max(lease_from, sent)
+        return lease_from + TTL_MS / 1000, granted, answers
+    finally:
+        if stopped:
+            os.kill(paused.pid, signal.SIGCONT)
+        for conn in conns:
+            conn.close()
+        a.close()
+        b.close()
+
+
+@pytest.mark.slow
+def test_a_leader_stopped_as_a_keepalive_reaches_it_never_extends_a_lease_past_the_next_grant():
+    """Two tries: the keepalive is read before the stop in some, after it in others."""
+    for try_number in range(2):
+        with Cell(replicas=3, name=unique_name("se")) as cell:
+            lease_end, grant, answer = keepalive_into_a_pause(cell, f"t{try_number}")
+        assert grant >= lease_end, (
+            f"try {try_number + 1}: the paused leader answered {answer}; A's lease runs until "
+            f"{lease_end:.3f} by the documented rule, B was granted the lock at {grant:.3f}: "
+            f"{lease_end - grant:.2f} s of two holders")

@@ -25,6 +25,23 @@ TEST_CASE("a new leader expires nothing until every lease its predecessor could 
     CHECK(leases.take_expired(3'500).empty());  // already on its way
 }
 
+TEST_CASE("a session the old leader created, committed by the new one only after it took over, "
+          "waits out the handover too")
+{
+    // The old leader answered the creation (its Prepare reached a quorum) and then keepalives,
+    // up to a leader lease after the new view began; the new leader re-commits the creation and
+    // applies it 10 ms after it started tracking leases.
+    LeaseTracker leases;
+    leases.become_leader(1'000, {}, 300);
+    leases.on_created(9, 5'000, 9, 1'010);
+    CHECK(leases.deadline_ms(9) == 1'000 + LeaseTracker::handover_ms(5'000, 300));
+    CHECK(leases.take_expired(6'407).empty());
+    CHECK(leases.take_expired(6'408).size() == 1);
+    // A session created long after the handover gets its TTL, as ever.
+    leases.on_created(10, 5'000, 10, 20'000);
+    CHECK(leases.deadline_ms(10) == 25'000u);
+}
+
 TEST_CASE("keepalives renew in memory and are replicated about twice per TTL")
 {
     LeaseTracker leases;
