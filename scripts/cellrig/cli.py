@@ -79,10 +79,11 @@ def parser() -> argparse.ArgumentParser:
                 "its endpoints")
     c.add_argument("--replicas", type=int, choices=(1, 3, 5, 7), default=3)
     c.add_argument("--electrode", choices=("on", "off"), default="off")
-    c.add_argument("--tls", choices=("on", "off"), default="off",
+    c.add_argument("--tls", choices=("on", "off", "mtls"), default="off",
                    help="TLS on the API and between replicas, with a cell CA and certificates "
                         "made by `voltlockd init-cell` (3, 5 or 7 replicas); endpoints then "
-                        "carry tls_ca, the CA's certificate for clients")
+                        "carry tls_ca, the CA's certificate for clients. mtls: clients must "
+                        "also present a certificate of the cell CA")
     c.add_argument("--loopback", action="store_true",
                    help="no namespaces: replicas on 127.0.0.1, udp 7400+i, http 7480+i (no root "
                    "needed; partition and netem unavailable)")
@@ -232,7 +233,7 @@ def new_cell(args, name: str, binary: str | None, config_extra: dict,
         address = "127.0.0.1" if loopback else topology.replica_ip(i)
         udp = replicas.UDP_PORT + (i if loopback else 0)
         http = replicas.HTTP_PORT + (i if loopback else 0)
-        scheme = "https" if args.tls == "on" else "http"
+        scheme = "http" if args.tls == "off" else "https"
         rdir = os.path.join(state_dir, f"r{i}")
         data_dir = (None if args.in_memory else os.path.join(data_root, f"r{i}") if data_root
                     else os.path.join(rdir, "data"))
@@ -248,7 +249,8 @@ def new_cell(args, name: str, binary: str | None, config_extra: dict,
         "cluster_id": args.cluster_id or 1000 + secrets.randbelow(9000),
         "electrode": args.electrode, "mtu": args.mtu, "log_level": args.log_level,
         "voltlockd": binary, "config_extra": config_extra, "data_root": data_root,
-        "tls": os.path.join(state_dir, "tls") if args.tls == "on" else None,
+        "tls": None if args.tls == "off" else os.path.join(state_dir, "tls"),
+        "tls_clients_need_certificates": args.tls == "mtls",
         "bridge_namespace": None if loopback else names["bridge"],
         "client_namespace": None if loopback else names["client"],
         "state_dir": state_dir, "replicas": members, "leader": None,
@@ -271,11 +273,11 @@ def cmd_up(args) -> int:
     config_extra = persistence_config(args, config_extra)
     data_root = check_data_root(args.data_root)
     binary = None if args.no_start else replicas.resolve_binary(args.voltlockd)
-    if args.tls == "on":
+    if args.tls != "off":
         if args.replicas == 1:
             raise UsageError("--tls on: the cell generator makes 3, 5 or 7 replicas' "
                              "certificates; use --replicas 3")
-    generator = replicas.resolve_binary(args.voltlockd) if args.tls == "on" else None
+    generator = replicas.resolve_binary(args.voltlockd) if args.tls != "off" else None
     if args.loopback:
         say("loopback mode: replicas on 127.0.0.1 (udp 7400+i, http 7480+i), no namespaces; "
             "partition and netem are unavailable")

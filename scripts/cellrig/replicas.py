@@ -40,10 +40,18 @@ def resolve_binary(path: str | None) -> str:
     return path
 
 
-def tls_ca(cell) -> str | None:
-    """The cell CA's certificate of a cell made with `up --tls on`, else None."""
+def tls_client(cell) -> dict | None:
+    """How the rig speaks to a cell made with `up --tls on|mtls` (NamespacedConnection's TLS
+    arguments): trusting the cell CA, and under mtls showing replica 0's certificate, which is
+    a client certificate of the cell CA too. None: plain HTTP."""
     tls = cell.data.get("tls")
-    return os.path.join(tls, "ca.pem") if tls else None
+    if not tls:
+        return None
+    client = {"cafile": os.path.join(tls, "ca.pem")}
+    if cell.data.get("tls_clients_need_certificates"):
+        client.update(certfile=os.path.join(tls, "r0.pem"),
+                      keyfile=os.path.join(tls, "r0-key.pem"))
+    return client
 
 
 def make_tls_files(cell, binary: str) -> None:
@@ -79,6 +87,8 @@ def config_for(cell, index: int) -> dict:
         config.update({"tls_cert_file": os.path.join(data["tls"], f"r{index}.pem"),
                        "tls_key_file": os.path.join(data["tls"], f"r{index}-key.pem"),
                        "tls_ca_file": os.path.join(data["tls"], "ca.pem")})
+        if data.get("tls_clients_need_certificates"):
+            config["tls_client_ca_file"] = os.path.join(data["tls"], "ca.pem")
     config.update(data.get("config_extra") or {})
     data_dir = cell.replica(index).get("data_dir")
     if data_dir:  # per replica, so never in config_extra (cli.py refuses it there)
@@ -278,7 +288,7 @@ def query(cell, index: int, from_ns: str | None, timeout: float = 1.0,
     replica = cell.replica(index)
     path = "/v1/status?digest=true" if digest else "/v1/status"
     return http_get_json(from_ns, replica["ip"], replica["http_port"], path, timeout,
-                         cafile=tls_ca(cell))
+                         tls=tls_client(cell))
 
 
 def status_of(cell, index: int):

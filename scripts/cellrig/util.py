@@ -145,11 +145,15 @@ class NamespacedConnection(http.client.HTTPConnection):
     outside the cell."""
 
     def __init__(self, namespace: str | None, host: str, port: int, timeout: float,
-                 cafile: str | None = None):
+                 cafile: str | None = None, certfile: str | None = None,
+                 keyfile: str | None = None):
         super().__init__(host, port, timeout=timeout)
         self.namespace = namespace
-        # A cell with TLS on (`up --tls on`): https, the replica checked against the cell's CA.
+        # A cell with TLS on (`up --tls on|mtls`): https, the replica checked against the cell's
+        # CA; with mtls, certfile/keyfile is the client certificate shown.
         self.tls = ssl.create_default_context(cafile=cafile) if cafile else None
+        if self.tls and certfile:
+            self.tls.load_cert_chain(certfile, keyfile)
 
     def connect(self):
         with entered_netns(self.namespace):
@@ -162,11 +166,11 @@ class NamespacedConnection(http.client.HTTPConnection):
 
 
 def http_get_json(ns: str | None, host: str, port: int, path: str, timeout: float = 1.0,
-                  cafile: str | None = None):
-    """GET http://host:port/path (https, checked against cafile, when given) from inside
-    namespace ns and decode the JSON body.
+                  tls: dict | None = None):
+    """GET http://host:port/path (https when tls gives NamespacedConnection's cafile, and
+    certfile/keyfile) from inside namespace ns and decode the JSON body.
     Raises OSError (connection) or ValueError (not JSON / not 200)."""
-    conn = NamespacedConnection(ns, host, port, timeout, cafile)
+    conn = NamespacedConnection(ns, host, port, timeout, **(tls or {}))
     try:
         conn.request("GET", path, headers={"Connection": "close"})
         response = conn.getresponse()
