@@ -139,6 +139,10 @@ print("sdk ok")
     assert status == 200
     replicas = json.loads(body)["replicas"]
     assert all(r["reachable"] for r in replicas), replicas
+    # The web UI is the replica's own: over https as the API is.
+    status, body = https_get(cell, follower_of(cell), "/ui/",
+                             context(pki["cell_ca"][0], pki["client"]))
+    assert status == 200 and b"<html" in body.lower(), body[:200]
 
 
 def test_lockctl(cell, pki):
