@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -74,6 +75,10 @@ Global flags:
                            http://127.0.0.1:7480)
   --dial-timeout DUR       connecting to one endpoint (default 2s)
   --command-timeout DUR    one request, every retry included (default 10s)
+  --cacert FILE            https endpoints: the cell CA's certificate (else $VOLTLOCK_CACERT,
+                           else the system's CAs)
+  --cert FILE, --key FILE  a client certificate and its key, for a cell that requires one (else
+                           $VOLTLOCK_CERT, $VOLTLOCK_KEY)
   -w, --write-out FORMAT   simple (default), json (one document per result), table
   -h, --help               this text, or a command's
 
@@ -99,11 +104,12 @@ struct UsageError {
 const std::set<std::string> kValueFlags = {
     "--endpoints", "--dial-timeout", "--command-timeout", "--write-out", "--prev-revision",
     "--lease", "--sequencer", "--limit", "--consistency", "--rev", "--ttl", "--wait",
-    "--count", "--kill-grace", "--name"};
+    "--count", "--kill-grace", "--name", "--cacert", "--cert", "--key"};
 const std::set<std::string> kBoolFlags = {"--prefix", "--rev-only", "--shared", "--listen",
                                           "--help", "--once"};
 const std::set<std::string> kGlobalFlags = {"--endpoints", "--dial-timeout", "--command-timeout",
-                                            "--write-out", "--help"};
+                                            "--write-out", "--help", "--cacert", "--cert",
+                                            "--key"};
 
 struct Args {
     std::vector<std::string> words;            // command and positionals
@@ -405,6 +411,14 @@ public:
         options_.command_timeout_ms = duration_flag(args, "--command-timeout", 10000);
         if (options_.dial_timeout_ms == 0 || options_.command_timeout_ms == 0)
             throw UsageError{"timeouts must be above zero"};
+        // Unset, the library takes $VOLTLOCK_CACERT, $VOLTLOCK_CERT, $VOLTLOCK_KEY.
+        for (auto [flag, file, option] :
+             {std::tuple{"--cacert", &cacert_, &options_.cacert_file},
+              std::tuple{"--cert", &cert_, &options_.cert_file},
+              std::tuple{"--key", &key_, &options_.key_file}}) {
+            *file = args.get(flag);
+            if (*file) *option = (*file)->c_str();
+        }
     }
     ~Context() { vl_client_close(client_); }
 
@@ -415,7 +429,8 @@ public:
             const vl_status status =
                 vl_client_open(endpoints_ ? endpoints_->c_str() : nullptr, &options_, why,
                                sizeof why, &client_);
-            if (status == VL_ERR_INVALID_ARGUMENT) throw UsageError{std::string("--endpoints: ") + why};
+            if (status == VL_ERR_INVALID_ARGUMENT)
+                throw UsageError{std::string(endpoints_ ? "--endpoints: " : "") + why};
             check(status, why);
         }
         return client_;
@@ -427,6 +442,7 @@ private:
     const Args& args_;
     Format format_ = Format::simple;
     std::optional<std::string> endpoints_;
+    std::optional<std::string> cacert_, cert_, key_;  // what options_ points into
     vl_client_options options_{};
     vl_client* client_ = nullptr;
 };
@@ -1109,7 +1125,7 @@ _lockctl() {
     cur="${COMP_WORDS[COMP_CWORD]}"
     prev="${COMP_WORDS[COMP_CWORD-1]}"
     local commands="put set get del watch lock elect barrier session sequencer member endpoint status snapshot version completion"
-    local globals="--endpoints --dial-timeout --command-timeout -w --write-out --help"
+    local globals="--endpoints --dial-timeout --command-timeout --cacert --cert --key -w --write-out --help"
     case "$prev" in
         -w|--write-out) COMPREPLY=($(compgen -W "simple json table" -- "$cur")); return ;;
         session) COMPREPLY=($(compgen -W "grant keepalive revoke list get" -- "$cur")); return ;;
@@ -1160,6 +1176,9 @@ _lockctl() {
         '--endpoints[comma-separated URLs]:endpoints:'
         '--dial-timeout[connecting to one endpoint]:duration:'
         '--command-timeout[one request, every retry included]:duration:'
+        '--cacert[the cell CA certificate]:file:_files'
+        '--cert[a client certificate]:file:_files'
+        '--key[the client certificate key]:file:_files'
         '(-w --write-out)'{-w,--write-out}'[output format]:format:(simple json table)'
         '(-h --help)'{-h,--help}'[help]'
     )

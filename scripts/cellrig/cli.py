@@ -79,6 +79,11 @@ def parser() -> argparse.ArgumentParser:
                 "its endpoints")
     c.add_argument("--replicas", type=int, choices=(1, 3, 5, 7), default=3)
     c.add_argument("--electrode", choices=("on", "off"), default="off")
+    c.add_argument("--tls", choices=("on", "off", "mtls"), default="off",
+                   help="TLS on the API and between replicas, with a cell CA and certificates "
+                        "made by `voltlockd init-cell` (3, 5 or 7 replicas); endpoints then "
+                        "carry tls_ca, the CA's certificate for clients. mtls: clients must "
+                        "also present a certificate of the cell CA")
     c.add_argument("--loopback", action="store_true",
                    help="no namespaces: replicas on 127.0.0.1, udp 7400+i, http 7480+i (no root "
                    "needed; partition and netem unavailable)")
@@ -228,12 +233,13 @@ def new_cell(args, name: str, binary: str | None, config_extra: dict,
         address = "127.0.0.1" if loopback else topology.replica_ip(i)
         udp = replicas.UDP_PORT + (i if loopback else 0)
         http = replicas.HTTP_PORT + (i if loopback else 0)
+        scheme = "http" if args.tls == "off" else "https"
         rdir = os.path.join(state_dir, f"r{i}")
         data_dir = (None if args.in_memory else os.path.join(data_root, f"r{i}") if data_root
                     else os.path.join(rdir, "data"))
         members.append({
             "index": i, "namespace": None if loopback else names["replicas"][i],
-            "ip": address, "udp_port": udp, "http_port": http, "http": f"http://{address}:{http}",
+            "ip": address, "udp_port": udp, "http_port": http, "http": f"{scheme}://{address}:{http}",
             "dir": rdir, "config": os.path.join(rdir, "config.json"),
             "log": os.path.join(rdir, "voltlockd.log"), "data_dir": data_dir,
             "data_dir_made": False, "process": None,
@@ -243,6 +249,8 @@ def new_cell(args, name: str, binary: str | None, config_extra: dict,
         "cluster_id": args.cluster_id or 1000 + secrets.randbelow(9000),
         "electrode": args.electrode, "mtu": args.mtu, "log_level": args.log_level,
         "voltlockd": binary, "config_extra": config_extra, "data_root": data_root,
+        "tls": None if args.tls == "off" else os.path.join(state_dir, "tls"),
+        "tls_clients_need_certificates": args.tls == "mtls",
         "bridge_namespace": None if loopback else names["bridge"],
         "client_namespace": None if loopback else names["client"],
         "state_dir": state_dir, "replicas": members, "leader": None,
@@ -265,6 +273,11 @@ def cmd_up(args) -> int:
     config_extra = persistence_config(args, config_extra)
     data_root = check_data_root(args.data_root)
     binary = None if args.no_start else replicas.resolve_binary(args.voltlockd)
+    if args.tls != "off":
+        if args.replicas == 1:
+            raise UsageError("--tls on: the cell generator makes 3, 5 or 7 replicas' "
+                             "certificates; use --replicas 3")
+    generator = replicas.resolve_binary(args.voltlockd) if args.tls != "off" else None
     if args.loopback:
         say("loopback mode: replicas on 127.0.0.1 (udp 7400+i, http 7480+i), no namespaces; "
             "partition and netem are unavailable")
@@ -293,6 +306,8 @@ def cmd_up(args) -> int:
                 if args.electrode == "on":
                     topology.attach_bridge_side_xdp_pass(cell)
             replicas.make_data_dirs(cell)
+            if cell.data.get("tls"):
+                replicas.make_tls_files(cell, generator)
             replicas.write_configs(cell)
             if not args.no_start:
                 replicas.start_all(cell)

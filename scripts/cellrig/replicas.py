@@ -40,6 +40,34 @@ def resolve_binary(path: str | None) -> str:
     return path
 
 
+def tls_client(cell) -> dict | None:
+    """How the rig speaks to a cell made with `up --tls on|mtls` (NamespacedConnection's TLS
+    arguments): trusting the cell CA, and under mtls showing replica 0's certificate, which is
+    a client certificate of the cell CA too. None: plain HTTP."""
+    tls = cell.data.get("tls")
+    if not tls:
+        return None
+    client = {"cafile": os.path.join(tls, "ca.pem")}
+    if cell.data.get("tls_clients_need_certificates"):
+        client.update(certfile=os.path.join(tls, "r0.pem"),
+                      keyfile=os.path.join(tls, "r0-key.pem"))
+    return client
+
+
+def make_tls_files(cell, binary: str) -> None:
+    """`up --tls on`: the cell CA and a certificate per replica for its address, made by the
+    cell generator as a production cell's are (`voltlockd init-cell`, into <state dir>/tls;
+    its configs there are not used)."""
+    tls = cell.data["tls"]
+    hosts = ",".join(r["ip"] for r in cell.replicas)
+    made = subprocess.run([binary, "init-cell", "--replicas", str(len(cell.replicas)),
+                           "--hosts", hosts, "--out", tls, "--tls", "on",
+                           "--cluster-id", str(cell.data["cluster_id"])],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        raise CellError(f"voltlockd init-cell (TLS files): {made.stderr.strip()}")
+
+
 def config_for(cell, index: int) -> dict:
     data = cell.data
     config = {
@@ -55,6 +83,12 @@ def config_for(cell, index: int) -> dict:
         "retransmit_ticks": 4,
         "electrode": data["electrode"],
     }
+    if data.get("tls"):
+        config.update({"tls_cert_file": os.path.join(data["tls"], f"r{index}.pem"),
+                       "tls_key_file": os.path.join(data["tls"], f"r{index}-key.pem"),
+                       "tls_ca_file": os.path.join(data["tls"], "ca.pem")})
+        if data.get("tls_clients_need_certificates"):
+            config["tls_client_ca_file"] = os.path.join(data["tls"], "ca.pem")
     config.update(data.get("config_extra") or {})
     data_dir = cell.replica(index).get("data_dir")
     if data_dir:  # per replica, so never in config_extra (cli.py refuses it there)
@@ -253,7 +287,8 @@ def query(cell, index: int, from_ns: str | None, timeout: float = 1.0,
     on its event loop (fine in a test cell; tests compare replicas by it)."""
     replica = cell.replica(index)
     path = "/v1/status?digest=true" if digest else "/v1/status"
-    return http_get_json(from_ns, replica["ip"], replica["http_port"], path, timeout)
+    return http_get_json(from_ns, replica["ip"], replica["http_port"], path, timeout,
+                         tls=tls_client(cell))
 
 
 def status_of(cell, index: int):

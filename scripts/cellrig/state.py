@@ -155,4 +155,6 @@ class Cell:
             "bridge_namespace": self.data["bridge_namespace"],
             "leader": self.data.get("leader"),
             "state_dir": self.dir,
+            # `up --tls on`: the cell CA's certificate, for clients (cacert=, --cacert)
+            "tls_ca": os.path.join(self.data["tls"], "ca.pem") if self.data.get("tls") else None,
         }

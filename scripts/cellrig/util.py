@@ -13,6 +13,7 @@ import os
 import shlex
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -143,9 +144,16 @@ class NamespacedConnection(http.client.HTTPConnection):
     a reconnect from the caller's own namespace would reach whatever has that address there,
     outside the cell."""
 
-    def __init__(self, namespace: str | None, host: str, port: int, timeout: float):
+    def __init__(self, namespace: str | None, host: str, port: int, timeout: float,
+                 cafile: str | None = None, certfile: str | None = None,
+                 keyfile: str | None = None):
         super().__init__(host, port, timeout=timeout)
         self.namespace = namespace
+        # A cell with TLS on (`up --tls on|mtls`): https, the replica checked against the cell's
+        # CA; with mtls, certfile/keyfile is the client certificate shown.
+        self.tls = ssl.create_default_context(cafile=cafile) if cafile else None
+        if self.tls and certfile:
+            self.tls.load_cert_chain(certfile, keyfile)
 
     def connect(self):
         with entered_netns(self.namespace):
@@ -153,12 +161,16 @@ class NamespacedConnection(http.client.HTTPConnection):
         # http.client sends headers and body in two writes: without this, Nagle and the
         # server's delayed ACK add 40 ms to every request after the first on a kept connection.
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.tls:
+            self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.host)
 
 
-def http_get_json(ns: str | None, host: str, port: int, path: str, timeout: float = 1.0):
-    """GET http://host:port/path from inside namespace ns and decode the JSON body.
+def http_get_json(ns: str | None, host: str, port: int, path: str, timeout: float = 1.0,
+                  tls: dict | None = None):
+    """GET http://host:port/path (https when tls gives NamespacedConnection's cafile, and
+    certfile/keyfile) from inside namespace ns and decode the JSON body.
     Raises OSError (connection) or ValueError (not JSON / not 200)."""
-    conn = NamespacedConnection(ns, host, port, timeout)
+    conn = NamespacedConnection(ns, host, port, timeout, **(tls or {}))
     try:
         conn.request("GET", path, headers={"Connection": "close"})
         response = conn.getresponse()

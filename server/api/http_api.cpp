@@ -194,7 +194,11 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
       leader_(loop, node, service_.get(), pool_, forwarder_),
       admin_(loop, node, machine, service_.get(), counters_, [this] { return api_stats(); }),
       router_(loop, counters_),
-      server_(limits_, [this](const std::shared_ptr<Exchange>& e) { router_.on_request(e); },
+      server_(limits_,
+              HttpTls{.cert_file = node.config().tls_cert_file,
+                      .key_file = node.config().tls_key_file,
+                      .client_ca_file = node.config().tls_client_ca_file},
+              [this](const std::shared_ptr<Exchange>& e) { router_.on_request(e); },
               [this] { router_.flush(); }, &Router::exempt)
 {
     if (machine_)
@@ -294,7 +298,7 @@ void HttpApi::install_routes()
     router_.add("GET", "/v1/cluster/replicas", "/v1/cluster/replicas", {}, Where::loop,
                 [this](const CallPtr& call) {
                     forwarder_.run([call, own = node_.status(), config = &node_.config()] {
-                        call->answer_json(200, replica_statuses(config->replicas, config->replica,
+                        call->answer_json(200, replica_statuses(*config,
                                                                 [&own] {
                                                                     return std::optional<Json>(own);
                                                                 }));

@@ -50,6 +50,8 @@ public:
     // Binds ip:port and starts serving; registers the loop's half.
     Result<Ok> start(const std::string& ip, uint16_t port);
     void stop();
+    // SIGHUP: the TLS certificate, key and client CA, loaded again for new connections.
+    Result<Ok> reload_tls() { return server_.reload_tls(); }
 
 private:
     // Answers a committed, successful result.

@@ -15,6 +15,11 @@
 // backlog that does not drop bursts of SYNs. While an exchange is suspended its socket is watched
 // for the client's hang-up (libmicrohttpd does not look at suspended sockets): the owner of the
 // exchange learns of it (on_hangup) and can withdraw what the client was waiting for.
+//
+// TLS (docs/security-tls.md): libmicrohttpd's GnuTLS, TLS 1.2+ (shell/tls.h's priorities). The
+// certificate comes from a callback at each handshake, so reload_tls() (SIGHUP) puts a new one
+// in place for the next handshake while connections already open keep theirs. With a client
+// CA, a client must present a certificate of it, or the handshake fails.
 #pragma once
 
 #include <atomic>
@@ -32,6 +37,7 @@
 
 #include "shell/event_loop.h"
 #include "shell/result.h"
+#include "shell/tls.h"
 
 struct MHD_Daemon;
 struct MHD_Connection;
@@ -52,6 +58,15 @@ struct HttpLimits {
     uint32_t idle_timeout_ms = 0;    // a kept-alive connection between requests
     uint32_t max_body_bytes = 0;
     uint32_t stream_buffer_bytes = 0;  // per watch stream: a reader further behind is cut
+};
+
+// The config's tls_* keys the server uses; TLS is on when cert_file is set.
+struct HttpTls {
+    std::string cert_file;
+    std::string key_file;
+    std::string client_ca_file;  // set: mTLS
+
+    bool on() const { return !cert_file.empty(); }
 };
 
 struct HttpResponse {
@@ -165,13 +180,17 @@ public:
     // Paths answered even on a connection over a limit.
     using Exempt = std::function<bool(std::string_view target)>;
 
-    HttpServer(HttpLimits limits, OnRequest on_request, OnBatchEnd on_batch_end, Exempt exempt);
+    HttpServer(HttpLimits limits, HttpTls tls, OnRequest on_request, OnBatchEnd on_batch_end,
+               Exempt exempt);
     ~HttpServer();
     HttpServer(const HttpServer&) = delete;
     HttpServer& operator=(const HttpServer&) = delete;
 
     Result<Ok> start(const std::string& ip, uint16_t port);
     void stop();
+    // Loads the certificate, key and client CA again, for handshakes from now on; on an error
+    // the ones in use stay (and the error says why). Any thread.
+    Result<Ok> reload_tls();
 
     const HttpLimits& limits() const { return limits_; }
     const HttpServerCounters& counters() const { return counters_; }
@@ -198,6 +217,13 @@ private:
     ConnectionRecord* record_of(MHD_Connection* connection);
 
     const HttpLimits limits_;
+    const HttpTls tls_;
+    // What handshakes use now. Each identity loaded stays alive until the server stops, as a
+    // handshake under way may still point into an older one (a few KB per reload).
+    std::mutex tls_mutex_;
+    std::shared_ptr<const TlsIdentity> identity_;
+    std::shared_ptr<const TlsClientTrust> client_trust_;
+    std::vector<std::shared_ptr<const TlsIdentity>> earlier_identities_;
     OnRequest on_request_;
     OnBatchEnd on_batch_end_;
     Exempt exempt_;

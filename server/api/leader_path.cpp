@@ -1,6 +1,6 @@
 #include "api/leader_path.h"
 
-#include <httplib.h>
+#include "shell/peer_http.h"
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -92,7 +92,7 @@ void Forwarder::work()
         std::unique_ptr<httplib::Client>& client = clients[r.leader];
         if (!client) {
             const PeerAddress& peer = config_.replicas.at(r.leader);
-            client = std::make_unique<httplib::Client>(peer.ip, peer.http_port);
+            client = peer_client(config_, peer);
             client->set_url_encode(false);  // the target is passed on as it came, still encoded
             client->set_keep_alive(true);
             client->set_tcp_nodelay(true);

@@ -3,7 +3,7 @@
 #include <future>
 #include <string>
 
-#include <httplib.h>
+#include "shell/peer_http.h"
 
 namespace voltlock::api {
 
@@ -33,18 +33,18 @@ std::string why_unreachable(httplib::Error error)
     }
 }
 
-Json fetch_peer_status(Json entry, const PeerAddress& peer)
+Json fetch_peer_status(Json entry, const DaemonConfig& config, const PeerAddress& peer)
 {
     const auto started = Clock::now();
     const auto deadline_us =
         std::chrono::duration_cast<std::chrono::microseconds>(kPeerStatusDeadline).count();
-    httplib::Client client(peer.ip, peer.http_port);
-    client.set_keep_alive(false);
-    client.set_tcp_nodelay(true);
-    client.set_connection_timeout(0, deadline_us);
-    client.set_read_timeout(0, deadline_us);
-    client.set_write_timeout(0, deadline_us);
-    httplib::Result answer = client.Get("/v1/status");
+    const std::unique_ptr<httplib::Client> client = peer_client(config, peer);
+    client->set_keep_alive(false);
+    client->set_tcp_nodelay(true);
+    client->set_connection_timeout(0, deadline_us);
+    client->set_read_timeout(0, deadline_us);
+    client->set_write_timeout(0, deadline_us);
+    httplib::Result answer = client->Get("/v1/status");
     if (!answer) return unreachable(std::move(entry), why_unreachable(answer.error()));
     if (answer->status != 200)
         return unreachable(std::move(entry), "answered HTTP " + std::to_string(answer->status));
@@ -60,9 +60,11 @@ Json fetch_peer_status(Json entry, const PeerAddress& peer)
 
 }  // namespace
 
-Json replica_statuses(const std::vector<PeerAddress>& replicas, size_t self,
+Json replica_statuses(const DaemonConfig& config,
                       const std::function<std::optional<Json>()>& own_status)
 {
+    const std::vector<PeerAddress>& replicas = config.replicas;
+    const size_t self = config.replica;
     std::vector<std::future<Json>> peers;
     std::vector<Json> entries;
     for (size_t i = 0; i < replicas.size(); i++) {
@@ -75,7 +77,7 @@ Json replica_statuses(const std::vector<PeerAddress>& replicas, size_t self,
             peers.emplace_back();
         } else {
             peers.push_back(std::async(std::launch::async, fetch_peer_status, std::move(entry),
-                                       replicas[i]));
+                                       std::cref(config), replicas[i]));
             entries.emplace_back();
         }
     }

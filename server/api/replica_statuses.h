@@ -22,7 +22,8 @@ inline constexpr std::chrono::milliseconds kPeerStatusDeadline{800};
 // {"replica": <self>, "replicas": [{replica, ip, http_port, self, reachable, answered_us,
 // status | error}]}, in replica order. `own_status` reads this replica's status (on its loop);
 // nullopt means the loop did not answer.
-nlohmann::json replica_statuses(const std::vector<PeerAddress>& replicas, size_t self,
+// The peers are asked as peer_client() says (over TLS when the config has it on).
+nlohmann::json replica_statuses(const DaemonConfig& config,
                                 const std::function<std::optional<nlohmann::json>()>& own_status);
 
 }  // namespace voltlock::api

@@ -18,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include <httplib.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -30,7 +29,9 @@
 #include "shell/event_loop.h"
 #include "shell/host_check.h"
 #include "shell/node.h"
+#include "shell/peer_http.h"
 #include "shell/service_manager.h"
+#include "shell/tls.h"
 
 namespace {
 
@@ -360,13 +361,15 @@ void log_for(LogReader reader)
     spdlog::set_formatter(std::move(formatter));
 }
 
-// SIGINT and SIGTERM arrive as readable data on a signalfd, so shutdown runs on the loop.
-Result<FileDescriptor> shutdown_signals()
+// SIGINT and SIGTERM (stop) and SIGHUP (reload the TLS files) arrive as readable data on a
+// signalfd, so they are handled on the loop.
+Result<FileDescriptor> handled_signals()
 {
     sigset_t signals;
     sigemptyset(&signals);
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGHUP);
     if (sigprocmask(SIG_BLOCK, &signals, nullptr) != 0) return os_error("sigprocmask");
     FileDescriptor fd(::signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
     if (fd.get() < 0) return os_error("signalfd");
@@ -405,7 +408,7 @@ int check_config(const std::string& path)
                     config.error().message().c_str());
         return 1;
     }
-    const auto found = problems(config.value(), {host_problems, interface_problems});
+    const auto found = problems(config.value(), {host_problems, interface_problems, tls_problems});
     for (const auto& problem : found)
         std::printf("%s%s: %s\n", error_line_prefix(), path.c_str(), problem.line().c_str());
     if (!found.empty()) return 1;
@@ -459,10 +462,11 @@ int init_cell(const std::vector<std::string>& args)
 // daemon exits 1 for systemd to restart it.
 class ReadinessAnnouncer {
 public:
-    ReadinessAnnouncer(const ServiceManager& manager, const PeerAddress& self, EventLoop& loop,
+    ReadinessAnnouncer(const ServiceManager& manager, const DaemonConfig& config, EventLoop& loop,
                        std::string status, std::chrono::seconds within)
-        : thread_([this, manager, self, &loop, status = std::move(status), within] {
-              if (http_answers(self, within)) {
+        : thread_([this, manager, &config, &loop, status = std::move(status), within] {
+              const PeerAddress self = config.self();
+              if (http_answers(config, within)) {
                   if (auto told = manager.notify("READY=1\nSTATUS=" + status); !told.ok())
                       spdlog::warn("{}", told.error().message());
                   return;
@@ -485,14 +489,15 @@ public:
     bool failed() const { return failed_; }
 
 private:
-    bool http_answers(const PeerAddress& self, std::chrono::seconds within) const
+    // Asks as a peer would (over TLS, when on).
+    bool http_answers(const DaemonConfig& config, std::chrono::seconds within) const
     {
-        httplib::Client client(self.ip, self.http_port);
-        client.set_connection_timeout(1, 0);
-        client.set_read_timeout(5, 0);
+        const std::unique_ptr<httplib::Client> client = peer_client(config, config.self());
+        client->set_connection_timeout(1, 0);
+        client->set_read_timeout(5, 0);
         const auto deadline = std::chrono::steady_clock::now() + within;
         while (!cancelled_ && std::chrono::steady_clock::now() < deadline) {
-            if (auto answer = client.Get("/healthz"); answer && answer->status == 200) return true;
+            if (auto answer = client->Get("/healthz"); answer && answer->status == 200) return true;
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
         return false;
@@ -521,7 +526,8 @@ int main(int argc, char** argv)
     // A backup or restore runs beside the stopped replica: its address and ports do not matter.
     // An interface problem does not stop the replica: it runs without Electrode, saying why.
     const bool runs_here = flags.export_snapshot.empty() && flags.import_snapshot.empty();
-    const auto found = runs_here ? problems(config, {host_problems}) : problems(config, {});
+    const auto found =
+        runs_here ? problems(config, {host_problems, tls_problems}) : problems(config, {});
     if (!found.empty()) {
         for (const auto& problem : found)
             std::fprintf(stderr, "%svoltlockd: %s: %s\n", error_line_prefix(),
@@ -546,7 +552,7 @@ int main(int argc, char** argv)
     }
 
 
-    auto signals = shutdown_signals();
+    auto signals = handled_signals();
     if (!signals.ok()) return fail(signals.error());
     auto loop = EventLoop::create();
     if (!loop.ok()) return fail(loop.error());
@@ -567,6 +573,15 @@ int main(int argc, char** argv)
     if (auto watched = loop.value()->watch(signals.value().get(), [&] {
             signalfd_siginfo info{};
             [[maybe_unused]] ssize_t got = ::read(signals.value().get(), &info, sizeof info);
+            if (info.ssi_signo == SIGHUP) {
+                if (!config.tls())
+                    spdlog::info("r{}: SIGHUP: TLS is off, nothing to reload", config.replica);
+                else if (auto reloaded = http.reload_tls(); !reloaded.ok())
+                    spdlog::error("r{}: SIGHUP: the TLS files are not loaded, the ones in use "
+                                  "stay: {}",
+                                  config.replica, reloaded.error().message());
+                return;
+            }
             spdlog::info("r{}: signal {}: stopping", config.replica, info.ssi_signo);
             if (auto told = service_manager.value().notify("STOPPING=1"); !told.ok())
                 spdlog::warn("r{}: {}", config.replica, told.error().message());
@@ -583,7 +598,7 @@ int main(int argc, char** argv)
                  startup.value().description);
     std::optional<ReadinessAnnouncer> readiness;
     if (service_manager.value().notifying())
-        readiness.emplace(service_manager.value(), config.self(), *loop.value(),
+        readiness.emplace(service_manager.value(), config, *loop.value(),
                           "r" + std::to_string(config.replica) + " serving HTTP on " +
                               config.self().ip + ":" + std::to_string(config.self().http_port),
                           std::chrono::seconds(30));

@@ -1,5 +1,7 @@
 #include "shell/cell_init.h"
 
+#include "shell/tls.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 
@@ -31,6 +33,13 @@ const char* const init_cell_usage =
   --udp-port PORT        VR's UDP port (default 7400)
   --http-port PORT       the HTTP API's port (default 7480)
   --cluster-id N         use this cell id instead of a fresh random one (1 to 4294967295)
+  --tls on|off           TLS on the API and between replicas (default on): writes a cell CA
+                         (ca.pem, ca-key.pem: keep the key off the replicas) and a certificate
+                         and key per replica for its address (rK.pem, rK-key.pem), made with
+                         GnuTLS, and configs that use them
+  --tls-days N           how long the certificates are valid (default 825 days)
+  --config-dir DIR       where the configs and TLS files will live on the hosts (default
+                         /etc/voltlock); the configs name the TLS files there
 )";
 
 namespace {
@@ -85,7 +94,8 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
     std::map<std::string, std::string> given;
     static const std::set<std::string> flags = {
         "--replicas", "--hosts",     "--out",       "--electrode", "--interface",
-        "--durability", "--udp-port", "--http-port", "--cluster-id"};
+        "--durability", "--udp-port", "--http-port", "--cluster-id", "--tls", "--tls-days",
+        "--config-dir"};
     for (size_t i = 0; i < args.size(); i++) {
         std::string flag = args[i];
         std::string value;
@@ -150,6 +160,23 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
         if (!value.ok()) return value.error();
         plan.cluster_id = static_cast<uint32_t>(value.value());
     }
+    if (given.contains("--tls")) {
+        const std::string& tls = given["--tls"];
+        if (tls != "on" && tls != "off")
+            return flag_error("--tls", "must be on or off, not '" + tls + "'");
+        plan.tls = tls == "on";
+    }
+    if (given.contains("--tls-days")) {
+        auto days = number("--tls-days", given["--tls-days"], 1, 36'500);
+        if (!days.ok()) return days.error();
+        plan.tls_days = static_cast<unsigned>(days.value());
+    }
+    if (given.contains("--config-dir")) {
+        plan.config_dir = given["--config-dir"];
+        if (plan.config_dir.empty() || plan.config_dir[0] != '/')
+            return flag_error("--config-dir", "must be an absolute path, not '" +
+                                                  plan.config_dir + "'");
+    }
     if (auto configs = cell_configs(plan); !configs.ok()) return configs.error();
     return plan;
 }
@@ -176,6 +203,12 @@ Result<std::vector<std::pair<std::string, std::string>>> cell_configs(const Cell
                        {"durability", durability_name(plan.durability)},
                        {"data_dir", "/var/lib/voltlock/" + config_name(replica)}};
         if (!plan.interface.empty()) config["interface"] = plan.interface;
+        if (plan.tls) {
+            const std::string dir = plan.config_dir + "/";
+            config["tls_cert_file"] = dir + config_name(replica) + ".pem";
+            config["tls_key_file"] = dir + config_name(replica) + "-key.pem";
+            config["tls_ca_file"] = dir + "ca.pem";
+        }
         const std::string text = config.dump(2) + "\n";
         auto parsed = parse_config_fields(text);
         if (!parsed.ok()) return Error{0, "init-cell: " + parsed.error().context};
@@ -187,10 +220,34 @@ Result<std::vector<std::pair<std::string, std::string>>> cell_configs(const Cell
     return configs;
 }
 
+Result<std::vector<std::pair<std::string, std::string>>> cell_tls_files(const CellPlan& plan)
+{
+    std::vector<std::pair<std::string, std::string>> files;
+    if (!plan.tls) return files;
+    auto ca = make_tls_ca("Voltlock cell " + std::to_string(plan.cluster_id) + " CA",
+                          plan.tls_days);
+    if (!ca.ok()) return Error{0, "init-cell: " + ca.error().message()};
+    files.emplace_back("ca.pem", ca.value().certificate);
+    files.emplace_back("ca-key.pem", ca.value().key);
+    for (size_t replica = 0; replica < plan.hosts.size(); replica++) {
+        auto certificate = make_tls_certificate(
+            ca.value(),
+            "voltlock cell " + std::to_string(plan.cluster_id) + " " + config_name(replica),
+            {plan.hosts[replica].ip}, plan.tls_days);
+        if (!certificate.ok()) return Error{0, "init-cell: " + certificate.error().message()};
+        files.emplace_back(config_name(replica) + ".pem", certificate.value().certificate);
+        files.emplace_back(config_name(replica) + "-key.pem", certificate.value().key);
+    }
+    return files;
+}
+
 Result<Ok> write_cell(const CellPlan& plan)
 {
     auto configs = cell_configs(plan);
     if (!configs.ok()) return configs.error();
+    auto tls_files = cell_tls_files(plan);
+    if (!tls_files.ok()) return tls_files.error();
+    for (auto& file : tls_files.value()) configs.value().push_back(std::move(file));
     namespace fs = std::filesystem;
     const fs::path out(plan.out_dir);
     for (const auto& [name, text] : configs.value())
@@ -205,6 +262,10 @@ Result<Ok> write_cell(const CellPlan& plan)
         const fs::path file = out / name;
         const fs::path partial = out / (name + ".partial");
         std::ofstream stream(partial);
+        // Keys are for their owner only; the rest as the umask says.
+        if (name.ends_with("-key.pem"))
+            fs::permissions(partial, fs::perms::owner_read | fs::perms::owner_write,
+                            fs::perm_options::replace, error);
         stream << text;
         stream.close();
         if (!stream || std::rename(partial.c_str(), file.c_str()) != 0) {
@@ -230,20 +291,33 @@ std::string cell_instructions(const CellPlan& plan, const std::string& electrode
         text << "  " << host.name << (host.name != host.ip ? " (" + host.ip + ")" : "") << ":\n"
              << "    install -m 0640 -g voltlock " << (std::filesystem::path(plan.out_dir) /
                                                      (name + ".json")).string()
-             << " /etc/voltlock/" << name << ".json\n";
+             << " " << plan.config_dir << "/" << name << ".json\n";
+        if (plan.tls) {
+            const std::filesystem::path out(plan.out_dir);
+            text << "    install -m 0644 " << (out / "ca.pem").string() << " "
+                 << (out / (name + ".pem")).string() << " " << plan.config_dir << "/\n"
+                 << "    install -m 0640 -g voltlock " << (out / (name + "-key.pem")).string()
+                 << " " << plan.config_dir << "/\n";
+        }
         if (plan.electrode == ElectrodeMode::on)
             text << "    mkdir -p /etc/systemd/system/voltlockd@" << name << ".service.d && cp "
                  << electrode_dropin_path << " /etc/systemd/system/voltlockd@" << name
                  << ".service.d/\n";
-        text << "    voltlockd --check-config /etc/voltlock/" << name << ".json"
+        text << "    voltlockd --check-config " << plan.config_dir << "/" << name << ".json"
              << " && systemctl enable --now voltlockd@" << name << "\n";
     }
     text << "\nThe cell serves once " << count / 2 + 1 << " of " << count
-         << " replicas run; then each answers GET /readyz with 200 (curl http://"
+         << " replicas run; then each answers GET /readyz with 200 (curl "
+         << (plan.tls ? "--cacert " + (std::filesystem::path(plan.out_dir) / "ca.pem").string() +
+                            " https://"
+                      : std::string("http://"))
          << plan.hosts.front().ip << ":" << plan.http_port << "/readyz).\n"
          << "Open udp/" << plan.udp_port << " and tcp/" << plan.http_port
          << " between the hosts, and tcp/" << plan.http_port << " to clients "
          << "(docs/operations.md).\n";
+    if (plan.tls)
+        text << "Clients trust ca.pem (--cacert). Keep ca-key.pem off the replicas, somewhere safe: it "
+                "signs new certificates (docs/security-tls.md, Rotating certificates).\n";
     return text.str();
 }
 

@@ -28,6 +28,11 @@ struct CellPlan {
     uint16_t udp_port = 7400;
     uint16_t http_port = 7480;
     std::string out_dir;
+    // TLS on the API and between replicas (docs/security-tls.md): a cell CA, and a certificate
+    // per replica for its address, valid for tls_days.
+    bool tls = true;
+    unsigned tls_days = 825;
+    std::string config_dir = "/etc/voltlock";  // where the configs say the TLS files are
 };
 
 extern const char* const init_cell_usage;
@@ -40,8 +45,13 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
 // config rule (ports that collide, ...).
 Result<std::vector<std::pair<std::string, std::string>>> cell_configs(const CellPlan& plan);
 
-// Writes the configs into plan.out_dir (made if missing). Refuses, writing nothing, if any of
-// the files exists already: a cell id is never mixed into another cell's directory.
+// The files of the cell's TLS, as (file name, PEM text): ca.pem and ca-key.pem, and rK.pem and
+// rK-key.pem per replica. Empty with TLS off.
+Result<std::vector<std::pair<std::string, std::string>>> cell_tls_files(const CellPlan& plan);
+
+// Writes the configs (and the TLS files) into plan.out_dir (made if missing), keys readable by
+// the owner only. Refuses, writing nothing, if any of the files exists already: a cell id is
+// never mixed into another cell's directory.
 Result<Ok> write_cell(const CellPlan& plan);
 
 // What to copy to which host, and how to start and check the cell.

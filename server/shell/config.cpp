@@ -173,6 +173,10 @@ Result<DaemonConfig> parse_config_fields(const std::string& json_text)
     VL_TRY(reader.integer("http_stream_buffer_bytes", config.http_stream_buffer_bytes, false,
                           1024, 1u << 30));
     VL_TRY(reader.integer("http_forward_threads", config.http_forward_threads, false, 1, 256));
+    VL_TRY(reader.string("tls_cert_file", config.tls_cert_file, false));
+    VL_TRY(reader.string("tls_key_file", config.tls_key_file, false));
+    VL_TRY(reader.string("tls_ca_file", config.tls_ca_file, false));
+    VL_TRY(reader.string("tls_client_ca_file", config.tls_client_ca_file, false));
 
     reader.mark_known("replicas");
     const auto replicas = json.find("replicas");
@@ -240,6 +244,16 @@ std::vector<ConfigProblem> config_problems(const DaemonConfig& config)
                                 std::to_string(config.view_change_timeout_ticks) + ")",
                             "make it a fraction of view_change_timeout_ticks (defaults: 5 and "
                             "30)"});
+    if (config.tls_cert_file.empty() != config.tls_key_file.empty())
+        problems.push_back({config.tls() ? "tls_key_file" : "tls_cert_file",
+                            "TLS needs both a certificate and its key",
+                            "set both tls_cert_file and tls_key_file, or neither (no TLS)"});
+    for (const auto& [field, value] : {std::pair{"tls_ca_file", &config.tls_ca_file},
+                                       std::pair{"tls_client_ca_file", &config.tls_client_ca_file}})
+        if (!value->empty() && !config.tls())
+            problems.push_back({field, "is set but TLS is off (no tls_cert_file)",
+                                "set tls_cert_file and tls_key_file, or remove " +
+                                    std::string(field)});
     static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error"};
     if (!levels.contains(config.log_level))
         problems.push_back({"log_level", "'" + config.log_level + "' is not a level",

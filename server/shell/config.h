@@ -58,6 +58,14 @@ struct DaemonConfig {
     uint32_t http_idle_timeout_ms = 60'000;
     uint32_t http_stream_buffer_bytes = 1 << 20;  // per watch: a reader further behind is cut
     uint32_t http_forward_threads = 16;  // kept-alive connections a follower forwards on
+    // TLS on the HTTP API and on the replicas' HTTP to each other (shell/tls.h): on when
+    // tls_cert_file is set. Every replica of a cell has it on, or none.
+    std::string tls_cert_file;       // PEM: this replica's certificate (its chain after it)
+    std::string tls_key_file;        // PEM: its private key
+    std::string tls_ca_file;         // PEM: the CA peers' certificates are checked against
+    std::string tls_client_ca_file;  // PEM: set, every client must present a certificate of it
+
+    bool tls() const { return !tls_cert_file.empty(); }
 
     const PeerAddress& self() const { return replicas.at(replica); }
     ReplicaConfig replica_config() const;

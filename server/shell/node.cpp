@@ -445,7 +445,7 @@ void Node::fetch_snapshot_from(const FetchSnapshot& fetch)
     fetcher_ = std::thread([this, from = fetch.from, op = fetch.op,
                             peer = config_.replicas.at(fetch.from)] {
         auto fetched = std::make_shared<Result<Bytes>>(
-            fetch_snapshot(peer, from, op, download_, stopping_));
+            fetch_snapshot(config_, peer, from, op, download_, stopping_));
         loop_.post([this, from, fetched] {
             fetching_ = false;
             if (!fetched->ok()) {

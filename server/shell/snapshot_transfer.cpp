@@ -3,7 +3,7 @@
 #include <charconv>
 #include <string_view>
 
-#include <httplib.h>
+#include "shell/peer_http.h"
 
 #include "core/checksum.h"
 
@@ -39,23 +39,23 @@ bool header_number(const httplib::Response& response, const char* name, uint64_t
 
 }  // namespace
 
-Result<Bytes> fetch_snapshot(const PeerAddress& peer_address, ReplicaIndex peer, Op op,
+Result<Bytes> fetch_snapshot(const DaemonConfig& config, const PeerAddress& peer_address, ReplicaIndex peer, Op op,
                              SnapshotDownload& download, const std::atomic<bool>& stop)
 {
     const std::string where = "snapshot of op " + std::to_string(op) + " from r" +
                               std::to_string(peer) + " (" + peer_address.ip + ":" +
                               std::to_string(peer_address.http_port) + ")";
     if (download.peer != peer || download.op != op) download = SnapshotDownload{.peer = peer};
-    httplib::Client client(peer_address.ip, peer_address.http_port);
-    client.set_connection_timeout(1, 0);
-    client.set_read_timeout(10, 0);
-    client.set_keep_alive(true);
+    const std::unique_ptr<httplib::Client> client = peer_client(config, peer_address);
+    client->set_connection_timeout(1, 0);
+    client->set_read_timeout(10, 0);
+    client->set_keep_alive(true);
     while (!stop) {
         const uint64_t offset = download.op == 0 ? 0 : download.bytes.size();
         if (download.op != 0 && offset == download.size) break;
         const std::string path = std::string(kSnapshotPath) + "?offset=" + std::to_string(offset) +
                                  "&op=" + std::to_string(op);
-        const auto response = client.Get(path);
+        const auto response = client->Get(path);
         if (!response) return Error{0, where + ": " + httplib::to_string(response.error())};
         if (response->status == 409) {
             download = SnapshotDownload{.peer = peer};

@@ -49,7 +49,9 @@ struct SnapshotDownload {
 // if it is of the same snapshot, until whole and checked; returns its bytes. Gives up (an error;
 // `download` keeps what arrived) on a network error, a bad chunk, a peer that serves another
 // snapshot by now (the core asks again, and is offered that one), or when `stop` turns true.
-Result<Bytes> fetch_snapshot(const PeerAddress& peer_address, ReplicaIndex peer, Op op,
+// Over TLS when `config` has it on (shell/peer_http.h).
+Result<Bytes> fetch_snapshot(const DaemonConfig& config, const PeerAddress& peer_address,
+                             ReplicaIndex peer, Op op,
                              SnapshotDownload& download, const std::atomic<bool>& stop);
 
 }  // namespace voltlock

@@ -125,8 +125,15 @@ TEST_CASE("bad arguments are refused before anything is sent")
     CHECK(seq == nullptr);
     char why[128];
     vl_client* bad = nullptr;
-    CHECK(vl_client_open("https://x:1", nullptr, why, sizeof why, &bad) == VL_ERR_INVALID_ARGUMENT);
-    CHECK(std::string(why).find("https") != std::string::npos);
+    CHECK(vl_client_open("http://x:1,https://y:1", nullptr, why, sizeof why, &bad) ==
+          VL_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(why).find("mix http:// and https://") != std::string::npos);
+    vl_client_options key_alone;
+    vl_client_options_init(&key_alone);
+    key_alone.key_file = "k.pem";
+    CHECK(vl_client_open("https://x:1", &key_alone, why, sizeof why, &bad) ==
+          VL_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(why).find("key_file without cert_file") != std::string::npos);
     CHECK(vl_client_open(",,", nullptr, why, sizeof why, &bad) == VL_ERR_INVALID_ARGUMENT);
     CHECK(bad == nullptr);
     char* json = nullptr;

@@ -206,8 +206,14 @@ TEST_CASE("endpoint lists: schemes, ports, spaces, and mistakes")
     CHECK((*parsed)[1].port == 7481);
     CHECK((*parsed)[2].url == "http://host:7480");
     CHECK_FALSE(parse_endpoints("", &why));
-    CHECK_FALSE(parse_endpoints("https://a:1", &why));
-    CHECK(why.find("https") != std::string::npos);
+    CHECK_FALSE(parse_endpoints("http://a:1,https://b:1", &why));
+    CHECK(why.find("mix http:// and https://") != std::string::npos);
+    auto secure = parse_endpoints("https://a:1,b:2", &why);
+    CHECK_FALSE(secure);  // a missing scheme is http://: mixed
+    secure = parse_endpoints("https://a:1,https://b:2", &why);
+    REQUIRE(secure);
+    CHECK((*secure)[0].tls);
+    CHECK((*secure)[1].url == "https://b:2");
     CHECK_FALSE(parse_endpoints("a:notaport", &why));
     CHECK_FALSE(parse_endpoints("a:99999", &why));
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "shell/cell_init.h"
+#include "shell/tls.h"
 
 using namespace voltlock;
 
@@ -167,8 +168,9 @@ TEST_CASE("init-cell: writes the configs, and refuses a directory that has some,
         text << file.rdbuf();
         CHECK(parse_config(text.str()).ok());
     }
+    // Three configs, the CA's certificate and key, and each replica's certificate and key.
     CHECK(std::distance(std::filesystem::directory_iterator(dir.path / "cell"),
-                        std::filesystem::directory_iterator()) == 3);
+                        std::filesystem::directory_iterator()) == 3 + 2 + 3 * 2);
 
     // A second cell into the same directory: refused, and r0.json keeps the first cell's id.
     std::filesystem::remove(dir.path / "cell" / "r1.json");
@@ -201,4 +203,53 @@ TEST_CASE("init-cell: the instructions say what goes to which host")
     }
     CHECK(text.find("cluster_id 77") != std::string::npos);
     CHECK(text.find("once 2 of 3 replicas run") != std::string::npos);
+}
+
+TEST_CASE("init-cell: TLS on by default, a CA and a certificate per replica that check out")
+{
+    TempDir dir;
+    const std::string out = (dir.path / "cell").string();
+    auto plan = parse_init_cell(
+        words("--replicas 3 --hosts 127.0.0.1,127.0.0.1,127.0.0.1 --out " + out +
+              " --config-dir " + out + " --udp-port 17400 --http-port 17480"),
+        77);
+    REQUIRE(plan.ok());
+    REQUIRE(write_cell(plan.value()).ok());
+    for (int r = 0; r < 3; r++) {
+        const std::string name = "r" + std::to_string(r);
+        auto config = load_config(out + "/" + name + ".json");
+        REQUIRE(config.ok());
+        CHECK(config.value().tls_cert_file == out + "/" + name + ".pem");
+        CHECK(config.value().tls_key_file == out + "/" + name + "-key.pem");
+        CHECK(config.value().tls_ca_file == out + "/ca.pem");
+        // Readable, the key the certificate's, valid now, for 127.0.0.1, signed by the CA.
+        for (const auto& problem : tls_problems(config.value())) FAIL(problem.line());
+        CHECK((std::filesystem::status(out + "/" + name + "-key.pem").permissions() &
+               std::filesystem::perms::group_all) == std::filesystem::perms::none);
+    }
+    // Another cell's certificate is not trusted by this cell's CA.
+    TempDir other;
+    auto other_plan = parse_init_cell(
+        words("--replicas 3 --hosts 127.0.0.1,127.0.0.1,127.0.0.1 --out " +
+              (other.path / "cell").string()),
+        78);
+    REQUIRE(other_plan.ok());
+    REQUIRE(write_cell(other_plan.value()).ok());
+    auto config = load_config(out + "/r0.json").value();
+    config.tls_cert_file = (other.path / "cell" / "r0.pem").string();
+    config.tls_key_file = (other.path / "cell" / "r0-key.pem").string();
+    const auto problems = tls_problems(config);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems.front().line().find("is not trusted by tls_ca_file") != std::string::npos);
+
+    auto plain = parse_init_cell(words("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out " +
+                                       out + "-plain --tls off"),
+                                 79);
+    REQUIRE(plain.ok());
+    REQUIRE(write_cell(plain.value()).ok());
+    CHECK(std::distance(std::filesystem::directory_iterator(out + "-plain"),
+                        std::filesystem::directory_iterator()) == 3);
+    CHECK(!load_config(out + "-plain/r0.json").value().tls());
+    CHECK(refusal("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out d --tls maybe")
+              .find("--tls: must be on or off") != std::string::npos);
 }

@@ -87,11 +87,14 @@ def init_cell(out, *extra):
                           capture_output=True, text=True, timeout=30)
 
 
-def loopback_cell(out):
-    """Three configs for 127.0.0.1 by init-cell; returns their replicas list."""
+def loopback_cell(out, tls: bool = False):
+    """Three configs for 127.0.0.1 by init-cell; returns their replicas list. tls: as init-cell
+    makes them by default, with the TLS files where they were written (the security tier runs
+    TLS cells; the unit's tests here speak plain HTTP)."""
     udp, http_base = free_port_bases(3)
+    tls_flags = ["--config-dir", str(out.resolve())] if tls else ["--tls", "off"]
     done = init_cell(out, "--replicas", "3", "--hosts", "127.0.0.1,127.0.0.1,127.0.0.1",
-                     "--udp-port", str(udp), "--http-port", str(http_base))
+                     "--udp-port", str(udp), "--http-port", str(http_base), *tls_flags)
     assert done.returncode == 0, done.stderr
     return json.loads((out / "r0.json").read_text())["replicas"]
 
@@ -152,7 +155,7 @@ def stop(process, timeout=30):
 
 
 def test_init_cell_writes_configs_that_check_out_here(tmp_path):
-    replicas = loopback_cell(tmp_path / "cell")
+    replicas = loopback_cell(tmp_path / "cell", tls=True)
     assert [r["udp_port"] - replicas[0]["udp_port"] for r in replicas] == [0, 1, 2]
     ids = {json.loads((tmp_path / "cell" / f"r{r}.json").read_text())["cluster_id"]
            for r in range(3)}

@@ -88,7 +88,7 @@ class Cell:
                  keep_logs_on_error: bool = True, durability: str | None = None,
                  snapshot_every_ops: int | None = None,
                  snapshot_every_seconds: int | None = None, data_root: str | None = None,
-                 in_memory: bool = False):
+                 in_memory: bool = False, tls: str = "off"):
         """start=False builds the network only (no daemon), for testing the rig itself.
         Every replica has a data dir unless in_memory; data_root puts replica i's at
         data_root/r<i> (a small tmpfs, say) instead of in the cell's state dir."""
@@ -108,6 +108,7 @@ class Cell:
         self.snapshot_every_seconds = snapshot_every_seconds
         self.data_root = data_root
         self.in_memory = in_memory
+        self.tls = tls  # on, off, mtls (scripts/cell up --tls)
         self._endpoints: dict | None = None
         self._leader: int | None = None
         self._is_up = False
@@ -153,6 +154,8 @@ class Cell:
             args += ["--data-root", str(self.data_root)]
         if self.in_memory:
             args.append("--in-memory")
+        if self.tls != "off":
+            args += ["--tls", self.tls]
         if not self.start_daemons:
             args.append("--no-start")
         self._is_up = True

@@ -62,7 +62,7 @@ expect 2 lockctl lock x --ttl tenseconds
 contains "$err" "--ttl"
 expect 2 lockctl -w yaml get k
 expect 2 lockctl put k v --prev-revision minus-one
-expect 2 lockctl --endpoints https://x:1 get k
+expect 2 lockctl --endpoints http://x:1,https://x:2 get k
 expect 2 lockctl del k --prefix --prev-revision 3
 expect 0 lockctl put --help
 contains "$out" "put KEY VALUE"

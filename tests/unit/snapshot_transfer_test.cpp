@@ -106,13 +106,14 @@ std::function<void(uint64_t, httplib::Response&)> fail_once_at(uint64_t at, int 
 constexpr ReplicaIndex peer_index = 2;
 constexpr Op op = 5;
 const std::atomic<bool> running{false};
+const DaemonConfig kPlainHttp{};  // no TLS
 
 TEST_CASE("snapshot transfer: a snapshot arrives whole, a chunk a request, and is checked")
 {
     const Bytes bytes = noise(2 * chunk + chunk / 2, 1);
     SnapshotPeer peer(*make_served_snapshot(op, bytes));
     SnapshotDownload download;
-    auto fetched = fetch_snapshot(peer.address(), peer_index, op, download, running);
+    auto fetched = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running);
     REQUIRE(fetched.ok());
     CHECK(fetched.value() == bytes);
     CHECK(peer.offsets() == std::vector<uint64_t>{0, chunk, 2 * chunk});
@@ -125,12 +126,12 @@ TEST_CASE("snapshot transfer: a fetch that breaks off resumes at the byte it rea
     SnapshotPeer peer(*make_served_snapshot(op, bytes));
     peer.tamper_with(fail_once_at(2 * chunk, 503));
     SnapshotDownload download;
-    auto broken = fetch_snapshot(peer.address(), peer_index, op, download, running);
+    auto broken = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running);
     REQUIRE_FALSE(broken.ok());
     CHECK(broken.error().message().find("HTTP 503") != std::string::npos);
     CHECK(download.bytes.size() == 2 * chunk);
 
-    auto resumed = fetch_snapshot(peer.address(), peer_index, op, download, running);
+    auto resumed = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running);
     REQUIRE(resumed.ok());
     CHECK(resumed.value() == bytes);
     CHECK(peer.offsets() == std::vector<uint64_t>{0, chunk, 2 * chunk, 2 * chunk});
@@ -145,15 +146,15 @@ TEST_CASE("snapshot transfer: a peer that went away keeps what arrived for the n
         SnapshotPeer first(*make_served_snapshot(op, bytes));
         first.tamper_with(fail_once_at(chunk, 500));
         address = first.address();
-        REQUIRE_FALSE(fetch_snapshot(address, peer_index, op, download, running).ok());
+        REQUIRE_FALSE(fetch_snapshot(kPlainHttp, address, peer_index, op, download, running).ok());
     }
-    auto gone = fetch_snapshot(address, peer_index, op, download, running);
+    auto gone = fetch_snapshot(kPlainHttp, address, peer_index, op, download, running);
     REQUIRE_FALSE(gone.ok());
     CHECK(gone.error().message().find("r2 (127.0.0.1:") != std::string::npos);
     CHECK(download.bytes.size() == chunk);
 
     SnapshotPeer back(*make_served_snapshot(op, bytes));  // the replica restarted elsewhere
-    auto resumed = fetch_snapshot(back.address(), peer_index, op, download, running);
+    auto resumed = fetch_snapshot(kPlainHttp, back.address(), peer_index, op, download, running);
     REQUIRE(resumed.ok());
     CHECK(resumed.value() == bytes);
     CHECK(back.offsets() == std::vector<uint64_t>{chunk});
@@ -170,13 +171,13 @@ TEST_CASE("snapshot transfer: a chunk damaged on the way is refused and fetched 
         res.body[12345] ^= 0x10;  // its header still carries the CRC of what was sent
     });
     SnapshotDownload download;
-    auto refused = fetch_snapshot(peer.address(), peer_index, op, download, running);
+    auto refused = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running);
     REQUIRE_FALSE(refused.ok());
     CHECK(refused.error().message().find("a chunk at byte 1048576 failed its checksum") !=
           std::string::npos);
     CHECK(download.bytes.size() == chunk);  // the damaged chunk is not kept
 
-    auto fetched = fetch_snapshot(peer.address(), peer_index, op, download, running);
+    auto fetched = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running);
     REQUIRE(fetched.ok());
     CHECK(fetched.value() == bytes);
 }
@@ -191,7 +192,7 @@ TEST_CASE("snapshot transfer: a chunk that does not continue the snapshot is ref
         res.set_header("X-Voltlock-Snapshot-Size", "1");
     });
     SnapshotDownload download;
-    auto refused = fetch_snapshot(peer.address(), peer_index, op, download, running);
+    auto refused = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running);
     REQUIRE_FALSE(refused.ok());
     CHECK(refused.error().message().find("does not continue the snapshot") != std::string::npos);
 }
@@ -203,17 +204,17 @@ TEST_CASE("snapshot transfer: a peer that replaced its snapshot meanwhile makes 
     SnapshotPeer peer(*make_served_snapshot(op, old_bytes));
     peer.tamper_with(fail_once_at(chunk, 503));
     SnapshotDownload download;
-    REQUIRE_FALSE(fetch_snapshot(peer.address(), peer_index, op, download, running).ok());
+    REQUIRE_FALSE(fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running).ok());
     REQUIRE(download.bytes.size() == chunk);
 
     peer.serve(*make_served_snapshot(op + 4, new_bytes));
-    auto replaced = fetch_snapshot(peer.address(), peer_index, op, download, running);
+    auto replaced = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running);
     REQUIRE_FALSE(replaced.ok());
     CHECK(replaced.error().message().find("serves another snapshot") != std::string::npos);
     CHECK(download.bytes.empty());
 
     // The core is offered the newer one and asks for it: from byte 0, nothing of the old mixed in.
-    auto fetched = fetch_snapshot(peer.address(), peer_index, op + 4, download, running);
+    auto fetched = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op + 4, download, running);
     REQUIRE(fetched.ok());
     CHECK(fetched.value() == new_bytes);
     CHECK(peer.offsets() == std::vector<uint64_t>{0, chunk, chunk, 0, chunk});
@@ -225,7 +226,7 @@ TEST_CASE("snapshot transfer: a download of another peer or op is not resumed")
     SnapshotPeer peer(*make_served_snapshot(op, bytes));
     SnapshotDownload download{.peer = 1, .op = op, .size = bytes.size(),
                               .crc32c = crc32c(bytes), .bytes = bytes.substr(0, chunk)};
-    auto fetched = fetch_snapshot(peer.address(), peer_index, op, download, running);
+    auto fetched = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running);
     REQUIRE(fetched.ok());
     CHECK(fetched.value() == bytes);
     CHECK(peer.offsets() == std::vector<uint64_t>{0, chunk});
@@ -237,7 +238,7 @@ TEST_CASE("snapshot transfer: a snapshot that fails its whole checksum is droppe
     // Every chunk checks out, but the whole is not what the peer says it serves.
     SnapshotPeer peer(ServedSnapshot{.op = op, .bytes = bytes, .crc32c = crc32c(bytes) ^ 1});
     SnapshotDownload download;
-    auto refused = fetch_snapshot(peer.address(), peer_index, op, download, running);
+    auto refused = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running);
     REQUIRE_FALSE(refused.ok());
     CHECK(refused.error().message().find("the whole snapshot failed its checksum") !=
           std::string::npos);
@@ -249,7 +250,7 @@ TEST_CASE("snapshot transfer: a daemon shutting down stops a fetch before it ask
     SnapshotPeer peer(*make_served_snapshot(op, noise(100, 10)));
     const std::atomic<bool> stopping{true};
     SnapshotDownload download;
-    auto stopped = fetch_snapshot(peer.address(), peer_index, op, download, stopping);
+    auto stopped = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, stopping);
     REQUIRE_FALSE(stopped.ok());
     CHECK(stopped.error().message().find("stopped") != std::string::npos);
     CHECK(peer.offsets().empty());

@@ -106,13 +106,19 @@ typedef struct vl_client_options {
     uint32_t dial_timeout_ms;    /* connecting to one endpoint; 0: 2,000 */
     uint32_t command_timeout_ms; /* one call, every retry included; 0: 10,000 */
     uint64_t client_id_seed;     /* 0: random; else the first X-Voltlock-Client-Id (tests) */
+    /* https:// endpoints (docs/security-tls.md). NULL: $VOLTLOCK_CACERT, $VOLTLOCK_CERT,
+     * $VOLTLOCK_KEY, else none. The replica's certificate is checked against cacert_file (else
+     * the system's CAs) and its address; TLS 1.2 or newer. */
+    const char *cacert_file; /* PEM: the cell's CA */
+    const char *cert_file;   /* PEM: a client certificate, for a cell that requires one */
+    const char *key_file;    /* PEM: its key (unencrypted) */
 } vl_client_options;
 
 /* Fills in the defaults. opts may also be NULL wherever options are taken. */
 VL_API void vl_client_options_init(vl_client_options *opts);
 
 /* endpoints: comma-separated base URLs, "http://10.77.0.10:7480,http://10.77.0.11:7480"
- * (a missing "http://" is added; https is not supported). NULL: $VOLTLOCK_ENDPOINTS (the
+ * or "https://..." (a missing scheme is http://; one scheme for all). NULL: $VOLTLOCK_ENDPOINTS (the
  * fallback every Voltlock client shares), else "http://127.0.0.1:7480". Does not connect: the first call
  * does. On failure *out is NULL and the reason is in errstr_out, if given (a buffer of
  * errstr_len bytes), since there is no handle to hold it. */

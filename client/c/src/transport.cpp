@@ -1,5 +1,7 @@
 #include "transport.h"
 
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <charconv>
 #include <random>
@@ -51,11 +53,13 @@ std::optional<std::vector<Endpoint>> parse_endpoints(std::string_view list, std:
         while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
         start = end + 1;
         if (item.empty()) continue;
-        if (item.substr(0, 8) == "https://") {
-            *why = "endpoint " + std::string(item) + ": https is not supported";
+        const bool tls = item.substr(0, 8) == "https://";
+        if (tls) item.remove_prefix(8);
+        else if (item.substr(0, 7) == "http://") item.remove_prefix(7);
+        if (!out.empty() && out.front().tls != tls) {
+            *why = "endpoints mix http:// and https://; a cell speaks one of them";
             return std::nullopt;
         }
-        if (item.substr(0, 7) == "http://") item.remove_prefix(7);
         while (!item.empty() && item.back() == '/') item.remove_suffix(1);
         const size_t colon = item.rfind(':');
         Endpoint endpoint;
@@ -64,11 +68,14 @@ std::optional<std::vector<Endpoint>> parse_endpoints(std::string_view list, std:
         if (colon != std::string_view::npos) port = parse_int(item.substr(colon + 1));
         if (endpoint.host.empty() || !port || *port <= 0 || *port > 65535 ||
             endpoint.host.find('/') != std::string::npos) {
-            *why = "endpoint '" + std::string(item) + "' is not host:port or http://host:port";
+            *why = "endpoint '" + std::string(item) +
+                   "' is not host:port, http://host:port or https://host:port";
             return std::nullopt;
         }
         endpoint.port = *port;
-        endpoint.url = "http://" + endpoint.host + ":" + std::to_string(endpoint.port);
+        endpoint.tls = tls;
+        endpoint.url = (tls ? "https://" : "http://") + endpoint.host + ":" +
+                       std::to_string(endpoint.port);
         out.push_back(std::move(endpoint));
     }
     if (out.empty()) {
@@ -140,7 +147,16 @@ std::unique_ptr<httplib::Client> Transport::checkout(size_t index)
             return client;
         }
     }
-    auto client = std::make_unique<httplib::Client>(endpoints_[index].host, endpoints_[index].port);
+    const Endpoint& endpoint = endpoints_[index];
+    auto client = endpoint.tls ? std::make_unique<httplib::Client>(
+                                     endpoint.url, options_.cert_file, options_.key_file)
+                               : std::make_unique<httplib::Client>(endpoint.host, endpoint.port);
+    if (endpoint.tls) {
+        if (!options_.cacert_file.empty()) client->set_ca_cert_path(options_.cacert_file);
+        client->enable_server_certificate_verification(true);
+        if (SSL_CTX* context = client->ssl_context())
+            SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION);
+    }
     client->set_keep_alive(true);
     client->set_tcp_nodelay(true);  // headers and body are separate writes (docs/api.md)
     client->set_url_encode(false);  // paths come encoded from the codec

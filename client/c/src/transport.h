@@ -28,6 +28,7 @@ struct Endpoint {
     std::string url;   // "http://10.77.0.10:7480"
     std::string host;  // "10.77.0.10"
     int port = 0;
+    bool tls = false;  // https://
 };
 
 // Parses "http://a:1,b:2" into endpoints; nullopt and the reason in *why on a bad list.
@@ -72,6 +73,10 @@ struct TransportOptions {
     milliseconds dial_timeout{2000};
     milliseconds command_timeout{10000};
     uint64_t client_id_seed = 0;
+    // https: PEM files; empty ones are not used.
+    std::string cacert_file;
+    std::string cert_file;
+    std::string key_file;
 };
 
 class Transport {

@@ -332,7 +332,7 @@ const char* vl_status_name(vl_status status) { return status_name(status); }
 
 void vl_client_options_init(vl_client_options* opts)
 {
-    if (opts) *opts = vl_client_options{2000, 10000, 0};
+    if (opts) *opts = vl_client_options{2000, 10000, 0, nullptr, nullptr, nullptr};
 }
 
 vl_status vl_client_open(const char* endpoints, const vl_client_options* opts, char* errstr_out,
@@ -364,6 +364,15 @@ vl_status vl_client_open(const char* endpoints, const vl_client_options* opts, c
         options.dial_timeout = milliseconds(o.dial_timeout_ms ? o.dial_timeout_ms : 2000);
         options.command_timeout = milliseconds(o.command_timeout_ms ? o.command_timeout_ms : 10000);
         options.client_id_seed = o.client_id_seed;
+        const auto file = [](const char* given, const char* variable) {
+            const char* path = given ? given : std::getenv(variable);
+            return std::string(path ? path : "");
+        };
+        options.cacert_file = file(o.cacert_file, "VOLTLOCK_CACERT");
+        options.cert_file = file(o.cert_file, "VOLTLOCK_CERT");
+        options.key_file = file(o.key_file, "VOLTLOCK_KEY");
+        if (!options.key_file.empty() && options.cert_file.empty())
+            return report(VL_ERR_INVALID_ARGUMENT, "key_file without cert_file");
         *out = new vl_client(std::move(*parsed), options);
         return report(VL_OK, "");
     } catch (...) {

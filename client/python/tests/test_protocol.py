@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import ssl
 from typing import Any, Callable, List, Optional
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 import voltlock
 from voltlock import _protocol as p
 from voltlock import errors
+from voltlock._tls import client_context
 
 EPS = ["http://10.0.0.1:7480", "http://10.0.0.2:7480", "http://10.0.0.3:7480"]
 
@@ -237,13 +239,33 @@ def test_bad_arguments_raise_before_anything_is_sent(proto, clock, make, exc):
 
 
 def test_bad_endpoints_and_settings_are_refused():
-    for bad in ([], ["https://x:1"], ["http://x:1/path"], ["http://x:notaport"], [5]):
+    for bad in ([], ["ftp://x:1"], ["http://x:1/path"], ["http://x:notaport"], [5]):
         with pytest.raises((ValueError, TypeError)):
             p.Protocol(bad)
     with pytest.raises(ValueError):
         p.Protocol(EPS, timeout=0)
     assert [e.url for e in p.Router("10.0.0.1:1, http://10.0.0.2:2").endpoints] == [
         "http://10.0.0.1:1", "http://10.0.0.2:2"]
+    secure = p.Router("https://10.0.0.1:1, https://10.0.0.2").endpoints
+    assert [(e.url, e.tls) for e in secure] == [("https://10.0.0.1:1", True),
+                                                ("https://10.0.0.2:443", True)]
+
+
+def test_tls_options_are_checked():
+    plain = p.Router("http://10.0.0.1:1").endpoints
+    secure = p.Router("https://10.0.0.1:1").endpoints
+    assert client_context(plain, ssl_context=None, cacert=None, cert=None, key=None) is None
+    with pytest.raises(ValueError, match="no endpoint is https"):
+        client_context(plain, ssl_context=None, cacert="ca.pem", cert=None, key=None)
+    with pytest.raises(ValueError, match="key without cert"):
+        client_context(secure, ssl_context=None, cacert=None, cert=None, key="k.pem")
+    given = ssl.create_default_context()
+    assert client_context(secure, ssl_context=given, cacert=None, cert=None, key=None) is given
+    with pytest.raises(ValueError, match="not both"):
+        client_context(secure, ssl_context=given, cacert="ca.pem", cert=None, key=None)
+    made = client_context(secure, ssl_context=None, cacert=None, cert=None, key=None)
+    assert made is not None and made.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert made.verify_mode == ssl.CERT_REQUIRED and made.check_hostname
 
 
 def test_names_are_percent_encoded_but_slash_and_colon_stay(proto, clock):

@@ -109,11 +109,12 @@ def quote_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One replica's HTTP address."""
+    """One replica's HTTP address; ``tls``: https://."""
 
     url: str
     host: str
     port: int
+    tls: bool = False
 
     @classmethod
     def parse(cls, text: str) -> "Endpoint":
@@ -121,17 +122,19 @@ class Endpoint:
             raise TypeError(f"an endpoint must be a str, not {type(text).__name__}")
         raw = text.strip()
         parts = urllib.parse.urlsplit(raw if "//" in raw else "http://" + raw)
-        if parts.scheme != "http":
-            raise ValueError(f"endpoint {text!r}: only http:// is supported")
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"endpoint {text!r}: only http:// and https:// are supported")
         if not parts.hostname or parts.path not in ("", "/") or parts.query:
-            raise ValueError(f"endpoint {text!r}: expected http://host:port")
+            raise ValueError(f"endpoint {text!r}: expected http://host:port or "
+                             "https://host:port")
+        tls = parts.scheme == "https"
         try:
-            port = parts.port or 80
+            port = parts.port or (443 if tls else 80)
         except ValueError:
             raise ValueError(f"endpoint {text!r}: bad port")
         host = parts.hostname
         shown = f"[{host}]" if ":" in host else host
-        return cls(url=f"http://{shown}:{port}", host=host, port=port)
+        return cls(url=f"{parts.scheme}://{shown}:{port}", host=host, port=port, tls=tls)
 
 
 @dataclass(frozen=True)
@@ -249,9 +252,12 @@ class Router:
 
     def learn_members(self, cluster: Any) -> None:
         members: Dict[int, str] = {}
+        # The cell lists addresses; they are reached as the endpoints given are (https or not).
+        scheme = "https" if self.endpoints[0].tls else "http"
         for m in cluster.get("members", []) if isinstance(cluster, dict) else []:
             try:
-                members[int(m["replica"])] = Endpoint.parse(f"{m['ip']}:{m['http_port']}").url
+                members[int(m["replica"])] = Endpoint.parse(
+                    f"{scheme}://{m['ip']}:{m['http_port']}").url
             except (KeyError, TypeError, ValueError):
                 continue
         with self._mutex:

@@ -7,6 +7,7 @@ import http.client
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple,
@@ -14,6 +15,7 @@ from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequen
 
 from . import _protocol as p
 from . import errors
+from ._tls import client_context
 from .models import KeyValue, Sequencer, Value, WatchEvent
 
 T = TypeVar("T")
@@ -39,11 +41,13 @@ def describe(exc: BaseException) -> str:
 
 class _Connection(http.client.HTTPConnection):
     _held: Optional[List[bytes]] = None
+    tls: Optional[ssl.SSLContext] = None  # https: the client's context
 
     def connect(self) -> None:
-        self.sock = socket.create_connection((self.host, self.port), self.timeout)
+        sock = socket.create_connection((self.host, self.port), self.timeout)
         # Requests are small and answered at once: no Nagle delay on a kept connection.
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host) if self.tls else sock
 
     def send(self, data: Any) -> None:
         if self._held is not None and isinstance(data, (bytes, bytearray)):
@@ -86,7 +90,9 @@ class _Stream:
 class HttpTransport:
     """Keep-alive connections, a pool per replica, shared by every thread of one client."""
 
-    def __init__(self, max_idle_per_endpoint: int = 32) -> None:
+    def __init__(self, tls: Optional[ssl.SSLContext] = None,
+                 max_idle_per_endpoint: int = 32) -> None:
+        self._tls = tls
         self._idle: Dict[p.Endpoint, List[_Connection]] = {}
         self._max_idle = max_idle_per_endpoint
         self._mutex = threading.Lock()
@@ -99,6 +105,8 @@ class HttpTransport:
                 if idle:
                     return idle.pop(), True
         connection = _Connection(endpoint.host, endpoint.port, timeout=attempt.connect_timeout)
+        if endpoint.tls:
+            connection.tls = self._tls
         connection.connect()
         return connection, False
 
@@ -179,14 +187,22 @@ class Client:
     and failover included, unless the call says otherwise (every method takes ``timeout=``).
     ``connect_timeout``, ``attempt_timeout``: how long one replica may take to accept a
     connection, and to answer (plus any wait asked for), before the call tries the next.
+    https:// endpoints: ``cacert`` (the cell CA's PEM file; default the system's CAs),
+    ``cert`` and ``key`` (a client certificate, for a cell that requires one), or a whole
+    ``ssl_context``; unset, ``VOLTLOCK_CACERT``, ``VOLTLOCK_CERT``, ``VOLTLOCK_KEY``.
     """
 
     def __init__(self, endpoints: Optional[Sequence[str]] = None, *, timeout: float = 10.0,
-                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0) -> None:
+                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0,
+                 cacert: Optional[str] = None, cert: Optional[str] = None,
+                 key: Optional[str] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
         self._protocol = p.Protocol(endpoints_from_env(endpoints), timeout=timeout,
                                     connect_timeout=connect_timeout,
                                     attempt_timeout=attempt_timeout)
-        self._transport = HttpTransport()
+        self._transport = HttpTransport(client_context(
+            self._protocol.router.endpoints, ssl_context=ssl_context, cacert=cacert, cert=cert,
+            key=key))
 
     def __enter__(self) -> "Client":
         return self

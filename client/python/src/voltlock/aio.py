@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 from typing import (Any, AsyncIterator, Callable, Deque, Dict, List, Optional, Sequence,
                     Tuple, TypeVar, Union)
 
@@ -24,6 +25,7 @@ import h11
 from . import _protocol as p
 from . import errors
 from ._sync import describe, endpoints_from_env
+from ._tls import client_context
 from .errors import *  # noqa: F401,F403  (the same exceptions, for `aio.LockBusy` and the like)
 from .models import KeyValue, Sequencer, Value, WatchEvent
 
@@ -42,9 +44,13 @@ class _Connection:
         self.h11 = h11.Connection(h11.CLIENT)
 
     @classmethod
-    async def open(cls, endpoint: p.Endpoint, timeout: float) -> "_Connection":
+    async def open(cls, endpoint: p.Endpoint, timeout: float,
+                   tls: Optional[ssl.SSLContext]) -> "_Connection":
+        secure = tls if endpoint.tls else None
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(endpoint.host, endpoint.port), timeout)
+            asyncio.open_connection(endpoint.host, endpoint.port, ssl=secure,
+                                    server_hostname=endpoint.host if secure else None),
+            timeout)
         return cls(endpoint, reader, writer)
 
     async def send(self, attempt: p.Attempt) -> h11.Response:
@@ -112,7 +118,9 @@ def _headers(response: h11.Response) -> Dict[str, str]:
 class AsyncTransport:
     """Keep-alive connections, a pool per replica, for one client."""
 
-    def __init__(self, max_idle_per_endpoint: int = 32) -> None:
+    def __init__(self, tls: Optional[ssl.SSLContext] = None,
+                 max_idle_per_endpoint: int = 32) -> None:
+        self._tls = tls
         self._idle: Dict[p.Endpoint, List[_Connection]] = {}
         self._max_idle = max_idle_per_endpoint
 
@@ -123,7 +131,7 @@ class AsyncTransport:
             reused = bool(idle) and not fresh
             try:
                 connection = idle.pop() if idle and not fresh else \
-                    await _Connection.open(attempt.endpoint, attempt.connect_timeout)
+                    await _Connection.open(attempt.endpoint, attempt.connect_timeout, self._tls)
             except _CONNECTION_ERRORS as e:
                 return p.Failure(f"connect: {describe(e)}")
             try:
@@ -183,14 +191,19 @@ class AsyncTransport:
 
 class Client:
     """An asyncio client of one Voltlock cell: :class:`voltlock.Client` with ``await``.
-    One per event loop."""
+    One per event loop. TLS options as :class:`voltlock.Client`'s."""
 
     def __init__(self, endpoints: Optional[Sequence[str]] = None, *, timeout: float = 10.0,
-                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0) -> None:
+                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0,
+                 cacert: Optional[str] = None, cert: Optional[str] = None,
+                 key: Optional[str] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
         self._protocol = p.Protocol(endpoints_from_env(endpoints), timeout=timeout,
                                     connect_timeout=connect_timeout,
                                     attempt_timeout=attempt_timeout)
-        self._transport = AsyncTransport()
+        self._transport = AsyncTransport(client_context(
+            self._protocol.router.endpoints, ssl_context=ssl_context, cacert=cacert, cert=cert,
+            key=key))
 
     async def __aenter__(self) -> "Client":
         return self
