@@ -265,6 +265,12 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
         }
     }
     counters_.messages_in[message_type(message)] += 1;
+    if (const auto* reply = std::get_if<Reply>(&message)) {
+        // The answer to a request this replica sent for its API (send_request); the core does
+        // not act on replies.
+        if (reply_listener_) reply_listener_(*reply);
+        return;
+    }
     step(Receive{.message = std::move(message), .flags = decoded.value().flags});
 }
 
@@ -542,6 +548,12 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
                                    .client_id = client_id,
                                    .request_number = request_number,
                                    .payload = std::move(payload)}});
+}
+
+void Node::send_request(ReplicaIndex leader, const Request& request)
+{
+    send_message(peers_.at(leader), request);
+    socket_.flush();
 }
 
 void Node::step_and_flush(const Input& input)

@@ -52,6 +52,7 @@ class Node {
 public:
     using ProposeDone = std::function<void(const ProposeOutcome&)>;
     using ExecutedListener = std::function<void(const Executed&)>;
+    using ReplyListener = std::function<void(const Reply&)>;
 
     // `storage`: the data directory (null: state in memory only); `restored`: the snapshot
     // `start` restored from it, which the node serves to peers from the start.
@@ -72,6 +73,12 @@ public:
     // it before then.
     void propose(ClientId client_id, RequestNumber request_number, Bytes payload,
                  ProposeDone done);
+    // Sends `request` to replica `leader` as a client would (§4.1 step 1), from this replica's
+    // replication address: the leader's Reply comes back to the listener below. What a follower
+    // uses to have the leader propose an op for it.
+    void send_request(ReplicaIndex leader, const Request& request);
+    // `listener` sees every Reply that reaches this replica from a replica of the cell.
+    void on_reply(ReplyListener listener) { reply_listener_ = std::move(listener); }
     // `listener` sees every entry this replica applies, in op order.
     void on_executed(ExecutedListener listener) { executed_listeners_.push_back(std::move(listener)); }
     // `listener` runs when the state machine jumped to a snapshot fetched from a peer.
@@ -153,6 +160,7 @@ private:
     LatencyHistogram commit_latency_;
     std::map<std::pair<ClientId, RequestNumber>, std::vector<ProposeDone>> proposals_;
     std::vector<ExecutedListener> executed_listeners_;
+    ReplyListener reply_listener_;
     std::vector<std::function<void()>> installed_listeners_;
 
     // Storage. Calls into `storage_` hold storage_mutex_: the loop persists the log while the
