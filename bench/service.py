@@ -78,8 +78,9 @@ class Etcd:
         return False
 
 
-def cell_targets(cell: Cell) -> list:
-    return [f"{r['ip']}:{r['http_port']}" for r in cell.replicas]
+def cell_targets(cell: Cell, through: str = "all") -> list:
+    return [f"{r['ip']}:{r['http_port']}" for i, r in enumerate(cell.replicas)
+            if through == "all" or i != cell.leader]
 
 
 def cell_pids(cell: Cell) -> list:
@@ -124,6 +125,9 @@ def main() -> int:
     parser.add_argument("--old", help="another voltlockd to measure side by side (main's)")
     parser.add_argument("--no-etcd", action="store_true")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--through", choices=("all", "followers"), default="all",
+                        help="spread the clients over all replicas, or over the followers only "
+                             "(every op forwarded)")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     workloads = args.workloads.split(",")
@@ -134,14 +138,16 @@ def main() -> int:
         new = Cell(replicas=3, voltlockd=os.path.join(REPO, "build", "voltlockd"))
         new.up()
         cells.append(new)
-        systems["new"] = (new.endpoints["client_namespace"], cell_targets(new), "voltlock",
+        systems["new"] = (new.endpoints["client_namespace"], cell_targets(new, args.through),
+                          "voltlock",
                           cell_pids(new))
         leader_pids = {"new": cell_pids(new)[new.leader]}
         if args.old:
             old = Cell(replicas=3, voltlockd=args.old)
             old.up()
             cells.append(old)
-            systems["old"] = (old.endpoints["client_namespace"], cell_targets(old), "voltlock",
+            systems["old"] = (old.endpoints["client_namespace"], cell_targets(old, args.through),
+                              "voltlock",
                               cell_pids(old))
             leader_pids["old"] = cell_pids(old)[old.leader]
         etcd = None
