@@ -150,6 +150,7 @@ struct LeaderPath::Attempt {
     ReplicaIndex request_leader = 0;
     uint32_t sends = 0;
     uint32_t retransmit_ms = 0;
+    bool requested = false;  // sent as a Request before (to this leader or another)
 
     ~Attempt()
     {
@@ -311,6 +312,7 @@ void LeaderPath::transmit_request(const std::shared_ptr<Attempt>& a)
                                                   .request_number = a->identity.request_number,
                                                   .payload = a->payload});
     a->sends += 1;
+    if (std::exchange(a->requested, true)) request_retransmits_ += 1;
     // Weak: an attempt that was answered is let go (with its pooled id) at once, not when its
     // timer fires.
     loop_.after(milliseconds(a->retransmit_ms),
@@ -338,7 +340,6 @@ void LeaderPath::request_timer(const std::shared_ptr<Attempt>& a)
         forget_request(a);
         return fall_back_to_http(a, a->request_leader);
     }
-    request_retransmits_ += 1;
     transmit_request(a);
 }
 

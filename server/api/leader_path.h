@@ -156,7 +156,7 @@ public:
     uint64_t forwarded() const { return forwarded_; }
     // Ops answered by the leader's Reply to this replica's Request.
     uint64_t forwarded_as_requests() const { return forwarded_as_requests_; }
-    // Requests sent again for want of a Reply.
+    // Requests sent again for want of a Reply (to the same leader, or to the next one).
     uint64_t request_retransmits() const { return request_retransmits_; }
     // Ops that could have travelled as a Request and were forwarded over HTTP instead.
     uint64_t request_fallbacks() const { return request_fallbacks_; }
