@@ -27,7 +27,10 @@ def new_client_id() -> str:
 
 @pytest.fixture(scope="module")
 def cell():
-    with Cell(replicas=3) as c:
+    # A follower that misses the leader's heartbeats for 300 ms (the default) starts a view
+    # change, and under the lossy link below it could become the leader itself (the next view's
+    # leader is round-robin): 1.5 s is 30 heartbeats, which 33% loss does not all drop.
+    with Cell(replicas=3, config_extra={"view_change_timeout_ticks": 150}) as c:
         yield c
 
 
@@ -114,8 +117,10 @@ def test_a_retried_identity_through_followers_gets_the_first_answer(cell):
 
 
 def test_a_lost_reply_is_sent_again_and_the_op_applied_once(cell):
-    cell.wait_for_leader()
+    leader = cell.wait_for_leader()
     f = followers(cell)[0]
+    status = call(cell, f, "GET", "/v1/status").body
+    assert status["status"] == "normal" and status["leader"] == leader, status
     key = fresh("fwd-lossy")
     before = api_counters(cell, f)
     puts = 40
@@ -133,6 +138,8 @@ def test_a_lost_reply_is_sent_again_and_the_op_applied_once(cell):
         client.close()
     after = api_counters(cell, f)
     counters = ("forwarded_as_requests", "request_retransmits", "request_fallbacks")
+    travelled = sum(after[k] - before[k] for k in ("forwarded_as_requests", "request_fallbacks"))
+    assert travelled >= puts, {k: (before[k], after[k]) for k in counters}
     assert after["request_retransmits"] > before["request_retransmits"], (
         {k: (before[k], after[k]) for k in counters},
         call(cell, f, "GET", "/v1/status")["counters"])
