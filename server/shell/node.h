@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -155,9 +156,12 @@ private:
     std::vector<uint8_t> encode_buffer_;
     vl_kernel_state last_state_{};
     NodeCounters counters_;
-    // Proposal to applied result, for the ops proposed here (the API's): /v1/status's
-    // commit_latency_us.
+    // Proposal to applied result, for the ops proposed here (the API's, and those a follower's
+    // API forwarded here as Requests): /v1/status's commit_latency_us.
     LatencyHistogram commit_latency_;
+    // When each client's latest Request from a follower arrived, until its Reply leaves.
+    std::unordered_map<ClientId, std::pair<RequestNumber, std::chrono::steady_clock::time_point>>
+        forwarded_arrivals_;
     std::map<std::pair<ClientId, RequestNumber>, std::vector<ProposeDone>> proposals_;
     std::vector<ExecutedListener> executed_listeners_;
     ReplyListener reply_listener_;
