@@ -78,8 +78,9 @@ class Etcd:
         return False
 
 
-def cell_targets(cell: Cell) -> list:
-    return [f"{r['ip']}:{r['http_port']}" for r in cell.replicas]
+def cell_targets(cell: Cell, through: str = "all") -> list:
+    return [f"{r['ip']}:{r['http_port']}" for i, r in enumerate(cell.replicas)
+            if through == "all" or i != cell.leader]
 
 
 def cell_pids(cell: Cell) -> list:
@@ -97,6 +98,24 @@ def cpu_seconds(pids) -> float:
     return total
 
 
+def forwarding_counters(namespace, targets) -> dict:
+    """The forwarding counters of /v1/cluster's api, summed over the replicas."""
+    totals = {}
+    for target in targets:
+        argv = ["curl", "-s", "--max-time", "5", f"http://{target}/v1/cluster"]
+        done = subprocess.run(["ip", "netns", "exec", namespace] + argv, capture_output=True,
+                              text=True)
+        try:
+            api = json.loads(done.stdout)["api"]
+        except (ValueError, KeyError):
+            continue
+        for name in ("forwarded", "forwarded_as_requests", "request_retransmits",
+                     "request_fallbacks"):
+            if name in api:
+                totals[name] = totals.get(name, 0) + api[name]
+    return totals
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -106,6 +125,9 @@ def main() -> int:
     parser.add_argument("--old", help="another voltlockd to measure side by side (main's)")
     parser.add_argument("--no-etcd", action="store_true")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--through", choices=("all", "followers"), default="all",
+                        help="spread the clients over all replicas, or over the followers only "
+                             "(every op forwarded)")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     workloads = args.workloads.split(",")
@@ -116,14 +138,18 @@ def main() -> int:
         new = Cell(replicas=3, voltlockd=os.path.join(REPO, "build", "voltlockd"))
         new.up()
         cells.append(new)
-        systems["new"] = (new.endpoints["client_namespace"], cell_targets(new), "voltlock",
+        systems["new"] = (new.endpoints["client_namespace"], cell_targets(new, args.through),
+                          "voltlock",
                           cell_pids(new))
+        leader_pids = {"new": cell_pids(new)[new.leader]}
         if args.old:
             old = Cell(replicas=3, voltlockd=args.old)
             old.up()
             cells.append(old)
-            systems["old"] = (old.endpoints["client_namespace"], cell_targets(old), "voltlock",
+            systems["old"] = (old.endpoints["client_namespace"], cell_targets(old, args.through),
+                              "voltlock",
                               cell_pids(old))
+            leader_pids["old"] = cell_pids(old)[old.leader]
         etcd = None
         if not args.no_etcd and shutil.which("etcd"):
             etcd = Etcd().__enter__()
@@ -133,11 +159,23 @@ def main() -> int:
             for n in clients:
                 row = {"workload": workload, "clients": n}
                 for name, (namespace, targets, system, pids) in systems.items():
+                    leader = [leader_pids[name]] if name in leader_pids else []
+                    counted = system == "voltlock"
+                    forwarding_before = forwarding_counters(namespace, targets) if counted else {}
                     cpu_before = cpu_seconds(pids)
+                    leader_before = cpu_seconds(leader)
                     row[name] = run_load(namespace, targets, system, workload, n, args.seconds)
                     cpu = cpu_seconds(pids) - cpu_before
+                    leader_cpu = cpu_seconds(leader) - leader_before
                     if row[name].get("ops"):  # CPU of all three servers per op, setup included
                         row[name]["server_cpu_us_per_op"] = round(cpu * 1e6 / row[name]["ops"])
+                        if leader:  # and of the leader alone (the one that does not scale out)
+                            row[name]["leader_cpu_us_per_op"] = round(
+                                leader_cpu * 1e6 / row[name]["ops"])
+                    if counted:  # how the followers' ops reached the leader in this point
+                        after = forwarding_counters(namespace, targets)
+                        row[name]["forwarding"] = {k: v - forwarding_before.get(k, 0)
+                                                   for k, v in after.items()}
                 results.append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -147,7 +185,8 @@ def main() -> int:
             etcd.__exit__(None, None, None)
 
     names = list(systems)
-    header = "| workload | clients | " + " | ".join(f"{n} ops/s (p99 ms, CPU µs/op)" for n in names)
+    header = "| workload | clients | " + " | ".join(
+        f"{n} ops/s (p50 ms, p99 ms, CPU µs/op, leader CPU µs/op)" for n in names)
     ratios = [f"new/{n}" for n in names if n != "new"]
     print(header + " | " + " | ".join(ratios) + " |")
     print("|---|---|" + "---|" * (len(names) + len(ratios)))
@@ -156,8 +195,9 @@ def main() -> int:
         for n in names:
             r = row[n]
             cells_text.append("error" if "error" in r else
-                              f"{r['ops_per_s']:,.0f} ({r['p99_us'] / 1000:.1f}, "
-                              f"{r.get('server_cpu_us_per_op', '-')})")
+                              f"{r['ops_per_s']:,.0f} ({r['p50_us'] / 1000:.2f}, "
+                              f"{r['p99_us'] / 1000:.1f}, {r.get('server_cpu_us_per_op', '-')}, "
+                              f"{r.get('leader_cpu_us_per_op', '-')})")
         ratio_text = []
         for n in names:
             if n == "new":

@@ -41,6 +41,7 @@ void Call::answer(HttpResponse response)
 {
     if (finished) return;
     finished = true;
+    for (const auto& [name, value] : answer_headers) response.set_header(name, value);
     if (counters) counters->count(method, endpoint, response.status);
     if (exchange) {
         exchange->answer(std::move(response));
@@ -53,6 +54,7 @@ std::shared_ptr<Stream> Call::stream(HttpResponse head)
 {
     if (finished || !exchange) return nullptr;
     finished = true;
+    for (const auto& [name, value] : answer_headers) head.set_header(name, value);
     if (counters) counters->count(method, endpoint, head.status);
     return exchange->stream(std::move(head));
 }

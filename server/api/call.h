@@ -43,6 +43,8 @@ struct Call {
     std::string endpoint;               // the route's name, for /metrics
     RequestCounters* counters = nullptr;
     bool finished = false;
+    // Set on the answer (and a stream's head) made while they are here.
+    std::vector<std::pair<std::string, std::string>> answer_headers;
 
     std::string match(size_t i) const { return i < matches.size() ? matches[i] : std::string(); }
     std::optional<std::string> header(std::string_view name) const;

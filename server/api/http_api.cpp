@@ -228,6 +228,9 @@ Json HttpApi::api_stats() const
 {
     const HttpServerCounters& http = server_.counters();
     return Json{{"forwarded", leader_.forwarded()},
+                {"forwarded_as_requests", leader_.forwarded_as_requests()},
+                {"request_retransmits", leader_.request_retransmits()},
+                {"request_fallbacks", leader_.request_fallbacks()},
                 {"watchers", waits_ ? waits_->watchers() : 0},
                 {"waiters", waits_ ? waits_->waiters() : 0},
                 {"client_ids", pool_.size()},
@@ -331,43 +334,38 @@ void HttpApi::run_op_answering_result(const CallPtr& call, const LockOp& op)
 void HttpApi::run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, Answer answer,
                      LeaderPath::Relay relay)
 {
-    Bytes payload = encode_op(op);
     const OpCode code = op_code(op);
-    auto serve = [this, call, payload = std::move(payload), code, answer = std::move(answer)](
-                     const LeaderPath::AtLeader& at, LeaderPath::NotLeader not_leader) {
-        leader_.propose(at.identity, payload, at.until, {},
-                        [call, code, answer, not_leader, identity = at.identity](Proposed proposed) {
-            switch (proposed.kind) {
-            case Proposed::Kind::not_leader:
-                return not_leader();
-            case Proposed::Kind::stale:
-                return call->fail(stale_request_error(identity, proposed.latest));
-            case Proposed::Kind::timed_out:
-                return call->fail(unavailable(
-                    "the op was not committed in time: no quorum answered. It may still take "
-                    "effect: retry with the same X-Voltlock-Client-Id and "
-                    "X-Voltlock-Request-Number"));
-            case Proposed::Kind::committed:
-                break;
-            }
-            auto decoded = decode_result(proposed.result);
-            if (!decoded.ok())
-                return call->fail(ApiError{500, "internal", "the result did not decode",
-                                           Json::object()});
-            const OpResult& result = decoded.value();
-            if (result_op_code(result) != code)
-                // VR answered with the client table's result for this request number, and it
-                // was another op: the client reused a request number.
-                return call->fail(ApiError{
-                    409, "request_number_reused",
-                    "this X-Voltlock-Request-Number was already used by this client id for "
-                    "another request; use a higher one",
-                    Json{{"request_number", identity.request_number}}});
-            if (const auto* error = std::get_if<OpError>(&result)) return call->fail(op_error(*error));
-            answer(result);
-        });
+    auto finish = [call, code, answer = std::move(answer)](const ClientIdentity& identity,
+                                                           Proposed proposed) {
+        switch (proposed.kind) {
+        case Proposed::Kind::not_leader:  // the leader path tries again; never here
+        case Proposed::Kind::timed_out:
+            return call->fail(unavailable(
+                "the op was not committed in time: no quorum answered. It may still take "
+                "effect: retry with the same X-Voltlock-Client-Id and "
+                "X-Voltlock-Request-Number"));
+        case Proposed::Kind::stale:
+            return call->fail(stale_request_error(identity, proposed.latest));
+        case Proposed::Kind::committed:
+            break;
+        }
+        auto decoded = decode_result(proposed.result);
+        if (!decoded.ok())
+            return call->fail(ApiError{500, "internal", "the result did not decode",
+                                       Json::object()});
+        const OpResult& result = decoded.value();
+        if (result_op_code(result) != code)
+            // VR answered with the client table's result for this request number, and it
+            // was another op: the client reused a request number.
+            return call->fail(ApiError{
+                409, "request_number_reused",
+                "this X-Voltlock-Request-Number was already used by this client id for "
+                "another request; use a higher one",
+                Json{{"request_number", identity.request_number}}});
+        if (const auto* error = std::get_if<OpError>(&result)) return call->fail(op_error(*error));
+        answer(result);
     };
-    leader_.at_leader(call, wait_ms, std::move(serve), std::move(relay));
+    leader_.run_op(call, encode_op(op), wait_ms, std::move(finish), std::move(relay));
 }
 
 void HttpApi::read_at_leader(const CallPtr& call, std::function<Json()> snapshot)

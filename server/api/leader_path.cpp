@@ -142,6 +142,15 @@ struct LeaderPath::Attempt {
     ClientId pooled = 0;
     SteadyTime until;
     bool forwarded_to_us = false;
+    // run_op's: the op, and what to do with its outcome; over_http once it fell back.
+    Bytes payload;
+    Finish finish;
+    bool over_http = false;
+    // While a Request waits for the leader's Reply: to whom, how often sent, the next timeout.
+    ReplicaIndex request_leader = 0;
+    uint32_t sends = 0;
+    uint32_t retransmit_ms = 0;
+    bool requested = false;  // sent as a Request before (to this leader or another)
 
     ~Attempt()
     {
@@ -153,13 +162,41 @@ LeaderPath::LeaderPath(EventLoop& loop, Node& node, LockService* service, Client
                        Forwarder& forwarder)
     : loop_(loop), node_(node), service_(service), pool_(pool), forwarder_(forwarder)
 {
+    node_.on_reply([this](const Reply& reply) { on_reply(reply); });
+}
+
+void LeaderPath::run_op(const CallPtr& call, Bytes payload, uint32_t wait_ms, Finish finish,
+                        Relay relay)
+{
+    auto serve = [this, payload, finish](const AtLeader& at, NotLeader not_leader) {
+        propose(at.identity, payload, at.until, {},
+                [finish, not_leader, identity = at.identity](Proposed proposed) {
+                    if (proposed.kind == Proposed::Kind::not_leader) return not_leader();
+                    finish(identity, std::move(proposed));
+                });
+    };
+    if (auto a = start_attempt(call, wait_ms, std::move(serve), std::move(relay))) {
+        a->payload = std::move(payload);
+        a->finish = std::move(finish);
+        attempt(a);
+    }
 }
 
 void LeaderPath::at_leader(const CallPtr& call, uint32_t wait_ms, Serve serve, Relay relay)
 {
+    if (auto a = start_attempt(call, wait_ms, std::move(serve), std::move(relay))) attempt(a);
+}
+
+std::shared_ptr<LeaderPath::Attempt> LeaderPath::start_attempt(const CallPtr& call,
+                                                               uint32_t wait_ms, Serve serve,
+                                                               Relay relay)
+{
     auto given = parse_identity(call->header("X-Voltlock-Client-Id"),
                                 call->header("X-Voltlock-Request-Number"));
-    if (!given.ok()) return call->fail(given.error());
+    if (!given.ok()) {
+        call->fail(given.error());
+        return nullptr;
+    }
     auto a = std::shared_ptr<Attempt>(new Attempt{.pool = pool_,
                                                   .call = call,
                                                   .wait_ms = wait_ms,
@@ -174,12 +211,14 @@ void LeaderPath::at_leader(const CallPtr& call, uint32_t wait_ms, Serve serve, R
         a->identity = *given.value();
     } else {
         const std::optional<ClientIdentity> taken = pool_.try_take();
-        if (!taken)
-            return call->fail(unavailable("too many requests in flight at this replica"));
+        if (!taken) {
+            call->fail(unavailable("too many requests in flight at this replica"));
+            return nullptr;
+        }
         a->identity = *taken;
         a->pooled = taken->client_id;
     }
-    attempt(a);
+    return a;
 }
 
 void LeaderPath::attempt(const std::shared_ptr<Attempt>& a)
@@ -198,7 +237,10 @@ void LeaderPath::attempt(const std::shared_ptr<Attempt>& a)
         response.set_header("X-Voltlock-Not-Leader", "1");
         a->call->answer(std::move(response));
     } else if (r.status() == Status::normal && r.leader() != node_.config().replica) {
-        forward(a, r.leader(), started);
+        if (a->finish && !a->over_http)
+            send_request(a, r.leader());
+        else
+            forward(a, r.leader(), started);
     } else {
         try_again(a, started);
     }
@@ -244,6 +286,97 @@ void LeaderPath::forward(const std::shared_ptr<Attempt>& a, ReplicaIndex leader,
         a->call->answer(std::move(outcome.response));
     });
 }
+
+// ---- Requests over the replication channel ----------------------------------------------------
+
+void LeaderPath::send_request(const std::shared_ptr<Attempt>& a, ReplicaIndex leader)
+{
+    if (a->payload.size() > max_entry_payload_bytes(node_.config().max_message_bytes))
+        return fall_back_to_http(a, leader);
+    if (service_)
+        if (const auto latest = service_->stale_request(a->identity.client_id,
+                                                        a->identity.request_number))
+            return a->finish(a->identity, Proposed{.kind = Proposed::Kind::stale,
+                                                   .latest = *latest});
+    a->request_leader = leader;
+    a->sends = 0;
+    a->retransmit_ms = kRequestRetransmitMs;
+    requests_[{a->identity.client_id, a->identity.request_number}].push_back(a);
+    transmit_request(a);
+}
+
+void LeaderPath::transmit_request(const std::shared_ptr<Attempt>& a)
+{
+    node_.send_request(a->request_leader, Request{.view = node_.replica().view(),
+                                                  .client_id = a->identity.client_id,
+                                                  .request_number = a->identity.request_number,
+                                                  .payload = a->payload});
+    a->sends += 1;
+    if (std::exchange(a->requested, true)) request_retransmits_ += 1;
+    // Weak: an attempt that was answered is let go (with its pooled id) at once, not when its
+    // timer fires.
+    loop_.after(milliseconds(a->retransmit_ms),
+                [this, weak = std::weak_ptr<Attempt>(a)] {
+                    if (auto alive = weak.lock()) request_timer(alive);
+                });
+    a->retransmit_ms *= 2;
+}
+
+void LeaderPath::request_timer(const std::shared_ptr<Attempt>& a)
+{
+    if (a->call->gone()) return forget_request(a);
+    if (Clock::now() >= a->until) {
+        forget_request(a);
+        return a->finish(a->identity, Proposed{.kind = Proposed::Kind::timed_out});
+    }
+    const Replica& r = node_.replica();
+    if (r.is_leader() || r.status() != Status::normal || r.leader() != a->request_leader) {
+        // A view change: the new leader (or this replica, if it is the one) is asked with the
+        // same identity, and its client table has the op if the old leader committed it.
+        forget_request(a);
+        return attempt(a);
+    }
+    if (a->sends >= kRequestSends) {
+        forget_request(a);
+        return fall_back_to_http(a, a->request_leader);
+    }
+    transmit_request(a);
+}
+
+void LeaderPath::forget_request(const std::shared_ptr<Attempt>& a)
+{
+    const auto it = requests_.find({a->identity.client_id, a->identity.request_number});
+    if (it == requests_.end()) return;
+    std::erase(it->second, a);
+    if (it->second.empty()) requests_.erase(it);
+}
+
+void LeaderPath::fall_back_to_http(const std::shared_ptr<Attempt>& a, ReplicaIndex leader)
+{
+    request_fallbacks_ += 1;
+    a->over_http = true;
+    forward(a, leader, Clock::now());
+}
+
+void LeaderPath::on_reply(const Reply& reply)
+{
+    const auto it = requests_.find({reply.client_id, reply.request_number});
+    if (it == requests_.end()) return;  // answered already (a retransmit's second Reply)
+    const std::vector<std::shared_ptr<Attempt>> answered = std::move(it->second);
+    requests_.erase(it);
+    for (const std::shared_ptr<Attempt>& a : answered) {
+        if (a->call->gone()) continue;
+        forwarded_ += 1;
+        forwarded_as_requests_ += 1;
+        // The leader's name goes on the answer made now, as on one forwarded over HTTP; not
+        // on the one a wait makes later at this replica.
+        a->call->answer_headers = {{"X-Voltlock-Leader", std::to_string(reply.replica)}};
+        a->finish(a->identity, Proposed{.kind = Proposed::Kind::committed, .result = reply.result});
+        a->call->answer_headers.clear();
+    }
+}
+
+// ---- Proposing at the leader -------------------------------------------------------------------
 
 void LeaderPath::propose(const ClientIdentity& identity, Bytes payload, SteadyTime until,
                          std::function<Json()> snapshot, std::function<void(Proposed)> done)

@@ -11,6 +11,21 @@
 // included. VR's client table keeps one latest request per client id, so each internal id has
 // at most one request outstanding and its numbers only grow.
 //
+// Over the replication channel. An op that is proposed as it is and answered from its result
+// alone (run_op: puts, deletes, CAS, linearizable gets, sessions opened and closed, locks, barriers)
+// travels from a follower to the leader as a VR Request from the follower's replication socket,
+// with the same client id and request number, and the leader's core answers it with the Reply:
+// no forwarding thread, no second HTTP request. Without a Reply within kRequestRetransmitMs
+// (doubling) the Request goes again with the same identity (the client table executes it at most
+// once); when the view changes it goes to the new leader, or is proposed here if this replica
+// became the leader. After kRequestSends unanswered sends to one leader, and for a payload that
+// does not fit one datagram, the op falls back to HTTP forwarding (below) with the same identity:
+// a leader drops without an answer a request below its client's latest number, which HTTP
+// answers with 409. A wait continues at the follower from the result (the op's revision), as
+// with X-Voltlock-Wait-Here. Keepalives (the leader's lease tracker answers them) and the
+// linearizable reads of sessions, locks and barriers (a snapshot of the leader's state) are
+// forwarded over HTTP.
+//
 // A lock or barrier wait forwarded from a follower is not held at the leader: the follower asks
 // (X-Voltlock-Wait-Here) to be told as soon as the op committed that it waits (202 with
 // X-Voltlock-Waiting), and waits for the outcome in its own applied history, where its client
@@ -25,6 +40,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,6 +59,11 @@ namespace voltlock::api {
 inline constexpr uint32_t kLeaderWaitMs = 8'000;
 // How long past its deadline a lock or barrier wait looks for its outcome before 503.
 inline constexpr uint32_t kWaitGraceMs = 5'000;
+
+// A follower's Request to the leader goes again after this (doubling each time) without a Reply,
+// and falls back to HTTP after kRequestSends sends to the same leader.
+inline constexpr uint32_t kRequestRetransmitMs = 100;
+inline constexpr uint32_t kRequestSends = 4;
 
 inline constexpr const char* kForwardedHeader = "X-Voltlock-Forwarded";
 inline constexpr const char* kWaitHereHeader = "X-Voltlock-Wait-Here";
@@ -115,19 +136,43 @@ public:
     LeaderPath(EventLoop& loop, Node& node, LockService* service, ClientPool& pool,
                Forwarder& forwarder);
 
+    // What became of an op (run_op): committed, stale or timed out, never not_leader.
+    using Finish = std::function<void(const ClientIdentity&, Proposed)>;
+
     // Runs `serve` where the leader is, or forwards the call there; `relay` set means the call
     // may wait at this replica (the leader answers a wait with 202 at commit).
     void at_leader(const CallPtr& call, uint32_t wait_ms, Serve serve, Relay relay = {});
+    // Proposes `payload` where the leader is and hands `finish` what became of it; at a follower
+    // the op travels as a VR Request (above), or, failing that, the call is forwarded over HTTP
+    // like at_leader's (with `relay`).
+    void run_op(const CallPtr& call, Bytes payload, uint32_t wait_ms, Finish finish,
+                Relay relay = {});
     // Proposes `payload`; `done` runs once, on the loop: committed (with `snapshot` taken right
     // after the apply), not the leader, stale, or timed out at `until`.
     void propose(const ClientIdentity& identity, Bytes payload, SteadyTime until,
                  std::function<Json()> snapshot, std::function<void(Proposed)> done);
 
+    // Answers that came from the leader, by either way.
     uint64_t forwarded() const { return forwarded_; }
+    // Ops answered by the leader's Reply to this replica's Request.
+    uint64_t forwarded_as_requests() const { return forwarded_as_requests_; }
+    // Requests sent again for want of a Reply (to the same leader, or to the next one).
+    uint64_t request_retransmits() const { return request_retransmits_; }
+    // Ops that could have travelled as a Request and were forwarded over HTTP instead.
+    uint64_t request_fallbacks() const { return request_fallbacks_; }
 
 private:
     struct Attempt;
+    using RequestKey = std::pair<ClientId, RequestNumber>;
     void attempt(const std::shared_ptr<Attempt>& attempt);
+    std::shared_ptr<Attempt> start_attempt(const CallPtr& call, uint32_t wait_ms, Serve serve,
+                                           Relay relay);
+    void send_request(const std::shared_ptr<Attempt>& attempt, ReplicaIndex leader);
+    void transmit_request(const std::shared_ptr<Attempt>& attempt);
+    void request_timer(const std::shared_ptr<Attempt>& attempt);
+    void forget_request(const std::shared_ptr<Attempt>& attempt);
+    void fall_back_to_http(const std::shared_ptr<Attempt>& attempt, ReplicaIndex leader);
+    void on_reply(const Reply& reply);
     void try_again(const std::shared_ptr<Attempt>& attempt, SteadyTime started);
     void forward(const std::shared_ptr<Attempt>& attempt, ReplicaIndex leader,
                  SteadyTime started);
@@ -138,6 +183,12 @@ private:
     ClientPool& pool_;
     Forwarder& forwarder_;
     uint64_t forwarded_ = 0;
+    uint64_t forwarded_as_requests_ = 0;
+    uint64_t request_retransmits_ = 0;
+    uint64_t request_fallbacks_ = 0;
+    // This replica's Requests waiting for the leader's Reply, by VR identity (a client may send
+    // the same identity twice, say a retry while its first try is still on its way).
+    std::map<RequestKey, std::vector<std::shared_ptr<Attempt>>> requests_;
 };
 
 std::optional<std::string> response_header(const HttpResponse& response, std::string_view name);

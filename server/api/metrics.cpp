@@ -154,6 +154,11 @@ std::string render_metrics(const Json& cluster,
     }
     const std::pair<const char*, const char*> api_counters[] = {
         {"forwarded", "Requests this replica forwarded to the leader."},
+        {"forwarded_as_requests",
+         "Ops this replica forwarded to the leader as VR Requests, answered by its Reply."},
+        {"request_retransmits", "VR Requests to the leader sent again for want of a Reply."},
+        {"request_fallbacks",
+         "Ops that could travel as VR Requests and were forwarded over HTTP instead."},
         {"expiries_proposed", "ExpireSession ops this replica proposed as the leader."},
         {"expire_waiters_proposed", "ExpireWaiters ops this replica proposed as the leader."},
         {"connections_refused", "Connections answered 503 for being over a connection limit."},

@@ -9,6 +9,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -256,6 +257,15 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
     Message& message = decoded.value().message;
     if (const auto* request = std::get_if<Request>(&message)) {
         clients_[request->client_id] = from;
+        // A follower's API forwarding an op (not a client on UDP): its commit latency counts.
+        const bool from_replica = std::any_of(peers_.begin(), peers_.end(), [&](const auto& peer) {
+            return same_address(peer, from);
+        });
+        if (from_replica) {
+            auto& arrival = forwarded_arrivals_[request->client_id];
+            if (arrival.first != request->request_number)  // a retransmit keeps the first time
+                arrival = {request->request_number, std::chrono::steady_clock::now()};
+        }
     } else {
         // Replica messages are believed only from the address configured for that replica.
         const ReplicaIndex sender = sender_of(message);
@@ -265,6 +275,12 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
         }
     }
     counters_.messages_in[message_type(message)] += 1;
+    if (const auto* reply = std::get_if<Reply>(&message)) {
+        // The answer to a request this replica sent for its API (send_request); the core does
+        // not act on replies.
+        if (reply_listener_) reply_listener_(*reply);
+        return;
+    }
     step(Receive{.message = std::move(message), .flags = decoded.value().flags});
 }
 
@@ -549,6 +565,12 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
                                    .payload = std::move(payload)}});
 }
 
+void Node::send_request(ReplicaIndex leader, const Request& request)
+{
+    send_message(peers_.at(leader), request);
+    socket_.flush();
+}
+
 void Node::step_and_flush(const Input& input)
 {
     step(input);
@@ -564,6 +586,14 @@ void Node::deliver_reply(const Reply& reply)
         proposals_.erase(it);
         for (ProposeDone& done : waiting) done(ProposeOutcome{.committed = true, .result = reply.result});
         return;
+    }
+    if (const auto arrival = forwarded_arrivals_.find(reply.client_id);
+        arrival != forwarded_arrivals_.end() && arrival->second.first == reply.request_number) {
+        commit_latency_.record(static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::steady_clock::now() - arrival->second.second)
+                .count()));
+        forwarded_arrivals_.erase(arrival);
     }
     const auto client = clients_.find(reply.client_id);
     if (client == clients_.end()) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -53,6 +54,7 @@ class Node {
 public:
     using ProposeDone = std::function<void(const ProposeOutcome&)>;
     using ExecutedListener = std::function<void(const Executed&)>;
+    using ReplyListener = std::function<void(const Reply&)>;
 
     // `storage`: the data directory (null: state in memory only); `restored`: the snapshot
     // `start` restored from it, which the node serves to peers from the start.
@@ -73,6 +75,12 @@ public:
     // it before then.
     void propose(ClientId client_id, RequestNumber request_number, Bytes payload,
                  ProposeDone done);
+    // Sends `request` to replica `leader` as a client would (§4.1 step 1), from this replica's
+    // replication address: the leader's Reply comes back to the listener below. What a follower
+    // uses to have the leader propose an op for it.
+    void send_request(ReplicaIndex leader, const Request& request);
+    // `listener` sees every Reply that reaches this replica from a replica of the cell.
+    void on_reply(ReplyListener listener) { reply_listener_ = std::move(listener); }
     // `listener` sees every entry this replica applies, in op order.
     void on_executed(ExecutedListener listener) { executed_listeners_.push_back(std::move(listener)); }
     // `listener` runs when the state machine jumped to a snapshot fetched from a peer.
@@ -149,11 +157,15 @@ private:
     std::vector<uint8_t> encode_buffer_;
     vl_kernel_state last_state_{};
     NodeCounters counters_;
-    // Proposal to applied result, for the ops proposed here (the API's): /v1/status's
-    // commit_latency_us.
+    // Proposal to applied result, for the ops proposed here (the API's, and those a follower's
+    // API forwarded here as Requests): /v1/status's commit_latency_us.
     LatencyHistogram commit_latency_;
+    // When each client's latest Request from a follower arrived, until its Reply leaves.
+    std::unordered_map<ClientId, std::pair<RequestNumber, std::chrono::steady_clock::time_point>>
+        forwarded_arrivals_;
     std::map<std::pair<ClientId, RequestNumber>, std::vector<ProposeDone>> proposals_;
     std::vector<ExecutedListener> executed_listeners_;
+    ReplyListener reply_listener_;
     std::vector<std::function<void()>> installed_listeners_;
 
     // Storage. Calls into `storage_` hold storage_mutex_: the loop persists the log while the

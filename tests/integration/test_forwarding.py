@@ -1,0 +1,223 @@
+"""Forwarding over the replication channel (issue 12, docs/frontend.md "Forwarding"): an op sent
+to a follower travels to the leader as a VR Request carrying the client's identity and comes
+back in the Reply. Every op kind through a follower; a Reply lost on the way is sent again and
+the op applied once; a leader killed (SIGKILL) while ops are forwarded, with each op retried
+under its identity across the failover, applies every put and lock acquire once."""
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from api import Client, call
+from cell import Cell
+from replication import wait_until
+
+pytestmark = [pytest.mark.usefixtures("root"), pytest.mark.voltlockd]
+
+
+def fresh(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(3)}"
+
+
+def new_client_id() -> str:
+    return str(secrets.randbelow(2**62) + 1)
+
+
+@pytest.fixture(scope="module")
+def cell():
+    # A follower that misses the leader's heartbeats for 300 ms (the default) starts a view
+    # change, and under the lossy link below it could become the leader itself (the next view's
+    # leader is round-robin): 1.5 s is 30 heartbeats, which 33% loss does not all drop.
+    with Cell(replicas=3, config_extra={"view_change_timeout_ticks": 150}) as c:
+        yield c
+
+
+def followers(c: Cell) -> list:
+    return [r for r in range(3) if r != c.leader]
+
+
+def api_counters(c: Cell, replica: int) -> dict:
+    return call(c, replica, "GET", "/v1/cluster")["api"]
+
+
+def test_every_op_kind_travels_as_a_request_through_a_follower(cell):
+    leader = cell.wait_for_leader()
+    f = followers(cell)[0]
+    before = api_counters(cell, f)
+    answers = []
+
+    def at_f(method, path, body=None, expect=200):
+        r = call(cell, f, method, path, body)
+        assert r.status == expect, (method, path, r)
+        answers.append(r)
+        return r
+
+    s = at_f("POST", "/v1/sessions", {"ttl_ms": 30_000, "name": "fwd"}, 201)["session"]
+    other = at_f("POST", "/v1/sessions", {"ttl_ms": 30_000}, 201)["session"]
+    key = fresh("fwd-kv")
+    put = at_f("PUT", f"/v1/kv/{key}", {"value": "1"})
+    cas = at_f("PUT", f"/v1/kv/{key}", {"value": "2", "prev_revision": put["revision"]})
+    assert cas["version"] == 2
+    mismatch = call(cell, f, "PUT", f"/v1/kv/{key}", {"value": "3", "prev_revision": 1})
+    assert mismatch.status == 409 and mismatch["code"] == "cas_mismatch"
+    assert mismatch.headers.get("X-Voltlock-Leader") == str(leader)
+    assert at_f("GET", f"/v1/kv/{key}")["value"] == "2"  # a linearizable get is an op too
+    lock = f"/v1/locks/{fresh('fwd-lock')}"
+    granted = at_f("POST", f"{lock}:acquire", {"session": s})
+    assert granted["granted"] is True
+    assert at_f("POST", "/v1/sequencers:check", {"sequencer": granted["sequencer"]})["valid"]
+    # A wait sent to a follower waits there, from the revision in the leader's Reply.
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(call, cell, f, "POST", f"{lock}:acquire",
+                              {"session": other, "wait_ms": 10_000})
+        wait_until(lambda: any(w["session"] == other for w in
+                               call(cell, leader, "GET", lock)["waiters"]),
+                   10, "the second session to wait for the lock")
+        at_f("POST", f"{lock}:release", {"session": s})
+        second = waiting.result(timeout=15)
+    assert second.status == 200 and second["granted"] is True, second
+    at_f("POST", f"{lock}:release", {"session": other})
+    barrier = f"/v1/barriers/{fresh('fwd-barrier')}"
+    assert at_f("POST", f"{barrier}:enter", {"session": s, "count": 1})["passed"] is True
+    assert at_f("POST", f"{barrier}:leave", {"session": s})["passed"] is True
+    at_f("DELETE", f"/v1/kv/{key}")
+    # A keepalive is answered by the leader's lease tracker: forwarded over HTTP.
+    at_f("POST", f"/v1/sessions/{s}:keepalive")
+    at_f("DELETE", f"/v1/sessions/{s}")
+    at_f("DELETE", f"/v1/sessions/{other}")
+
+    assert all(r.headers.get("X-Voltlock-Leader") == str(leader) for r in answers), answers
+    after = api_counters(cell, f)
+    as_requests = after["forwarded_as_requests"] - before["forwarded_as_requests"]
+    # Every answer above but the keepalive, and the CAS mismatch.
+    assert as_requests >= len(answers), (before, after)
+    assert after["request_fallbacks"] == before["request_fallbacks"]
+    assert after["forwarded"] - before["forwarded"] == as_requests + 1  # + the keepalive
+    metrics = call(cell, f, "GET", "/metrics").body
+    for name in ("forwarded_as_requests", "request_retransmits", "request_fallbacks"):
+        assert f"voltlock_api_{name}_total " in metrics
+
+
+def test_a_retried_identity_through_followers_gets_the_first_answer(cell):
+    cell.wait_for_leader()
+    key = fresh("fwd-idem")
+    headers = {"X-Voltlock-Client-Id": new_client_id(), "X-Voltlock-Request-Number": "7"}
+    first = call(cell, followers(cell)[0], "PUT", f"/v1/kv/{key}", {"value": "once"}, headers)
+    assert first.status == 200, first
+    again = call(cell, followers(cell)[1], "PUT", f"/v1/kv/{key}", {"value": "once"}, headers)
+    assert again.status == 200 and again.body == first.body
+    assert call(cell, cell.leader, "GET", f"/v1/kv/{key}")["version"] == 1
+    # A lower number than the client's latest is refused, as at the leader.
+    headers["X-Voltlock-Request-Number"] = "3"
+    stale = call(cell, followers(cell)[0], "PUT", f"/v1/kv/{key}", {"value": "no"}, headers)
+    assert stale.status == 409 and stale["code"] == "request_number_stale", stale
+    assert call(cell, cell.leader, "GET", f"/v1/kv/{key}")["version"] == 1
+
+
+def test_a_lost_reply_is_sent_again_and_the_op_applied_once(cell):
+    leader = cell.wait_for_leader()
+    f = followers(cell)[0]
+    status = call(cell, f, "GET", "/v1/status").body
+    assert status["status"] == "normal" and status["leader"] == leader, status
+    key = fresh("fwd-lossy")
+    before = api_counters(cell, f)
+    puts = 40
+    client = Client(cell, timeout=30)
+    # A third of what reaches the follower is lost: Replies among it (and Prepares, which the
+    # leader sends again; the other follower keeps the quorum).
+    cell.netem(f, "loss 33%", direction="in")
+    try:
+        for i in range(puts):
+            headers = {"X-Voltlock-Client-Id": new_client_id(), "X-Voltlock-Request-Number": "1"}
+            r = client(f, "PUT", f"/v1/kv/{key}", {"value": str(i)}, headers)
+            assert r.status == 200, r
+    finally:
+        cell.heal()
+        client.close()
+    after = api_counters(cell, f)
+    counters = ("forwarded_as_requests", "request_retransmits", "request_fallbacks")
+    travelled = sum(after[k] - before[k] for k in ("forwarded_as_requests", "request_fallbacks"))
+    assert travelled >= puts, {k: (before[k], after[k]) for k in counters}
+    assert after["request_retransmits"] > before["request_retransmits"], (
+        {k: (before[k], after[k]) for k in counters},
+        call(cell, f, "GET", "/v1/status")["counters"])
+    got = call(cell, cell.wait_for_leader(), "GET", f"/v1/kv/{key}")
+    assert got["version"] == puts and got["value"] == str(puts - 1), got
+
+
+def test_a_leader_killed_while_ops_are_forwarded_applies_each_op_once(cell):
+    """Workers at both followers put and lock, each op retried with its identity until it is
+    answered; the leader is killed -9 in the middle. Each key's version counts its puts; a lock
+    acquired again by a retry after its release would be left held."""
+    old_leader = cell.wait_for_leader()
+    workers = followers(cell)
+    stop_at = time.monotonic() + 60
+    killed = threading.Event()
+    results = {}
+    errors = []
+
+    def work(replica: int, w: int):
+        client = Client(cell, timeout=20)
+        client_id, number = new_client_id(), 0
+        key, lock = fresh(f"fwd-kill-{w}"), f"/v1/locks/{fresh(f'fwd-kill-{w}')}"
+
+        def op(method, path, body, expect=200):
+            nonlocal number
+            number += 1
+            headers = {"X-Voltlock-Client-Id": client_id,
+                       "X-Voltlock-Request-Number": str(number)}
+            while time.monotonic() < stop_at:
+                try:
+                    r = client(replica, method, path, body, headers)
+                except OSError:
+                    time.sleep(0.05)
+                    continue
+                if r.status == 503:
+                    time.sleep(0.05)
+                    continue  # no leader yet: the same identity again
+                assert r.status == expect, (method, path, r)
+                return r
+            raise AssertionError(f"{method} {path} unanswered")
+
+        try:
+            s = op("POST", "/v1/sessions", {"ttl_ms": 60_000}, 201)["session"]
+            cycles = puts = after_kill = 0
+            while after_kill < 5:  # across the failover, and a few after it
+                if killed.is_set():
+                    after_kill += 1
+                assert op("PUT", f"/v1/kv/{key}", {"value": str(puts)})["version"] == puts + 1
+                puts += 1
+                assert op("POST", f"{lock}:acquire", {"session": s})["granted"] is True
+                op("POST", f"{lock}:release", {"session": s})
+                cycles += 1
+            results[w] = (key, lock, puts, cycles)
+        except Exception as e:  # reported below, with the others
+            errors.append(e)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=work, args=(replica, w))
+               for w, replica in enumerate(workers * 2)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1)  # some ops forwarded before the kill
+        cell.kill(old_leader)
+        killed.set()
+        for t in threads:
+            t.join(timeout=90)
+        assert not errors, errors
+        assert len(results) == len(threads)
+        new_leader = cell.wait_for_leader()
+        assert new_leader != old_leader
+        for key, lock, puts, cycles in results.values():
+            assert call(cell, new_leader, "GET", f"/v1/kv/{key}")["version"] == puts
+            state = call(cell, new_leader, "GET", lock)
+            assert state["holders"] == [] and state["waiters"] == [], state
+        retransmits = sum(api_counters(cell, r)["request_retransmits"] for r in workers)
+        assert retransmits > 0
+    finally:
+        killed.set()
+        cell.start(old_leader)
