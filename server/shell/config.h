@@ -58,6 +58,11 @@ struct DaemonConfig {
     uint32_t http_idle_timeout_ms = 60'000;
     uint32_t http_stream_buffer_bytes = 1 << 20;  // per watch: a reader further behind is cut
     uint32_t http_forward_threads = 16;  // kept-alive connections a follower forwards on
+    // Authenticated replication (docs/security.md): the key file's path as written (relative:
+    // to the config file's directory), and its keys as load_config() read them. No file: the
+    // replication port trusts any datagram of the right cluster id, and the daemon says so.
+    std::string replication_key_file;
+    vl_mac_keys replication_keys{};
 
     const PeerAddress& self() const { return replicas.at(replica); }
     ReplicaConfig replica_config() const;
@@ -79,7 +84,11 @@ struct ConfigProblem {
 
 // Parses and validates a config document. Errors read "config: <field>: <problem>".
 Result<DaemonConfig> parse_config(const std::string& json_text);
+// parse_config() and then the replication key file (load_replication_key).
 Result<DaemonConfig> load_config(const std::string& path);
+// Reads config.replication_key_file (if set) into config.replication_keys; `config_path` is
+// where the config came from, for a relative key file path.
+Result<Ok> load_replication_key(DaemonConfig& config, const std::string& config_path);
 Result<std::string> read_config_text(const std::string& path);
 // Only the fields, each on its own (the first error); the cross-field rules are left to
 // config_problems(), for a caller that reports every problem at once.

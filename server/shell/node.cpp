@@ -119,6 +119,7 @@ Node::Node(const DaemonConfig& config, Start start, EventLoop& loop, UdpSocket s
            std::unique_ptr<Electrode> electrode, std::unique_ptr<Storage> storage,
            std::shared_ptr<const ServedSnapshot> restored)
     : config_(config),
+      wire_(config.cluster_id, config.replication_keys),
       electrode_(std::move(electrode)),
       kernel_acks_fed_(config.replicas.size(), 0),
       machine_(make_machine(config.machine)),
@@ -206,7 +207,7 @@ void Node::take_ring_records()
 void Node::take_ring_record(std::span<const uint8_t> datagram)
 {
     // The kernel verified the datagram before it acknowledged it; decode checks it again.
-    DecodeResult decoded = decode(datagram, config_.cluster_id);
+    DecodeResult decoded = decode(datagram, wire_);
     if (!decoded.ok()) return;
     if (auto* prepare = std::get_if<Prepare>(&decoded.value().message))
         ring_records_.take(std::move(*prepare));
@@ -244,9 +245,30 @@ void Node::feed_kernel_acks()
     }
 }
 
+namespace {
+
+// A message between replicas of a view older than `view`, of a kind the core ignores when it is
+// (VR Revisited §4.1, §4.2): clients, recovery and state transfer go by other rules.
+bool from_older_view(const Message& message, View view)
+{
+    return std::visit(Overloaded{
+                          [&](const Prepare& m) { return m.view < view; },
+                          [&](const PrepareOk& m) { return m.view < view; },
+                          [&](const Commit& m) { return m.view < view; },
+                          [&](const CommitOk& m) { return m.view < view; },
+                          [&](const StartViewChange& m) { return m.view < view; },
+                          [&](const DoViewChange& m) { return m.view < view; },
+                          [&](const StartView& m) { return m.view < view; },
+                          [](const auto&) { return false; },
+                      },
+                      message);
+}
+
+}  // namespace
+
 void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& from)
 {
-    DecodeResult decoded = decode(datagram, config_.cluster_id);
+    DecodeResult decoded = decode(datagram, wire_);
     if (!decoded.ok()) {
         counters_.rejected[static_cast<size_t>(decoded.error())] += 1;
         spdlog::debug("r{}: rejected {} bytes from {}: {}", config_.replica, datagram.size(),
@@ -265,6 +287,7 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
         }
     }
     counters_.messages_in[message_type(message)] += 1;
+    if (from_older_view(message, replica_.view())) counters_.stale_view += 1;
     step(Receive{.message = std::move(message), .flags = decoded.value().flags});
 }
 
@@ -595,7 +618,7 @@ void Node::broadcast(const Message& message)
 
 void Node::send_message(const sockaddr_in& to, const Message& message, uint16_t flags)
 {
-    const size_t length = encode(message, config_.cluster_id, flags, encode_buffer_);
+    const size_t length = encode(message, wire_, flags, encode_buffer_);
     // The core sizes every message to the configured maximum; anything else is a bug there.
     VL_ASSERT(length > 0, "the core's messages fit in one datagram");
     counters_.messages_out[message_type(message)] += 1;
@@ -646,7 +669,7 @@ nlohmann::json Node::status(bool with_digest) const
                       static_cast<unsigned long long>(machine_->state_digest()));
         machine["digest"] = digest;
     }
-    return Json{
+    Json status{
         {"replica", replica_.replica()},
         {"replica_count", config_.replicas.size()},
         {"cluster_id", config_.cluster_id},
@@ -664,6 +687,7 @@ nlohmann::json Node::status(bool with_digest) const
           {"rejected", rejected},
           {"unknown_peer", counters_.unknown_peer},
           {"unknown_client", counters_.unknown_client},
+          {"stale_view", counters_.stale_view},
           {"send_drops", socket_.send_drops()},
           {"retransmissions", core.retransmissions},
           {"view_changes", core.view_changes},
@@ -677,7 +701,11 @@ nlohmann::json Node::status(bool with_digest) const
         {"commit_latency_us", commit_latency_.json()},
         {"storage", storage_status()},
         {"electrode", electrode_ ? electrode_->status() : nlohmann::json{{"mode", "off"}}},
+        {"replication_auth", wire_.authenticated() ? "siphash-2-4" : "none"},
     };
+    // The kernel's exit counters (wire.h's vl_stat), xdp_bad_mac among them, for /metrics.
+    if (electrode_) status["counters"]["kernel"] = electrode_->counters();
+    return status;
 }
 
 }  // namespace voltlock

@@ -39,6 +39,9 @@ struct NodeCounters {
     std::array<uint64_t, decode_error_count> rejected{};  // by DecodeError
     uint64_t unknown_peer = 0;  // a replica message from an address that is not that replica's
     uint64_t unknown_client = 0;  // a reply for a client whose address we do not know
+    // An authenticated replica message of a view older than ours: late, or replayed by someone
+    // who recorded it (docs/security.md). The core ignores it (VR Revisited §4.1, §4.2).
+    uint64_t stale_view = 0;
 };
 
 // What became of an op proposed through this replica.
@@ -135,6 +138,7 @@ private:
     void fail_proposals();
 
     DaemonConfig config_;
+    CellWire wire_;  // what every datagram in and out is checked and stamped with
     std::unique_ptr<Electrode> electrode_;  // null: VR runs all in user space
     RingRecords ring_records_;              // acknowledged by the kernel, not yet delivered
     std::vector<Op> kernel_acks_fed_;       // per replica, the op last fed to the core
