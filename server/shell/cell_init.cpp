@@ -201,8 +201,9 @@ Result<Ok> write_cell(const CellPlan& plan)
     if (!configs.ok()) return configs.error();
     namespace fs = std::filesystem;
     const fs::path out(plan.out_dir);
-    std::vector<std::string> names = {kCellKeyFile};
+    std::vector<std::string> names;
     for (const auto& [name, text] : configs.value()) names.push_back(name);
+    names.push_back(kCellKeyFile);
     for (const auto& name : names)
         if (fs::exists(out / name))
             return Error{0, "init-cell: --out: " + (out / name).string() + " exists already (a "
