@@ -12,7 +12,9 @@ address (a raw socket, IP_HDRINCL), but has no key:
 - genuine datagrams with one bit flipped: the same;
 - genuine datagrams recorded off the bridge and replayed: VR's messages are idempotent by view and
   op, so the cell absorbs them: same state on every replica, no view change, writes still work;
-- a replica started with another key cannot join; given the cell's key again, it does.
+- a replica started with another key cannot join; given the cell's key again, it does;
+- the documented key rotation, replica by replica, keeps the cell serving and ends with the old
+  key refused.
 
 Run with Electrode on and off. The label is `security` (scripts/test -L security).
 """
@@ -337,3 +339,45 @@ def test_a_replica_with_another_key_cannot_join():
         wait_until("the outsider to join", lambda: converged(c), timeout=30)
         code, body = c.request(outsider, "GET", "/v1/kv/still-serving?stale=true")
         assert code == 200 and body["value"] == "1"
+
+
+def test_key_rotation_replica_by_replica_keeps_the_cell_serving():
+    """docs/security.md's rotation: (old, new), then (new, old), then (new), one replica at a
+    time; the cell serves throughout and ends on the new key alone."""
+    with Cell(replicas=3, name=unique_name("sr"), timeout=30) as c:
+        state_dir = c.endpoints["state_dir"]
+        with open(c.endpoints["replication_key_file"]) as f:
+            old = [line.strip() for line in f if line.strip() and not line.startswith("#")][0]
+        new = os.urandom(16).hex()
+        c.wait_for_leader()
+        for step, keys in enumerate(([old, new], [new, old], [new])):
+            for r in range(3):
+                key_file = os.path.join(state_dir, f"r{r}", f"step{step}.key")
+                fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write("\n".join(keys) + "\n")
+                config_path = os.path.join(state_dir, f"r{r}", "config.json")
+                with open(config_path) as f:
+                    config = json.load(f)
+                config["replication_key_file"] = key_file
+                c.stop(r)
+                with open(config_path, "w") as f:
+                    json.dump(config, f)
+                c.start(r)
+                wait_until(f"step {step}: r{r} back in the cell", lambda: converged(c),
+                           timeout=30)
+                put(c, (r + 1) % 3, f"rotation-{step}-{r}", "ok")
+        # The new key alone now: a datagram signed with the old one is refused everywhere.
+        leader = c.wait_for_leader()
+        ip = {m["index"]: m["ip"] for m in c.replicas}
+        follower = (leader + 1) % 3
+        before = rejected(c, follower, "bad_mac")
+        spoof(c, [(ip[leader], ip[follower],
+                   message(c.endpoints["cluster_id"], START_VIEW_CHANGE, leader,
+                           status(c, leader)["view"] + 1, key=bytes.fromhex(old)))])
+        wait_until("the old key to be refused", lambda: rejected(c, follower, "bad_mac") > before)
+        wait_until("the cell to converge", lambda: converged(c))
+        for step in range(3):
+            for r in range(3):
+                code, body = c.request(r, "GET", f"/v1/kv/rotation-{step}-{r}?stale=true")
+                assert code == 200 and body["value"] == "ok", body
