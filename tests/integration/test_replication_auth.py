@@ -12,6 +12,7 @@ address (a raw socket, IP_HDRINCL), but has no key:
 - genuine datagrams with one bit flipped: the same;
 - genuine datagrams recorded off the bridge and replayed: VR's messages are idempotent by view and
   op, so the cell absorbs them: same state on every replica, no view change, writes still work;
+  replayed again after a view change, they are counted as stale_view and change nothing;
 - a replica started with another key cannot join; given the cell's key again, it does;
 - the documented key rotation, replica by replica, keeps the cell serving and ends with the old
   key refused.
@@ -299,6 +300,23 @@ def test_forged_flipped_and_replayed_datagrams_leave_the_cell_unaffected(electro
             assert code == 200 and body["value"] == str(k) and body["version"] == 1, body
         code, body = c.request(follower, "GET", "/v1/kv/after-replay")
         assert code == 200 and body["value"] == "3"
+
+        # After a view change the recorded Prepares are of an older view: replayed, they are
+        # counted as stale_view and ignored.
+        c.kill(leader)
+        c.wait_for_leader(timeout=30)
+        c.start(leader)
+        wait_until("the cell to converge in a new view",
+                   lambda: converged(c) and status(c, follower)["view"] > view, timeout=30)
+        stale_before = status(c, follower)["counters"]["stale_view"]
+        digest_before = status(c, follower)["machine"]["digest"]
+        spoof(c, [(src, dst, bytes.fromhex(payload)) for src, dst, payload in recorded])
+        wait_until("the stale replays to be counted",
+                   lambda: status(c, follower)["counters"]["stale_view"]
+                   >= stale_before + len(recorded))
+        assert status(c, follower)["machine"]["digest"] == digest_before
+        m = metrics(c, follower)
+        assert metric(m, "voltlock_stale_view_total") >= stale_before + len(recorded)
 
 
 def test_a_replica_with_another_key_cannot_join():
