@@ -33,7 +33,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* usage = R"(usage: vl_loadgen --config FILE [options]
 
-  --config FILE        any replica's voltlockd config (gives the cell's addresses and id)
+  --config FILE        any replica's voltlockd config (gives the cell's addresses and id, and
+                       its replication key file, which requests are authenticated with)
   --clients N          closed-loop clients (default 1)
   --seconds S          run for S seconds (default 5), or
   --ops K              stop after K acknowledged ops in all
@@ -67,7 +68,10 @@ struct ClientState {
 class LoadGenerator {
 public:
     LoadGenerator(const DaemonConfig& cell, const Options& options, UdpSocket socket)
-        : cell_(cell), options_(options), socket_(std::move(socket))
+        : cell_(cell),
+          wire_(cell.cluster_id, cell.replication_keys),
+          options_(options),
+          socket_(std::move(socket))
     {
         for (const PeerAddress& peer : cell.replicas)
             replicas_.push_back(ipv4_address(peer.ip, peer.udp_port).value());
@@ -187,7 +191,7 @@ private:
         const Request request{.view = view_, .client_id = client.id,
                               .request_number = client.request_number,
                               .payload = client.payload};
-        const std::vector<uint8_t> datagram = encode(request, cell_.cluster_id);
+        const std::vector<uint8_t> datagram = encode(request, wire_);
         for (const sockaddr_in& address : to) socket_.queue(address, datagram);
         client.last_sent = Clock::now();
     }
@@ -206,7 +210,7 @@ private:
 
     void on_datagram(std::span<const uint8_t> datagram)
     {
-        DecodeResult decoded = decode(datagram, cell_.cluster_id);
+        DecodeResult decoded = decode(datagram, wire_);
         if (!decoded.ok()) return;
         const auto* reply = std::get_if<Reply>(&decoded.value().message);
         if (!reply || reply->client_id < clients_.front().id ||
@@ -240,6 +244,7 @@ private:
     }
 
     const DaemonConfig& cell_;
+    const CellWire wire_;  // the replicas' key, from their config: requests are tagged too
     const Options& options_;
     UdpSocket socket_;
     std::vector<sockaddr_in> replicas_;

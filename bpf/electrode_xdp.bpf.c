@@ -1,10 +1,10 @@
 /* XDP ingress: Electrode's fast acknowledge (follower, NSDI '23 §4.2, §6) and the counting half
  * of wait-on-quorum (leader, §4.3), in one program that dispatches on the message type.
  *
- *   Prepare    -> validate, checksum, parse; if the state allows, append the whole datagram to
+ *   Prepare    -> validate, verify the MAC (drop a forged one), parse; if the state allows, append the whole datagram to
  *                 the ring buffer, advance the kernel's last op, rewrite the frame in place into
  *                 PrepareOK(view, op) and XDP_TX it. Retransmissions are acknowledged again.
- *   PrepareOK  -> validate, checksum; record the follower's highest ack; count it in the quorum
+ *   PrepareOK  -> validate, verify the MAC (drop a forged one); record the follower's highest ack; count it in the quorum
  *                 slot; pass up only the ack that completes the quorum, marked VL_FLAG_QUORUM.
  *   anything else, or anything unexpected -> XDP_PASS, counted.
  *
@@ -77,8 +77,65 @@ static __always_inline int send_prepare_ok(struct xdp_md *ctx, const struct vl_h
     return XDP_TX;
 }
 
+/* vl_mac_words() for a Prepare of any length, with the word loop in bpf_loop: unrolled by the
+ * verifier, SipHash over up to VL_MESSAGE_WORDS words (once per key) exceeds its budget of
+ * instructions; a bpf_loop callback is verified once. Same rounds, same words, same result
+ * (the bpf tier checks the kernel against encode()). */
+struct mac_loop {
+    const __u64 *words;
+    struct vl_siphash state;
+};
+
+static long mac_word(__u32 i, void *ctx)
+{
+    struct mac_loop *loop = ctx;
+    if (i >= VL_MESSAGE_WORDS)
+        return 1;
+    /* The tag field (bytes 48..55) counts as zero. */
+    const __u64 word = i == offsetof(struct vl_header, checksum) / 8u ? 0 : loop->words[i];
+    vl_siphash_word(&loop->state, word);
+    return 0;
+}
+
+static __always_inline __u64 mac_of_prepare(const __u64 *words, __u32 len,
+                                            const struct vl_mac_key *key)
+{
+    struct mac_loop loop = {.words = words};
+    vl_siphash_init(&loop.state, key);
+    const __u32 full = len / 8u;
+    const __u32 rest = len % 8u;
+    if (full >= VL_MESSAGE_WORDS)
+        return 0; /* len <= VL_MAX_MESSAGE_BYTES: never; says so to the verifier */
+    bpf_loop(full, mac_word, &loop, 0);
+    const __u64 tail = rest != 0 ? words[full] & ((1ull << (8u * rest)) - 1u) : 0;
+    return vl_siphash_final(&loop.state, tail, len);
+}
+
+/* vl_check_tag() for a Prepare: the checksum inline as before, the MAC through bpf_loop. */
+static __always_inline __u32 check_prepare_tag(const __u64 *words, __u32 len,
+                                               const struct vl_mac_keys *keys)
+{
+    const __u64 tag = ((const struct vl_header *)words)->checksum;
+    if (keys->count == 0)
+        return vl_checksum_words(words, len) == tag ? VL_STAT_NONE : VL_STAT_XDP_BAD_CHECKSUM;
+    if (mac_of_prepare(words, len, &keys->key[0]) == tag)
+        return VL_STAT_NONE;
+    if (keys->count > 1 && mac_of_prepare(words, len, &keys->key[1]) == tag)
+        return VL_STAT_NONE;
+    return VL_STAT_XDP_BAD_MAC;
+}
+
+/* A message whose tag none of our keys made is dropped here (the kernel never acknowledges or
+ * counts what user space would refuse); in a cell without a key a bad checksum goes up, as
+ * before, for user space to count. */
+static __always_inline int bad_tag(__u32 stat)
+{
+    return stat == VL_STAT_XDP_BAD_MAC ? drop(stat) : pass(stat);
+}
+
 /* A Prepare from peers[h->replica], `len` bytes of UDP payload, header checked. */
-static __always_inline int on_prepare(struct xdp_md *ctx, const struct vl_header *h, __u32 len)
+static __always_inline int on_prepare(struct xdp_md *ctx, const struct vl_header *h, __u32 len,
+                                      const struct vl_mac_keys *keys)
 {
     __u32 stat = vl_check_prepare(h);
     if (stat != VL_STAT_NONE)
@@ -97,8 +154,9 @@ static __always_inline int on_prepare(struct xdp_md *ctx, const struct vl_header
     if (bpf_xdp_load_bytes(ctx, VL_PAYLOAD_OFFSET, scratch->words, len))
         return pass(VL_STAT_XDP_INTERNAL);
     const struct vl_header *m = (const void *)scratch->words;
-    if (vl_checksum_words(scratch->words, len) != m->checksum)
-        return pass(VL_STAT_XDP_BAD_CHECKSUM);
+    stat = check_prepare_tag(scratch->words, len, keys);
+    if (stat != VL_STAT_NONE)
+        return bad_tag(stat);
     if (!vl_prepare_entries_ok((const __u8 *)scratch->words + VL_HEADER_BYTES,
                                len - VL_HEADER_BYTES, m->batch_count))
         return pass(VL_STAT_XDP_MALFORMED);
@@ -129,14 +187,16 @@ static __always_inline int on_prepare(struct xdp_md *ctx, const struct vl_header
     }
 
     struct vl_header ack;
-    vl_prepare_ok_init(&ack, cfg_cluster_id, cfg_replica, m->view, m->op, VL_FLAG_KERNEL_ACK);
+    vl_prepare_ok_init(&ack, cfg_cluster_id, cfg_replica, m->view, m->op, VL_FLAG_KERNEL_ACK,
+                       keys);
     return send_prepare_ok(ctx, &ack, d.stat);
 }
 
 /* A PrepareOK from peers[h->replica], header checked. */
-static __always_inline int on_prepare_ok(struct udphdr *udp, struct vl_header *h)
+static __always_inline int on_prepare_ok(struct udphdr *udp, struct vl_header *h,
+                                         const struct vl_mac_keys *keys)
 {
-    const __u32 stat = vl_check_prepare_ok(h);
+    __u32 stat = vl_check_prepare_ok(h);
     if (stat == VL_STAT_Q_FORGED)
         return drop(stat);
     if (stat != VL_STAT_NONE)
@@ -144,8 +204,9 @@ static __always_inline int on_prepare_ok(struct udphdr *udp, struct vl_header *h
 
     struct vl_header ok;
     __builtin_memcpy(&ok, h, sizeof(ok));
-    if (vl_checksum_words(&ok, VL_HEADER_BYTES) != ok.checksum)
-        return pass(VL_STAT_XDP_BAD_CHECKSUM);
+    stat = vl_check_tag(&ok, VL_HEADER_BYTES, keys);
+    if (stat != VL_STAT_NONE)
+        return bad_tag(stat);
 
     const __u8 sender = ok.replica;
     if (!vl_quorum_sender_ok(sender, cfg_replica, cfg_replica_count))
@@ -177,10 +238,10 @@ static __always_inline int on_prepare_ok(struct udphdr *udp, struct vl_header *h
 
     switch (d.verdict) {
     case VL_QUORUM_COMPLETE:
-        /* Mark it. The flag is covered by the message checksum: recompute it (a bare header,
+        /* Mark it. The flag is covered by the message's tag: recompute it (a bare header,
          * seven words), and drop the UDP checksum rather than patch it. */
         ok.flags |= VL_FLAG_QUORUM;
-        ok.checksum = vl_checksum_words(&ok, VL_HEADER_BYTES);
+        ok.checksum = vl_tag_words(&ok, VL_HEADER_BYTES, keys);
         __builtin_memcpy(h, &ok, sizeof(ok));
         udp->check = 0;
         return pass(d.stat);
@@ -240,11 +301,15 @@ int vl_xdp(struct xdp_md *ctx)
         peer->port_be != udp->source)
         return pass(VL_STAT_XDP_NOT_PEER);
 
+    if (h->type != VL_MSG_PREPARE && h->type != VL_MSG_PREPARE_OK)
+        return pass(VL_STAT_XDP_OTHER_TYPE);
+    const __u32 zero = 0;
+    const struct vl_mac_keys *keys = bpf_map_lookup_elem(&vl_mac_keys, &zero);
+    if (!keys)
+        return pass(VL_STAT_XDP_INTERNAL);
     if (h->type == VL_MSG_PREPARE)
-        return on_prepare(ctx, h, len);
-    if (h->type == VL_MSG_PREPARE_OK)
-        return on_prepare_ok(udp, h);
-    return pass(VL_STAT_XDP_OTHER_TYPE);
+        return on_prepare(ctx, h, len, keys);
+    return on_prepare_ok(udp, h, keys);
 }
 
 char _license[] SEC("license") = "GPL";

@@ -108,6 +108,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--mtu", type=int, default=1500,
                    help="veth and bridge MTU; max_message_bytes follows (MTU - 28)")
     c.add_argument("--cluster-id", type=int, help="default: random")
+    c.add_argument("--replication-key", choices=("on", "off"), default="on",
+                   help="on (default): a fresh key in <state dir>/cell.key authenticates every "
+                   "replication datagram (docs/security.md); off: no key, the checksum only")
     c.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for a leader")
     c.add_argument("--no-start", action="store_true",
                    help="build the network and write the configs, start no daemon")
@@ -247,6 +250,8 @@ def new_cell(args, name: str, binary: str | None, config_extra: dict,
     return Cell({
         "name": name, "mode": "loopback" if loopback else "netns",
         "cluster_id": args.cluster_id or 1000 + secrets.randbelow(9000),
+        "replication_key_file": (os.path.join(state_dir, "cell.key")
+                                 if args.replication_key == "on" else None),
         "electrode": args.electrode, "mtu": args.mtu, "log_level": args.log_level,
         "voltlockd": binary, "config_extra": config_extra, "data_root": data_root,
         "tls": None if args.tls == "off" else os.path.join(state_dir, "tls"),

@@ -15,6 +15,7 @@ a replica killed, stopped and started again finds its data where it left it.
 from __future__ import annotations
 
 import json
+import secrets
 import os
 import shutil
 import signal
@@ -89,6 +90,8 @@ def config_for(cell, index: int) -> dict:
                        "tls_ca_file": os.path.join(data["tls"], "ca.pem")})
         if data.get("tls_clients_need_certificates"):
             config["tls_client_ca_file"] = os.path.join(data["tls"], "ca.pem")
+    if data.get("replication_key_file"):
+        config["replication_key_file"] = data["replication_key_file"]
     config.update(data.get("config_extra") or {})
     data_dir = cell.replica(index).get("data_dir")
     if data_dir:  # per replica, so never in config_extra (cli.py refuses it there)
@@ -96,7 +99,20 @@ def config_for(cell, index: int) -> dict:
     return config
 
 
+def write_replication_key(cell) -> None:
+    """The cell's replication key (docs/security.md): 128 random bits, one file for every
+    replica, readable by its owner only, as `voltlockd init-cell` writes it."""
+    path = cell.data.get("replication_key_file")
+    if not path or os.path.exists(path):
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("# Voltlock replication key of a scripts/cell test cell\n")
+        f.write(secrets.token_hex(16) + "\n")
+
+
 def write_configs(cell) -> None:
+    write_replication_key(cell)
     for replica in cell.replicas:
         os.makedirs(replica["dir"], exist_ok=True)
         with open(replica["config"], "w") as f:

@@ -148,6 +148,7 @@ class Cell:
             "name": self.name,
             "mode": self.data["mode"],
             "cluster_id": self.data["cluster_id"],
+            "replication_key_file": self.data.get("replication_key_file"),
             "electrode": self.data["electrode"],
             "durability": self.durability,
             "replicas": [{k: r.get(k) for k in keys} for r in self.replicas],

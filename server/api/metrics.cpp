@@ -62,6 +62,7 @@ std::string group_label(const std::string& group)
 {
     if (group == "messages_in" || group == "messages_out") return "type";
     if (group == "rejected" || group == "ignored") return "reason";
+    if (group == "kernel") return "counter";  // the eBPF programs' vl_stat counters
     return "kind";
 }
 

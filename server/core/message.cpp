@@ -4,6 +4,7 @@
 #include "core/overloaded.h"
 
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 namespace voltlock {
@@ -330,7 +331,29 @@ vl_message_type message_type(const Message& message)
 
 size_t encoded_size(const Message& message) { return VL_HEADER_BYTES + body_size(message); }
 
-size_t encode(const Message& message, uint32_t cluster_id, uint16_t flags,
+uint64_t message_tag(const uint8_t* msg, uint32_t len, const CellWire& wire)
+{
+    return wire.authenticated() ? vl_mac(msg, len, &wire.keys.key[0]) : vl_checksum(msg, len);
+}
+
+namespace {
+
+std::optional<DecodeError> check_tag(std::span<const uint8_t> datagram, uint64_t tag,
+                                     const CellWire& wire)
+{
+    const auto len = static_cast<uint32_t>(datagram.size());
+    if (!wire.authenticated()) {
+        if (tag == vl_checksum(datagram.data(), len)) return std::nullopt;
+        return DecodeError::bad_checksum;
+    }
+    for (uint32_t k = 0; k < wire.keys.count && k < VL_MAC_KEYS; k++)
+        if (tag == vl_mac(datagram.data(), len, &wire.keys.key[k])) return std::nullopt;
+    return DecodeError::bad_mac;
+}
+
+}  // namespace
+
+size_t encode(const Message& message, const CellWire& wire, uint16_t flags,
               std::span<uint8_t> out)
 {
     // The size bound also bounds the entry count far below the 16-bit batch_count field:
@@ -345,7 +368,7 @@ size_t encode(const Message& message, uint32_t cluster_id, uint16_t flags,
     header.version = VL_WIRE_VERSION;
     header.type = static_cast<uint8_t>(message_type(message));
     header.flags = flags;
-    header.cluster_id = cluster_id;
+    header.cluster_id = wire.cluster_id;
     header.replica = h.replica;
     header.batch_count = h.batch_count;
     header.view = h.view;
@@ -358,20 +381,20 @@ size_t encode(const Message& message, uint32_t cluster_id, uint16_t flags,
     write_body(message, body);
     if (!body.ok() || body.size() != header.body_len) return 0;
 
-    header.checksum = vl_checksum(out.data(), static_cast<uint32_t>(total));
+    header.checksum = message_tag(out.data(), static_cast<uint32_t>(total), wire);
     std::memcpy(out.data() + offsetof(vl_header, checksum), &header.checksum,
                 sizeof header.checksum);
     return total;
 }
 
-std::vector<uint8_t> encode(const Message& message, uint32_t cluster_id, uint16_t flags)
+std::vector<uint8_t> encode(const Message& message, const CellWire& wire, uint16_t flags)
 {
     std::vector<uint8_t> out(encoded_size(message));
-    out.resize(encode(message, cluster_id, flags, out));
+    out.resize(encode(message, wire, flags, out));
     return out;
 }
 
-DecodeResult decode(std::span<const uint8_t> datagram, uint32_t cluster_id)
+DecodeResult decode(std::span<const uint8_t> datagram, const CellWire& wire)
 {
     if (datagram.size() < VL_HEADER_BYTES) return DecodeError::truncated;
     vl_header header;
@@ -380,10 +403,9 @@ DecodeResult decode(std::span<const uint8_t> datagram, uint32_t cluster_id)
     if (header.version != VL_WIRE_VERSION) return DecodeError::bad_version;
     if (header.type < VL_MSG_TYPE_MIN || header.type > VL_MSG_TYPE_MAX)
         return DecodeError::unknown_type;
-    if (header.cluster_id != cluster_id) return DecodeError::wrong_cluster;
+    if (header.cluster_id != wire.cluster_id) return DecodeError::wrong_cluster;
     if (header.body_len != datagram.size() - VL_HEADER_BYTES) return DecodeError::bad_length;
-    if (header.checksum != vl_checksum(datagram.data(), static_cast<uint32_t>(datagram.size())))
-        return DecodeError::bad_checksum;
+    if (auto bad_tag = check_tag(datagram, header.checksum, wire)) return *bad_tag;
     if (header.flags & ~VL_FLAGS_KNOWN) return DecodeError::bad_flags;
     if (header.reserved0 != 0 || header.reserved1 != 0) return DecodeError::bad_reserved;
 
@@ -409,7 +431,7 @@ const char* decode_error_name(DecodeError error)
 {
     static constexpr const char* names[] = {
         "truncated",   "bad_magic", "bad_version",  "unknown_type", "wrong_cluster", "bad_length",
-        "bad_checksum", "bad_flags", "bad_reserved", "bad_replica", "bad_body",
+        "bad_checksum", "bad_flags", "bad_reserved", "bad_replica", "bad_body",  "bad_mac",
     };
     static_assert(std::size(names) == decode_error_count);
     return names[static_cast<size_t>(error)];

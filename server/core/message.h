@@ -200,16 +200,36 @@ constexpr size_t max_reply_result_bytes(uint32_t max_message_bytes)
     return max_message_bytes > overhead ? max_message_bytes - overhead : 0;
 }
 
+// How a cell's datagrams are stamped and checked (wire.h): its cluster id, and its replication
+// keys (docs/security.md). With keys, every datagram carries SipHash-2-4 under keys.key[0] and
+// one is accepted if any of the keys made its tag; without (keys.count == 0), the checksum,
+// which catches corruption but not forgery. Implicit from a cluster id alone: a cell without a
+// key, as tests and the simulator run.
+struct CellWire {
+    CellWire(uint32_t cell_id, const vl_mac_keys& cell_keys = {})
+        : cluster_id(cell_id), keys(cell_keys)
+    {
+    }
+    bool authenticated() const { return keys.count > 0; }
+
+    uint32_t cluster_id = 0;
+    vl_mac_keys keys{};
+};
+
+// The tag `wire` puts on the `len`-byte message at `msg` (its tag field taken as zero).
+uint64_t message_tag(const uint8_t* msg, uint32_t len, const CellWire& wire);
+
 // Bytes the whole datagram of `message` takes.
 size_t encoded_size(const Message& message);
 
 // Writes `message` into `out` and returns the datagram's length, or 0 if it does not fit in
 // `out` or an entry's payload exceeds the 16-bit length field. `flags` are enum vl_flag bits.
-size_t encode(const Message& message, uint32_t cluster_id, uint16_t flags,
+// Every datagram a replica or a client sends goes through here, so every one carries the tag.
+size_t encode(const Message& message, const CellWire& wire, uint16_t flags,
               std::span<uint8_t> out);
 
 // Convenience for tests and the simulator.
-std::vector<uint8_t> encode(const Message& message, uint32_t cluster_id, uint16_t flags = 0);
+std::vector<uint8_t> encode(const Message& message, const CellWire& wire, uint16_t flags = 0);
 
 // ---- Decoding -------------------------------------------------------------------------------
 
@@ -225,9 +245,11 @@ enum class DecodeError : uint8_t {
     bad_reserved,      // reserved fields, or fields the type does not carry, not zero
     bad_replica,       // replica index out of range for the sender's role
     bad_body,          // the body does not parse as the type's body
+    bad_mac,           // a cell with keys: none of them made the tag (forged, corrupted, or
+                       // sent by a replica or client with another key)
 };
 const char* decode_error_name(DecodeError error);
-inline constexpr size_t decode_error_count = 11;
+inline constexpr size_t decode_error_count = 12;
 
 struct Decoded {
     Message message;
@@ -237,6 +259,8 @@ struct Decoded {
 // Either a decoded message or the reason it was rejected.
 using DecodeResult = Expected<Decoded, DecodeError>;
 
-DecodeResult decode(std::span<const uint8_t> datagram, uint32_t cluster_id);
+// Checks the tag before anything else of the body is believed: nothing of a datagram that
+// fails it reaches the core.
+DecodeResult decode(std::span<const uint8_t> datagram, const CellWire& wire);
 
 }  // namespace voltlock

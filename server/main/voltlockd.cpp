@@ -74,7 +74,9 @@ Configuration:
   {"ip", "udp_port", "http_port"}), and optionally interface, electrode ("on"/"off"),
   fast_paths, durability ("snapshot"/"sync"), data_dir, snapshot_every_ops,
   snapshot_every_seconds, log_level, tick_ms, heartbeat_ticks, view_change_timeout_ticks,
-  retransmit_ticks, pipeline_ops, max_message_bytes, machine.
+  retransmit_ticks, pipeline_ops, max_message_bytes, machine, replication_key_file (the
+  cell's replication key, mode 0600, read beside the config if relative; without it replication
+  is unauthenticated: docs/security.md).
 
 Signals:
   SIGTERM and SIGINT stop the replica; the others carry on without it.
@@ -166,6 +168,8 @@ Result<DaemonConfig> configure(const Flags& flags)
     if (!text.ok()) return text.error();
     auto config = parse_config_fields(text.value());
     if (!config.ok()) return config;
+    if (auto loaded = load_replication_key(config.value(), flags.config_path); !loaded.ok())
+        return loaded.error();
     if (!flags.log_level.empty()) config.value().log_level = flags.log_level;
     if (!flags.electrode.empty()) {
         if (flags.electrode != "on" && flags.electrode != "off")
@@ -408,14 +412,22 @@ int check_config(const std::string& path)
                     config.error().message().c_str());
         return 1;
     }
-    const auto found = problems(config.value(), {host_problems, interface_problems, tls_problems});
+    auto found = problems(config.value(), {host_problems, interface_problems, tls_problems});
+    if (auto loaded = load_replication_key(config.value(), path); !loaded.ok())
+        found.push_back({"replication_key_file", loaded.error().message(),
+                         "point it at the cell's key file (voltlockd init-cell writes one), "
+                         "owned by the daemon's user, mode 0600"});
     for (const auto& problem : found)
         std::printf("%s%s: %s\n", error_line_prefix(), path.c_str(), problem.line().c_str());
     if (!found.empty()) return 1;
     const DaemonConfig& ok = config.value();
-    std::printf("%s: ok: replica %u of %zu in cell %u, udp %s:%u, http %s:%u\n", path.c_str(),
-                unsigned{ok.replica}, ok.replicas.size(), ok.cluster_id, ok.self().ip.c_str(),
-                unsigned{ok.self().udp_port}, ok.self().ip.c_str(), unsigned{ok.self().http_port});
+    std::printf("%s: ok: replica %u of %zu in cell %u, udp %s:%u, http %s:%u, replication %s\n",
+                path.c_str(), unsigned{ok.replica}, ok.replicas.size(), ok.cluster_id,
+                ok.self().ip.c_str(), unsigned{ok.self().udp_port}, ok.self().ip.c_str(),
+                unsigned{ok.self().http_port},
+                ok.replication_keys.count > 0
+                    ? (std::to_string(ok.replication_keys.count) + " key(s), MAC-authenticated").c_str()
+                    : "UNAUTHENTICATED (no replication_key_file)");
     return 0;
 }
 
@@ -591,6 +603,13 @@ int main(int argc, char** argv)
         !watched.ok())
         return fail(watched.error());
 
+    if (config.replication_keys.count == 0)
+        spdlog::warn("r{}: replication is UNAUTHENTICATED: no replication_key_file, so anyone who "
+                     "can reach udp {}:{} can forge the cell's messages (docs/security.md)",
+                     config.replica, config.self().ip, config.self().udp_port);
+    else
+        spdlog::info("r{}: replication authenticated with SipHash-2-4, {} key(s) accepted",
+                     config.replica, config.replication_keys.count);
     spdlog::info("r{}: cluster {} replica {} of {}, udp {}:{}, http {}:{}, durability {}, {}",
                  config.replica, config.cluster_id, config.replica, config.replicas.size(),
                  config.self().ip, config.self().udp_port, config.self().ip,

@@ -1,6 +1,7 @@
 #include "shell/cell_init.h"
 
 #include "shell/tls.h"
+#include "shell/replication_key.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -19,7 +20,8 @@ const char* const init_cell_usage =
     R"(usage: voltlockd init-cell --replicas 3|5|7 --hosts H1,H2,... --out DIR [options]
 
   Writes the configs of a new cell into DIR, one per replica (r0.json, r1.json, ...), with a
-  fresh cluster id, and prints what to copy to which host and how to start it.
+  fresh cluster id, and the cell's fresh replication key (cell.key, mode 0600, the same on
+  every replica), and prints what to copy to which host and how to start it.
 
   --replicas N           3, 5 or 7
   --hosts H1,H2,...      one host per replica, in order: IPv4 addresses, or names this machine
@@ -86,6 +88,9 @@ Result<CellHost> resolve_host(const std::string& name)
 }
 
 std::string config_name(size_t replica) { return "r" + std::to_string(replica); }
+
+// The cell's replication key, one file for every replica, installed beside the configs.
+constexpr const char* kCellKeyFile = "cell.key";
 
 }  // namespace
 
@@ -201,7 +206,9 @@ Result<std::vector<std::pair<std::string, std::string>>> cell_configs(const Cell
                        {"replicas", replicas},
                        {"electrode", plan.electrode == ElectrodeMode::on ? "on" : "off"},
                        {"durability", durability_name(plan.durability)},
-                       {"data_dir", "/var/lib/voltlock/" + config_name(replica)}};
+                       {"data_dir", "/var/lib/voltlock/" + config_name(replica)},
+                       // Beside the config, wherever it is installed (docs/security.md).
+                       {"replication_key_file", kCellKeyFile}};
         if (!plan.interface.empty()) config["interface"] = plan.interface;
         if (plan.tls) {
             const std::string dir = plan.config_dir + "/";
@@ -250,13 +257,21 @@ Result<Ok> write_cell(const CellPlan& plan)
     for (auto& file : tls_files.value()) configs.value().push_back(std::move(file));
     namespace fs = std::filesystem;
     const fs::path out(plan.out_dir);
-    for (const auto& [name, text] : configs.value())
+    std::vector<std::string> names;
+    for (const auto& [name, text] : configs.value()) names.push_back(name);
+    names.push_back(kCellKeyFile);
+    for (const auto& name : names)
         if (fs::exists(out / name))
             return Error{0, "init-cell: --out: " + (out / name).string() + " exists already (a "
-                            "config of another cell?); choose a new directory, or remove it"};
+                            "file of another cell?); choose a new directory, or remove it"};
+    auto key = fresh_replication_key();
+    if (!key.ok()) return Error{key.error().code, "init-cell: " + key.error().context};
     std::error_code error;
     fs::create_directories(out, error);
     if (error) return Error{error.value(), "init-cell: --out: cannot make " + out.string()};
+    if (auto written = write_replication_key_file((out / kCellKeyFile).string(), key.value());
+        !written.ok())
+        return Error{written.error().code, "init-cell: " + written.error().context};
     // Each file whole or not at all: written aside, then renamed into place.
     for (const auto& [name, text] : configs.value()) {
         const fs::path file = out / name;
@@ -291,7 +306,10 @@ std::string cell_instructions(const CellPlan& plan, const std::string& electrode
         text << "  " << host.name << (host.name != host.ip ? " (" + host.ip + ")" : "") << ":\n"
              << "    install -m 0640 -g voltlock " << (std::filesystem::path(plan.out_dir) /
                                                      (name + ".json")).string()
-             << " " << plan.config_dir << "/" << name << ".json\n";
+             << " " << plan.config_dir << "/" << name << ".json\n"
+             << "    install -m 0600 -o voltlock -g voltlock "
+             << (std::filesystem::path(plan.out_dir) / kCellKeyFile).string() << " "
+             << plan.config_dir << "/" << kCellKeyFile << "\n";
         if (plan.tls) {
             const std::filesystem::path out(plan.out_dir);
             text << "    install -m 0644 " << (out / "ca.pem").string() << " "
@@ -314,7 +332,9 @@ std::string cell_instructions(const CellPlan& plan, const std::string& electrode
          << plan.hosts.front().ip << ":" << plan.http_port << "/readyz).\n"
          << "Open udp/" << plan.udp_port << " and tcp/" << plan.http_port
          << " between the hosts, and tcp/" << plan.http_port << " to clients "
-         << "(docs/operations.md).\n";
+         << "(docs/operations.md).\n"
+         << "\n" << kCellKeyFile << " is the cell's replication key: every replica needs the same "
+         << "one, and nothing else should have it (docs/security.md says how to rotate it).\n";
     if (plan.tls)
         text << "Clients trust ca.pem (--cacert). Keep ca-key.pem off the replicas, somewhere safe: it "
                 "signs new certificates (docs/security-tls.md, Rotating certificates).\n";

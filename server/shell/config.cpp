@@ -1,7 +1,10 @@
 #include "shell/config.h"
 
+#include "shell/replication_key.h"
+
 #include <arpa/inet.h>
 
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -177,6 +180,7 @@ Result<DaemonConfig> parse_config_fields(const std::string& json_text)
     VL_TRY(reader.string("tls_key_file", config.tls_key_file, false));
     VL_TRY(reader.string("tls_ca_file", config.tls_ca_file, false));
     VL_TRY(reader.string("tls_client_ca_file", config.tls_client_ca_file, false));
+    VL_TRY(reader.string("replication_key_file", config.replication_key_file, false));
 
     reader.mark_known("replicas");
     const auto replicas = json.find("replicas");
@@ -326,11 +330,26 @@ Result<std::string> read_config_text(const std::string& path)
     return text.str();
 }
 
+Result<Ok> load_replication_key(DaemonConfig& config, const std::string& config_path)
+{
+    if (config.replication_key_file.empty()) return Ok{};
+    std::filesystem::path key_path(config.replication_key_file);
+    if (key_path.is_relative()) key_path = std::filesystem::path(config_path).parent_path() / key_path;
+    auto keys = load_replication_keys(key_path.string());
+    if (!keys.ok()) return Error{keys.error().code, "config: replication_key_file: " + keys.error().context};
+    config.replication_keys = keys.value();
+    return Ok{};
+}
+
 Result<DaemonConfig> load_config(const std::string& path)
 {
     auto text = read_config_text(path);
     if (!text.ok()) return text.error();
-    return parse_config(text.value());
+    auto config = parse_config(text.value());
+    if (!config.ok()) return config;
+    if (auto loaded = load_replication_key(config.value(), path); !loaded.ok())
+        return loaded.error();
+    return config;
 }
 
 }  // namespace voltlock

@@ -66,6 +66,11 @@ struct DaemonConfig {
     std::string tls_client_ca_file;  // PEM: set, every client must present a certificate of it
 
     bool tls() const { return !tls_cert_file.empty(); }
+    // Authenticated replication (docs/security.md): the key file's path as written (relative:
+    // to the config file's directory), and its keys as load_config() read them. No file: the
+    // replication port trusts any datagram of the right cluster id, and the daemon says so.
+    std::string replication_key_file;
+    vl_mac_keys replication_keys{};
 
     const PeerAddress& self() const { return replicas.at(replica); }
     ReplicaConfig replica_config() const;
@@ -87,7 +92,11 @@ struct ConfigProblem {
 
 // Parses and validates a config document. Errors read "config: <field>: <problem>".
 Result<DaemonConfig> parse_config(const std::string& json_text);
+// parse_config() and then the replication key file (load_replication_key).
 Result<DaemonConfig> load_config(const std::string& path);
+// Reads config.replication_key_file (if set) into config.replication_keys; `config_path` is
+// where the config came from, for a relative key file path.
+Result<Ok> load_replication_key(DaemonConfig& config, const std::string& config_path);
 Result<std::string> read_config_text(const std::string& path);
 // Only the fields, each on its own (the first error); the cross-field rules are left to
 // config_problems(), for a caller that reports every problem at once.

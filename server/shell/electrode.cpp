@@ -88,6 +88,12 @@ Result<Ok> Electrode::load()
         return bpf_error("load the eBPF programs (privileges, kernel support or the verifier)",
                          err);
 
+    // The keys before attaching, and never again: a program never sees a half-written key.
+    const uint32_t zero = 0;
+    if (bpf_map_update_elem(bpf_map__fd(skeleton_->maps.vl_mac_keys), &zero,
+                            &config_.replication_keys, BPF_ANY) != 0)
+        return os_error("electrode: write the replication keys map");
+
     for (uint32_t r = 0; r < config_.replicas.size(); r++) {
         vl_peer peer{};
         inet_pton(AF_INET, config_.replicas[r].ip.c_str(), &peer.ipv4_be);
@@ -212,7 +218,7 @@ std::vector<vl_follower_ack> Electrode::acked_ops() const
     return acked;
 }
 
-nlohmann::json Electrode::status() const
+nlohmann::json Electrode::counters() const
 {
     const int cpus = libbpf_num_possible_cpus();
     std::vector<uint64_t> per_cpu(cpus > 0 ? static_cast<size_t>(cpus) : 1);
@@ -224,6 +230,11 @@ nlohmann::json Electrode::status() const
         for (uint64_t v : per_cpu) total += v;
         counters[vl_stat_name(stat)] = total;
     }
+    return counters;
+}
+
+nlohmann::json Electrode::status() const
+{
     nlohmann::json acked = nlohmann::json::array();
     for (const vl_follower_ack& ack : acked_ops())
         acked.push_back({{"view", ack.view}, {"op", ack.op}});
@@ -236,7 +247,7 @@ nlohmann::json Electrode::status() const
             {"peers_resolved", peers_resolved_},
             {"kernel_fast_ack", {{"view", log.view}, {"last_op", log.last_op}}},
             {"acked_ops", acked},
-            {"counters", counters}};
+            {"counters", counters()}};
 }
 
 }  // namespace voltlock

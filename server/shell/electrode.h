@@ -51,6 +51,8 @@ public:
     uint32_t enabled() const { return enabled_; }
     bool xdp_native() const { return xdp_native_; }
     nlohmann::json status() const;
+    // The kernel's counters by wire.h's names, summed over CPUs.
+    nlohmann::json counters() const;
 
 private:
     Electrode(const DaemonConfig& config, uint32_t enabled);

@@ -120,6 +120,7 @@ Node::Node(const DaemonConfig& config, Start start, EventLoop& loop, UdpSocket s
            std::unique_ptr<Electrode> electrode, std::unique_ptr<Storage> storage,
            std::shared_ptr<const ServedSnapshot> restored)
     : config_(config),
+      wire_(config.cluster_id, config.replication_keys),
       electrode_(std::move(electrode)),
       kernel_acks_fed_(config.replicas.size(), 0),
       machine_(make_machine(config.machine)),
@@ -207,7 +208,7 @@ void Node::take_ring_records()
 void Node::take_ring_record(std::span<const uint8_t> datagram)
 {
     // The kernel verified the datagram before it acknowledged it; decode checks it again.
-    DecodeResult decoded = decode(datagram, config_.cluster_id);
+    DecodeResult decoded = decode(datagram, wire_);
     if (!decoded.ok()) return;
     if (auto* prepare = std::get_if<Prepare>(&decoded.value().message))
         ring_records_.take(std::move(*prepare));
@@ -245,9 +246,10 @@ void Node::feed_kernel_acks()
     }
 }
 
+
 void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& from)
 {
-    DecodeResult decoded = decode(datagram, config_.cluster_id);
+    DecodeResult decoded = decode(datagram, wire_);
     if (!decoded.ok()) {
         counters_.rejected[static_cast<size_t>(decoded.error())] += 1;
         spdlog::debug("r{}: rejected {} bytes from {}: {}", config_.replica, datagram.size(),
@@ -630,7 +632,7 @@ void Node::broadcast(const Message& message)
 
 void Node::send_message(const sockaddr_in& to, const Message& message, uint16_t flags)
 {
-    const size_t length = encode(message, config_.cluster_id, flags, encode_buffer_);
+    const size_t length = encode(message, wire_, flags, encode_buffer_);
     // The core sizes every message to the configured maximum; anything else is a bug there.
     VL_ASSERT(length > 0, "the core's messages fit in one datagram");
     counters_.messages_out[message_type(message)] += 1;
@@ -684,7 +686,7 @@ nlohmann::json Node::status(bool with_digest) const
                       static_cast<unsigned long long>(machine_->state_digest()));
         machine["digest"] = digest;
     }
-    return Json{
+    Json status{
         {"replica", replica_.replica()},
         {"replica_count", config_.replicas.size()},
         {"cluster_id", config_.cluster_id},
@@ -716,7 +718,11 @@ nlohmann::json Node::status(bool with_digest) const
         {"commit_latency_us", commit_latency_.json()},
         {"storage", storage_status()},
         {"electrode", electrode_ ? electrode_->status() : nlohmann::json{{"mode", "off"}}},
+        {"replication_auth", wire_.authenticated() ? "siphash-2-4" : "none"},
     };
+    // The kernel's exit counters (wire.h's vl_stat), xdp_bad_mac among them, for /metrics.
+    if (electrode_) status["counters"]["kernel"] = electrode_->counters();
+    return status;
 }
 
 }  // namespace voltlock

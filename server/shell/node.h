@@ -144,6 +144,7 @@ private:
     void fail_proposals();
 
     DaemonConfig config_;
+    CellWire wire_;  // what every datagram in and out is checked and stamped with
     std::unique_ptr<Electrode> electrode_;  // null: VR runs all in user space
     RingRecords ring_records_;              // acknowledged by the kernel, not yet delivered
     std::vector<Op> kernel_acks_fed_;       // per replica, the op last fed to the core

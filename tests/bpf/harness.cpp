@@ -147,9 +147,9 @@ std::vector<uint8_t> udp_frame(const Endpoint& from, const Endpoint& to,
 }
 
 std::vector<uint8_t> message_frame(const Endpoint& from, const Endpoint& to,
-                                   const Message& message, uint16_t flags, uint32_t cluster)
+                                   const Message& message, uint16_t flags, const CellWire& wire)
 {
-    const std::vector<uint8_t> payload = encode(message, cluster, flags);
+    const std::vector<uint8_t> payload = encode(message, wire, flags);
     REQUIRE(!payload.empty());
     return udp_frame(from, to, payload);
 }
@@ -252,6 +252,12 @@ void Electrode::set_fast_ack_log(const vl_fast_ack_log& log)
 {
     const uint32_t key = 0;
     REQUIRE(bpf_map_update_elem(map_fd(skel_->maps.vl_fast_ack_log), &key, &log, BPF_ANY) == 0);
+}
+
+void Electrode::set_mac_keys(const vl_mac_keys& keys)
+{
+    const uint32_t zero = 0;
+    REQUIRE(bpf_map_update_elem(map_fd(skel_->maps.vl_mac_keys), &zero, &keys, BPF_ANY) == 0);
 }
 
 void Electrode::set_peer(uint8_t replica, const vl_peer& peer)
@@ -385,7 +391,10 @@ vl_kernel_state normal_state(View view, Op last_op, uint8_t self, uint8_t count,
 
 // ---- StatsDelta ------------------------------------------------------------------------------
 
-bool is_xdp_exit(uint32_t stat) { return stat <= VL_STAT_XDP_INTERNAL; }
+bool is_xdp_exit(uint32_t stat)
+{
+    return stat <= VL_STAT_XDP_INTERNAL || stat == VL_STAT_XDP_BAD_MAC;
+}
 bool is_tc_exit(uint32_t stat)
 {
     return stat >= VL_STAT_TC_NOT_IPV4 && stat <= VL_STAT_TC_UNRESOLVED;

@@ -63,7 +63,7 @@ std::vector<uint8_t> udp_frame(const Endpoint& from, const Endpoint& to,
                                std::span<const uint8_t> payload, bool udp_checksum = true);
 std::vector<uint8_t> message_frame(const Endpoint& from, const Endpoint& to,
                                    const Message& message, uint16_t flags = 0,
-                                   uint32_t cluster = cluster_id);
+                                   const CellWire& wire = cluster_id);
 
 struct ParsedFrame {
     std::array<uint8_t, 6> dst_mac{};
@@ -120,6 +120,8 @@ public:
     vl_fast_ack_log fast_ack_log() const;
     void set_fast_ack_log(const vl_fast_ack_log& log);
     void set_peer(uint8_t replica, const vl_peer& peer);
+    // vl_mac_keys, as voltlockd writes it before attaching (default: none, the checksum).
+    void set_mac_keys(const vl_mac_keys& keys);
     vl_peer peer(uint8_t replica) const;
     vl_quorum_slot slot(uint32_t index) const;
     vl_follower_ack acked(uint8_t replica) const;

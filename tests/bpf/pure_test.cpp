@@ -86,7 +86,8 @@ TEST_CASE("vl_prepare_ok_init writes exactly what encode() makes of the PrepareO
                                  static_cast<uint16_t>(VL_FLAG_KERNEL_ACK | VL_FLAG_QUORUM)}) {
         for (const auto& [view, op] : {std::pair<View, Op>{0, 1}, {7, 1041}, {~0ull, ~0ull}}) {
             vl_header h{};
-            vl_prepare_ok_init(&h, cluster_id, 2, view, op, flags);
+            const vl_mac_keys no_keys{};
+            vl_prepare_ok_init(&h, cluster_id, 2, view, op, flags, &no_keys);
             const std::vector<uint8_t> expected =
                 encode(PrepareOk{.view = view, .replica = 2, .op = op}, cluster_id, flags);
             REQUIRE(expected.size() == sizeof h);

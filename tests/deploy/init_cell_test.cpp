@@ -168,9 +168,17 @@ TEST_CASE("init-cell: writes the configs, and refuses a directory that has some,
         text << file.rdbuf();
         CHECK(parse_config(text.str()).ok());
     }
-    // Three configs, the CA's certificate and key, and each replica's certificate and key.
+    // Three configs, the CA's certificate and key, each replica's certificate and key, and the
+    // cell's replication key, which every config names, readable by its owner only.
     CHECK(std::distance(std::filesystem::directory_iterator(dir.path / "cell"),
-                        std::filesystem::directory_iterator()) == 3 + 2 + 3 * 2);
+                        std::filesystem::directory_iterator()) == 3 + 2 + 3 * 2 + 1);
+    auto config = load_config((dir.path / "cell" / "r0.json").string());
+    REQUIRE_MESSAGE(config.ok(), config.error().message());
+    CHECK(config.value().replication_key_file == "cell.key");
+    CHECK(config.value().replication_keys.count == 1);
+    CHECK((std::filesystem::status(dir.path / "cell" / "cell.key").permissions() &
+           std::filesystem::perms::all) ==
+          (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
 
     // A second cell into the same directory: refused, and r0.json keeps the first cell's id.
     std::filesystem::remove(dir.path / "cell" / "r1.json");

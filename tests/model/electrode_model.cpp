@@ -20,6 +20,12 @@ XdpPayloadOutcome verdict(uint32_t action, uint32_t stat, std::vector<uint8_t> p
                              .rewritten = rewritten};
 }
 
+// bad_tag() of electrode_xdp.bpf.c: a forged MAC is dropped, a bad checksum goes up.
+XdpPayloadOutcome bad_tag(uint32_t stat, std::span<const uint8_t> payload)
+{
+    return verdict(stat == VL_STAT_XDP_BAD_MAC ? xdp_drop : xdp_pass, stat, copy(payload));
+}
+
 // The program's per-CPU scratch buffer: the message, 8-byte aligned, with room for whole words.
 struct alignas(8) Scratch {
     uint8_t bytes[VL_MESSAGE_WORDS * 8];
@@ -36,8 +42,8 @@ XdpPayloadOutcome on_prepare(KernelModel& m, std::span<const uint8_t> payload)
     const auto len = static_cast<uint32_t>(payload.size());
     static Scratch s;
     std::memcpy(s.bytes, payload.data(), len);
-    if (vl_checksum_words(s.bytes, len) != h.checksum)
-        return verdict(xdp_pass, VL_STAT_XDP_BAD_CHECKSUM, copy(payload));
+    stat = vl_check_tag(s.bytes, len, &m.keys);
+    if (stat != VL_STAT_NONE) return bad_tag(stat, payload);
     if (!vl_prepare_entries_ok(s.bytes + VL_HEADER_BYTES, len - VL_HEADER_BYTES, h.batch_count))
         return verdict(xdp_pass, VL_STAT_XDP_MALFORMED, copy(payload));
 
@@ -53,7 +59,7 @@ XdpPayloadOutcome on_prepare(KernelModel& m, std::span<const uint8_t> payload)
         if (d.verdict == VL_FAST_ACK_PASS) return verdict(xdp_pass, d.stat, copy(payload));
     }
     vl_header ack{};
-    vl_prepare_ok_init(&ack, m.cluster_id, m.replica, h.view, h.op, VL_FLAG_KERNEL_ACK);
+    vl_prepare_ok_init(&ack, m.cluster_id, m.replica, h.view, h.op, VL_FLAG_KERNEL_ACK, &m.keys);
     const auto* bytes = reinterpret_cast<const uint8_t*>(&ack);
     return verdict(xdp_tx, d.stat, std::vector<uint8_t>(bytes, bytes + sizeof ack));
 }
@@ -63,11 +69,11 @@ XdpPayloadOutcome on_prepare_ok(KernelModel& m, std::span<const uint8_t> payload
 {
     vl_header h{};
     std::memcpy(&h, payload.data(), sizeof h);
-    const uint32_t stat = vl_check_prepare_ok(&h);
+    uint32_t stat = vl_check_prepare_ok(&h);
     if (stat == VL_STAT_Q_FORGED) return verdict(xdp_drop, stat, copy(payload));
     if (stat != VL_STAT_NONE) return verdict(xdp_pass, stat, copy(payload));
-    if (vl_checksum_words(&h, VL_HEADER_BYTES) != h.checksum)
-        return verdict(xdp_pass, VL_STAT_XDP_BAD_CHECKSUM, copy(payload));
+    stat = vl_check_tag(&h, VL_HEADER_BYTES, &m.keys);
+    if (stat != VL_STAT_NONE) return bad_tag(stat, payload);
     if (!vl_quorum_sender_ok(h.replica, m.replica, m.replica_count))
         return verdict(xdp_pass, VL_STAT_Q_INVALID, copy(payload));
     vl_follower_ack_update(&m.acked[h.replica], h.view, h.op);
@@ -79,7 +85,7 @@ XdpPayloadOutcome on_prepare_ok(KernelModel& m, std::span<const uint8_t> payload
     switch (d.verdict) {
     case VL_QUORUM_COMPLETE: {
         h.flags = static_cast<uint16_t>(h.flags | VL_FLAG_QUORUM);
-        h.checksum = vl_checksum_words(&h, VL_HEADER_BYTES);
+        h.checksum = vl_tag_words(&h, VL_HEADER_BYTES, &m.keys);
         std::vector<uint8_t> marked = copy(payload);
         std::memcpy(marked.data(), &h, sizeof h);
         return verdict(xdp_pass, d.stat, std::move(marked), true);

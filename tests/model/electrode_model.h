@@ -36,6 +36,7 @@ struct KernelModel {
     std::array<vl_peer, VL_MAX_REPLICAS> peers{};
     std::vector<vl_quorum_slot> slots = std::vector<vl_quorum_slot>(VL_QUORUM_SLOTS);
     std::array<vl_follower_ack, VL_MAX_REPLICAS> acked{};
+    vl_mac_keys keys{};                      // count 0: a cell without a key
     std::vector<std::vector<uint8_t>> ring;  // records, oldest first
     bool ring_full = false;                  // the next bpf_ringbuf_output fails
 };

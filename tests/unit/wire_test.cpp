@@ -1028,6 +1028,8 @@ TEST_CASE("fuzz: decode survives hostile datagrams and names a valid reason for 
     }
     // The generator must reach every check, and past all of them, or the loop proves little.
     for (size_t reason = 0; reason < decode_error_count; reason++) {
+        // A cell without a key never answers bad_mac (mac_codec_test.cpp fuzzes a keyed one).
+        if (static_cast<DecodeError>(reason) == DecodeError::bad_mac) continue;
         CAPTURE(std::string(decode_error_name(static_cast<DecodeError>(reason))));
         CAPTURE(by_reason[reason]);
         CHECK(by_reason[reason] > 100);

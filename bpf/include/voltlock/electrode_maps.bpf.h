@@ -68,6 +68,15 @@ struct {
     __type(value, struct vl_follower_ack);
 } vl_acked_ops SEC(".maps") __weak;
 
+/* The cell's replication keys (wire.h, docs/security.md). Written by user space before the
+ * programs attach and never after; count 0: the cell has no key, messages carry the checksum. */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct vl_mac_keys);
+} vl_mac_keys SEC(".maps") __weak;
+
 struct {
     __uint(type, BPF_MAP_TYPE_RINGBUF);
     __uint(max_entries, VL_RING_BYTES);

@@ -12,7 +12,7 @@
  *     vl_check_header                     any replication datagram to our port
  *     (source address == peers[header.replica])
  *     vl_check_prepare / vl_check_prepare_ok
- *     vl_checksum_words == header.checksum
+ *     vl_check_tag                        the MAC (or, in a cell without a key, the checksum)
  *     vl_prepare_entries_ok               Prepare: the body parses as batch_count entries
  * and then decide with vl_fast_ack_decide (follower) or vl_quorum_count (leader).
  */
@@ -76,6 +76,58 @@ VL_FAST_PATH_FN uint64_t vl_checksum_words(const void *msg, uint32_t len)
         state = vl_checksum_mix(state, vl_word(msg, full) & mask);
     }
     return vl_checksum_final(state, len);
+}
+
+/* ---- Message authentication (wire.h) ---------------------------------------------------------- */
+
+/* vl_mac over `len` bytes at `msg`, read as whole words, under the same contract as
+ * vl_checksum_words. Equal to vl_mac(msg, len, key). */
+VL_FAST_PATH_FN uint64_t vl_mac_words(const void *msg, uint32_t len, const struct vl_mac_key *key)
+{
+    if (len > VL_MAX_MESSAGE_BYTES)
+        len = VL_MAX_MESSAGE_BYTES;
+    const uint32_t full = len / 8u;
+    const uint32_t rest = len % 8u;
+    struct vl_siphash state;
+    vl_siphash_init(&state, key);
+    for (uint32_t i = 0; i < VL_MESSAGE_WORDS; i++) {
+        if (i >= full)
+            break;
+        const uint64_t word = i == offsetof(struct vl_header, checksum) / 8u ? 0 : vl_word(msg, i);
+        vl_siphash_word(&state, word);
+    }
+    const uint64_t tail = rest != 0 ? vl_word(msg, full) & ((1ull << (8u * rest)) - 1u) : 0;
+    return vl_siphash_final(&state, tail, len);
+}
+
+/* The tag a message we send carries: the MAC under our sending key, or the checksum in a cell
+ * without a key. */
+VL_FAST_PATH_FN uint64_t vl_tag_words(const void *msg, uint32_t len,
+                                      const struct vl_mac_keys *keys)
+{
+    if (keys->count == 0)
+        return vl_checksum_words(msg, len);
+    return vl_mac_words(msg, len, &keys->key[0]);
+}
+
+/* Whether the tag of the message at `msg` is valid: VL_STAT_NONE, VL_STAT_XDP_BAD_CHECKSUM (a
+ * cell without a key) or VL_STAT_XDP_BAD_MAC (none of our keys made it). */
+VL_FAST_PATH_FN uint32_t vl_check_tag(const void *msg, uint32_t len,
+                                      const struct vl_mac_keys *keys)
+{
+    const uint64_t tag = ((const struct vl_header *)msg)->checksum;
+    if (keys->count == 0) {
+        if (vl_checksum_words(msg, len) == tag)
+            return VL_STAT_NONE;
+        return VL_STAT_XDP_BAD_CHECKSUM;
+    }
+    for (uint32_t k = 0; k < VL_MAC_KEYS; k++) {
+        if (k >= keys->count)
+            break;
+        if (vl_mac_words(msg, len, &keys->key[k]) == tag)
+            return VL_STAT_NONE;
+    }
+    return VL_STAT_XDP_BAD_MAC;
 }
 
 /* ---- Validation --------------------------------------------------------------------------------
@@ -245,11 +297,11 @@ VL_FAST_PATH_FN struct vl_fast_ack_decision vl_fast_ack_commit(const struct vl_k
 }
 
 /* The PrepareOK the kernel sends for `view`, `op`: exactly what encode() makes of
- * PrepareOk{view, replica, op} with `flags` (VL_FLAG_KERNEL_ACK from XDP). `out` is 8-byte
- * aligned. */
+ * PrepareOk{view, replica, op} with `flags` (VL_FLAG_KERNEL_ACK from XDP), tagged with `keys`
+ * as user space tags what it sends. `out` is 8-byte aligned. */
 VL_FAST_PATH_FN void vl_prepare_ok_init(struct vl_header *out, uint32_t cluster_id,
                                         uint8_t replica, uint64_t view, uint64_t op,
-                                        uint16_t flags)
+                                        uint16_t flags, const struct vl_mac_keys *keys)
 {
     out->magic = VL_MAGIC;
     out->version = VL_WIRE_VERSION;
@@ -265,7 +317,7 @@ VL_FAST_PATH_FN void vl_prepare_ok_init(struct vl_header *out, uint32_t cluster_
     out->body_len = 0;
     out->reserved1 = 0;
     out->checksum = 0;
-    out->checksum = vl_checksum_words(out, VL_HEADER_BYTES);
+    out->checksum = vl_tag_words(out, VL_HEADER_BYTES, keys);
 }
 
 /* ---- Wait on quorum (leader, Electrode §4.3) ------------------------------------------------- */

@@ -8,9 +8,13 @@
  * Compatibility: enum values are never renumbered. A retired value stays, renamed UNUSED_<n>.
  *
  * One UDP datagram carries exactly one message: a vl_header followed by body_len bytes of body.
- * The checksum covers the header (with the checksum field taken as zero) and the body. It is a
- * word-wise multiply-rotate hash rather than a CRC because the XDP fast path verifies it with a
- * bounded loop over packet memory, where table lookups per byte would cost too much.
+ * Its tag (the header's `checksum` field) covers the header (with the tag taken as zero) and the
+ * body. In a cell with a replication key (docs/security.md) the tag is a MAC, SipHash-2-4 keyed
+ * with the cell's key; in a cell without one it is vl_checksum, a word-wise multiply-rotate hash
+ * that catches corruption but not forgery. Which of the two a receiver expects is its
+ * configuration's say, never the packet's: there is no flag to downgrade. Both are word-wise
+ * rather than a CRC because the XDP fast path computes them with a bounded loop over packet
+ * memory, where table lookups per byte would cost too much.
  */
 #ifndef VOLTLOCK_WIRE_H
 #define VOLTLOCK_WIRE_H
@@ -106,7 +110,8 @@ struct vl_header {
     uint64_t commit;       /* commit number */
     uint32_t body_len;     /* bytes of body after the header */
     uint32_t reserved1;    /* zero */
-    uint64_t checksum;     /* vl_checksum over header (this field as zero) and body */
+    uint64_t checksum;     /* the tag: vl_mac (cell key set) or vl_checksum (none) over the
+                              header (this field as zero) and body */
 };
 
 VL_STATIC_ASSERT(sizeof(struct vl_header) == 56, "vl_header size");
@@ -214,6 +219,114 @@ static inline uint64_t vl_checksum(const uint8_t *msg, uint32_t len)
         state = vl_checksum_mix(state, word);
     }
     return vl_checksum_final(state, len);
+}
+#endif
+
+/* ---- Message authentication code ----------------------------------------------------------
+ * SipHash-2-4 (Aumasson & Bernstein, 2012) keyed with the cell's 128-bit replication key, over
+ * the message with the tag field taken as zero: exactly the reference function over those bytes,
+ * so the paper's test vectors check it. Chosen for the verifier: additions, rotations and xors on
+ * 64-bit words, no tables, no multiplications, a fixed number of rounds per word, so XDP runs it
+ * with the same bounded word loop as the checksum.
+ *
+ * Key rotation (docs/security.md): a replica holds up to VL_MAC_KEYS keys. It sends with key[0]
+ * and accepts a message whose tag matches any of its `count` keys. count 0: no key, the tag is
+ * vl_checksum. The same record is the value of the vl_mac_keys map, written by user space before
+ * the programs attach. */
+#define VL_MAC_KEYS 2u
+
+struct vl_mac_key {
+    uint64_t k0; /* key bytes 0..7, little-endian */
+    uint64_t k1; /* key bytes 8..15 */
+};
+
+struct vl_mac_keys {
+    uint32_t count; /* keys in use: 0 (checksum only) .. VL_MAC_KEYS */
+    uint32_t reserved;
+    struct vl_mac_key key[VL_MAC_KEYS]; /* key[0]: sends and verifies; key[1]: verifies */
+};
+
+VL_STATIC_ASSERT(sizeof(struct vl_mac_key) == 16, "vl_mac_key size");
+VL_STATIC_ASSERT(sizeof(struct vl_mac_keys) == 40, "vl_mac_keys size");
+VL_STATIC_ASSERT(offsetof(struct vl_mac_keys, key) == 8, "key offset");
+
+struct vl_siphash {
+    uint64_t v0, v1, v2, v3;
+};
+
+static inline void vl_siphash_init(struct vl_siphash *s, const struct vl_mac_key *key)
+{
+    s->v0 = key->k0 ^ 0x736f6d6570736575ull;
+    s->v1 = key->k1 ^ 0x646f72616e646f6dull;
+    s->v2 = key->k0 ^ 0x6c7967656e657261ull;
+    s->v3 = key->k1 ^ 0x7465646279746573ull;
+}
+
+static inline void vl_siphash_round(struct vl_siphash *s)
+{
+    s->v0 += s->v1;
+    s->v1 = vl_rotl64(s->v1, 13);
+    s->v1 ^= s->v0;
+    s->v0 = vl_rotl64(s->v0, 32);
+    s->v2 += s->v3;
+    s->v3 = vl_rotl64(s->v3, 16);
+    s->v3 ^= s->v2;
+    s->v0 += s->v3;
+    s->v3 = vl_rotl64(s->v3, 21);
+    s->v3 ^= s->v0;
+    s->v2 += s->v1;
+    s->v1 = vl_rotl64(s->v1, 17);
+    s->v1 ^= s->v2;
+    s->v2 = vl_rotl64(s->v2, 32);
+}
+
+/* One 8-byte word of input: two compression rounds (the "2" of SipHash-2-4). */
+static inline void vl_siphash_word(struct vl_siphash *s, uint64_t m)
+{
+    s->v3 ^= m;
+    vl_siphash_round(s);
+    vl_siphash_round(s);
+    s->v0 ^= m;
+}
+
+/* `tail`: the last 0..7 bytes of input, zero-padded, as a little-endian word; `total_len`: bytes
+ * of input. Four finalization rounds (the "4"). */
+static inline uint64_t vl_siphash_final(struct vl_siphash *s, uint64_t tail, uint64_t total_len)
+{
+    vl_siphash_word(s, tail | (total_len << 56));
+    s->v2 ^= 0xff;
+    vl_siphash_round(s);
+    vl_siphash_round(s);
+    vl_siphash_round(s);
+    vl_siphash_round(s);
+    return s->v0 ^ s->v1 ^ s->v2 ^ s->v3;
+}
+
+#ifndef __bpf__
+/* SipHash-2-4 of `len` bytes, with bytes [skip_at, skip_at + 8) taken as zero (skip_at = len or
+ * more: none). */
+static inline uint64_t vl_siphash_bytes(const uint8_t *msg, uint32_t len, uint32_t skip_at,
+                                        const struct vl_mac_key *key)
+{
+    struct vl_siphash s;
+    vl_siphash_init(&s, key);
+    uint32_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t word = 0;
+        for (unsigned b = 0; b < 8; b++)
+            word |= (uint64_t)msg[i + b] << (8 * b);
+        vl_siphash_word(&s, i == skip_at ? 0 : word);
+    }
+    uint64_t tail = 0;
+    for (unsigned b = 0; i + b < len; b++)
+        tail |= (uint64_t)msg[i + b] << (8 * b);
+    return vl_siphash_final(&s, tail, len);
+}
+
+/* The MAC of a whole message laid out contiguously (tag field treated as zero). */
+static inline uint64_t vl_mac(const uint8_t *msg, uint32_t len, const struct vl_mac_key *key)
+{
+    return vl_siphash_bytes(msg, len, offsetof(struct vl_header, checksum), key);
 }
 #endif
 
@@ -450,17 +563,20 @@ VL_STATIC_ASSERT(offsetof(struct vl_follower_ack, op) == 16, "op offset");
     X(VL_STAT_TC_ARM_STALE, 51, "tc_arm_stale")            /* V slot holds a later op: kept */   \
     X(VL_STAT_TC_CLONES, 52, "tc_clones")                  /* V clones handed to the device */   \
     X(VL_STAT_TC_CLONE_FAILED, 53, "tc_clone_failed")      /* V bpf_clone_redirect failed */     \
-    X(VL_STAT_TC_INTERNAL, 54, "tc_internal")              /* V map lookup or rewrite failed */
+    X(VL_STAT_TC_INTERNAL, 54, "tc_internal")              /* V map lookup or rewrite failed */ \
+    /* XDP, a Prepare or PrepareOK from a peer whose MAC none of our keys verifies: forged,      \
+     * corrupted, or a replica with another key (docs/security.md) */                           \
+    X(VL_STAT_XDP_BAD_MAC, 55, "xdp_bad_mac")              /* E [drop] */
 
 enum vl_stat {
 #define VL_STAT_ENUM(name, value, text) name = value,
     VL_STAT_LIST(VL_STAT_ENUM)
 #undef VL_STAT_ENUM
 };
-#define VL_STAT_COUNT 55u
+#define VL_STAT_COUNT 56u
 /* Slots in vl_stats: room to add counters without resizing the map. */
 #define VL_STAT_SLOTS 64u
-VL_STATIC_ASSERT(VL_STAT_TC_INTERNAL + 1 == VL_STAT_COUNT, "VL_STAT_COUNT follows the last");
+VL_STATIC_ASSERT(VL_STAT_XDP_BAD_MAC + 1 == VL_STAT_COUNT, "VL_STAT_COUNT follows the last");
 VL_STATIC_ASSERT(VL_STAT_COUNT <= VL_STAT_SLOTS, "vl_stats has a slot for every counter");
 /* "No counter": what a check returns when the packet passed it. */
 #define VL_STAT_NONE 0xFFFFFFFFu
