@@ -129,7 +129,8 @@ TEST_CASE("a listing page with more to come")
 {
     vl_kv_list* list = kv_list_from_json(Json::parse(
         R"({"kvs":[{"create_revision":3,"key":"config/db","mod_revision":3,"value":"x",)"
-        R"("version":1},{"create_revision":4,"key":"config/pool","mod_revision":4,"value":"16","version":1}],)"
+        R"("version":1},{"create_revision":4,"key":"config/pool","mod_revision":4,)"
+        R"("value":"16","version":1}],)"
         R"("more":true,"next_after":"config/pool","revision":4})"));
     REQUIRE(list);
     CHECK(list->count == 2);

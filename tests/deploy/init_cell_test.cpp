@@ -255,8 +255,9 @@ TEST_CASE("init-cell: TLS on by default, a CA and a certificate per replica that
                                  79);
     REQUIRE(plain.ok());
     REQUIRE(write_cell(plain.value()).ok());
+    // The configs and the replication key: no certificates.
     CHECK(std::distance(std::filesystem::directory_iterator(out + "-plain"),
-                        std::filesystem::directory_iterator()) == 3);
+                        std::filesystem::directory_iterator()) == 3 + 1);
     CHECK(!load_config(out + "-plain/r0.json").value().tls());
     CHECK(refusal("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out d --tls maybe")
               .find("--tls: must be on or off") != std::string::npos);
