@@ -12,7 +12,10 @@ libdir=$(ls -d "$prefix"/lib*/pkgconfig | head -1)
 export PKG_CONFIG_PATH=$libdir
 cc -std=c11 -Wall -Wextra -Werror -pedantic "$example" \
    $(pkg-config --cflags --libs voltlock) -o "$prefix/fenced_write"
-LD_LIBRARY_PATH=$(dirname "$libdir") ldd "$prefix/fenced_write" | grep -q "$prefix/.*libvoltlock.so.0"
+# grep without -q reads all of ldd's output: -q exits at the first match, and ldd, cut off, fails
+# the pipeline under pipefail now and then.
+LD_LIBRARY_PATH=$(dirname "$libdir") ldd "$prefix/fenced_write" |
+    grep "$prefix/.*libvoltlock.so.0" >/dev/null
 # Static too, through pkg-config --static.
 cc -std=c11 -Wall -Wextra -Werror -pedantic "$example" -static-libgcc \
    $(pkg-config --cflags voltlock) "$(dirname "$libdir")/libvoltlock.a" \
