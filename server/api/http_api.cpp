@@ -193,7 +193,8 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
       forwarder_(node.config(), loop, node.config().http_forward_threads),
       leader_(loop, node, service_.get(), pool_, forwarder_),
       admin_(loop, node, machine, service_.get(), counters_, [this] { return api_stats(); }),
-      router_(loop, counters_),
+      access_(node.config()),
+      router_(loop, counters_, access_),
       server_(limits_,
               HttpTls{.cert_file = node.config().tls_cert_file,
                       .key_file = node.config().tls_key_file,
@@ -215,6 +216,11 @@ Result<Ok> HttpApi::start(const std::string& ip, uint16_t port)
     if (service_)
         if (auto started = service_->start(); !started.ok()) return started.error();
     admin_.start();
+    if (auto loaded = access_.load(); !loaded.ok()) return loaded.error();
+    if (!access_.on())
+        spdlog::warn("r{}: AUTH IS OFF: any client that reaches {}:{} may read, write, lock and "
+                     "close every session; set auth_token_file (docs/security-auth.md)",
+                     node_.config().replica, ip, port);
     return server_.start(ip, port);
 }
 

@@ -52,6 +52,8 @@ public:
     void stop();
     // SIGHUP: the TLS certificate, key and client CA, loaded again for new connections.
     Result<Ok> reload_tls() { return server_.reload_tls(); }
+    // SIGHUP: the auth token and roles files, read again; on an error the ones in use stay.
+    Result<Ok> reload_auth() { return access_.load(); }
 
 private:
     // Answers a committed, successful result.
@@ -109,6 +111,7 @@ private:
     LeaderPath leader_;
     std::unique_ptr<WaitService> waits_;
     Admin admin_;
+    Access access_;
     Router router_;
     HttpServer server_;
 };

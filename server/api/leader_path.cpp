@@ -234,6 +234,10 @@ void LeaderPath::forward(const std::shared_ptr<Attempt>& a, ReplicaIndex leader,
                     {kForwardedHeader, std::to_string(node_.config().replica)}},
         .read_timeout_ms = uint64_t{kLeaderWaitMs} + a->wait_ms + kWaitGraceMs + 2'000};
     if (a->relay) request.headers.emplace_back(kWaitHereHeader, "1");
+    // The leader authenticates the client's token again (its certificate, with mTLS, is not
+    // passed on: the leader sees this replica's, a peer's, and trusts the check made here).
+    if (auto authorization = call.header("Authorization"))
+        request.headers.emplace_back("Authorization", *authorization);
     forwarder_.send(std::move(request), [this, a, leader, started](Forwarder::Outcome outcome) {
         if (a->call->gone()) return;
         if (!outcome.reached || response_header(outcome.response, "X-Voltlock-Not-Leader"))
