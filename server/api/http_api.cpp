@@ -304,10 +304,10 @@ void HttpApi::install_routes()
     router_.add("GET", "/v1/cluster/replicas", "/v1/cluster/replicas", {}, Where::loop,
                 [this](const CallPtr& call) {
                     forwarder_.run([call, own = node_.status(), config = &node_.config()] {
-                        call->answer_json(200, replica_statuses(*config,
-                                                                [&own] {
-                                                                    return std::optional<Json>(own);
-                                                                }));
+                        call->answer_json(200, replica_statuses(
+                                                   *config,
+                                                   [&own] { return std::optional<Json>(own); },
+                                                   call->header("Authorization")));
                     });
                 });
     // The web UI's embedded files (api/ui_assets.h), on the I/O thread; "/" leads there.
