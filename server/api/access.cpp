@@ -1,6 +1,6 @@
 #include "api/access.h"
 
-#include <spdlog/spdlog.h>
+#include "api/leader_path.h"
 
 namespace voltlock::api {
 
@@ -130,7 +130,12 @@ std::optional<ApiError> Access::check(Call& call) const
     const Identity& who = identity.value();
     call.user = who.user;
     call.admin = who.peer || tables->is_admin(who.roles);
-    if (who.peer) return std::nullopt;
+    if (who.peer) {
+        // A peer forwards what it already checked; the client it forwards for owns what the
+        // request creates.
+        call.user = call.header(kOnBehalfOfHeader).value_or("");
+        return std::nullopt;
+    }
     switch (need.what) {
     case Need::What::nothing:
     case Need::What::identity: return std::nullopt;

@@ -65,6 +65,7 @@ Json session_json(SessionId id, const SessionRecord& s, std::optional<uint64_t> 
 {
     Json json{{"session", id},
               {"name", s.name},
+              {"owner", s.owner},
               {"ttl_ms", s.ttl_ms},
               {"lock_delay_ms", s.lock_delay_ms},
               {"lease_epoch", s.lease_epoch},
@@ -334,9 +335,29 @@ void HttpApi::run_op_answering_result(const CallPtr& call, const LockOp& op)
     });
 }
 
+std::optional<ApiError> HttpApi::foreign_session(const Call& call, SessionId session) const
+{
+    if (call.user.empty() || call.admin || !machine_ || session == 0) return std::nullopt;
+    const auto& sessions = machine_->state().sessions;
+    const auto found = sessions.find(session);
+    // Not here (yet): the leader checks it, as the client's token goes with the request.
+    if (found == sessions.end() || found->second.owner == call.user) return std::nullopt;
+    return ApiError{403, "permission_denied",
+                    "session " + std::to_string(session) + " belongs to another identity: only "
+                    "the identity that opened it, or an admin, may use it",
+                    Json{{"session", session}, {"user", call.user}}};
+}
+
 void HttpApi::run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, Answer answer,
                      LeaderPath::Relay relay)
 {
+    const SessionId session = std::visit(
+        [](const auto& o) -> SessionId {
+            if constexpr (requires { SessionId{o.session}; }) return o.session;
+            return 0;
+        },
+        op);
+    if (auto refused = foreign_session(*call, session)) return call->fail(*refused);
     Bytes payload = encode_op(op);
     const OpCode code = op_code(op);
     auto serve = [this, call, payload = std::move(payload), code, answer = std::move(answer)](
@@ -471,8 +492,9 @@ void HttpApi::create_session(const CallPtr& call)
 {
     auto op = create_session_op(call->body, max_message_bytes_);
     if (!op.ok()) return call->fail(op.error());
-    const CreateSession create = std::get<CreateSession>(op.value());
-    run_op(call, op.value(), 0, [call, create](const OpResult& result) {
+    CreateSession create = std::get<CreateSession>(op.value());
+    create.owner = call->user;  // "" with auth off
+    run_op(call, create, 0, [call, create](const OpResult& result) {
         Json body = result_json(result, ValueEncoding::automatic);
         body["ttl_ms"] = create.ttl_ms;
         body["lock_delay_ms"] = create.lock_delay_ms;
@@ -486,6 +508,7 @@ void HttpApi::keep_alive(const CallPtr& call)
     auto session = parse_session_id(call->match(1));
     if (!session.ok()) return call->fail(session.error());
     const SessionId id = session.value();
+    if (auto refused = foreign_session(*call, id)) return call->fail(*refused);
     leader_.at_leader(call, 0, [this, call, id](const LeaderPath::AtLeader& at,
                                                 LeaderPath::NotLeader not_leader) {
         const LockService::KeepAliveAnswer answer = service_->keep_alive(id);

@@ -60,6 +60,9 @@ private:
     using Answer = std::function<void(const OpResult&)>;
 
     void install_routes();
+    // 403 when auth is on and `session` was opened by another identity than the call's (and the
+    // caller is no admin), as far as this replica's state knows the session.
+    std::optional<ApiError> foreign_session(const Call& call, SessionId session) const;
     // Proposes `op` where the leader is and answers with `answer`, or with the error. `relay`:
     // what a forwarded answer becomes here (waits that continue at this replica).
     void run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, Answer answer,

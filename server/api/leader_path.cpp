@@ -238,6 +238,8 @@ void LeaderPath::forward(const std::shared_ptr<Attempt>& a, ReplicaIndex leader,
     // passed on: the leader sees this replica's, a peer's, and trusts the check made here).
     if (auto authorization = call.header("Authorization"))
         request.headers.emplace_back("Authorization", *authorization);
+    else if (!call.user.empty())
+        request.headers.emplace_back(kOnBehalfOfHeader, call.user);
     forwarder_.send(std::move(request), [this, a, leader, started](Forwarder::Outcome outcome) {
         if (a->call->gone()) return;
         if (!outcome.reached || response_header(outcome.response, "X-Voltlock-Not-Leader"))

@@ -45,6 +45,9 @@ inline constexpr uint32_t kLeaderWaitMs = 8'000;
 inline constexpr uint32_t kWaitGraceMs = 5'000;
 
 inline constexpr const char* kForwardedHeader = "X-Voltlock-Forwarded";
+// A request forwarded for a client known by its certificate: who that client is. Believed only
+// from a peer replica (api/access.h), which checked the client's permissions already.
+inline constexpr const char* kOnBehalfOfHeader = "X-Voltlock-On-Behalf-Of";
 inline constexpr const char* kWaitHereHeader = "X-Voltlock-Wait-Here";
 inline constexpr const char* kWaitingHeader = "X-Voltlock-Waiting";
 

@@ -215,6 +215,10 @@ Result<AuthTables> parse_auth_tables(std::string_view tokens_text, std::string_v
                               "want `user role[,role...] sha256-hex-of-token` (or `-` for a "
                               "certificate-only user)");
         AuthUser user{.name = fields[0], .roles = split(fields[1], ','), .token_hash = {}};
+        if (user.name.size() > kMaxUserBytes)
+            return line_error("auth_token_file", line,
+                              "user names are at most " + std::to_string(kMaxUserBytes) +
+                                  " bytes (they are recorded in each session the user opens)");
         if (!names.insert(user.name).second)
             return line_error("auth_token_file", line, "user '" + user.name + "' twice");
         for (const std::string& role : user.roles)

@@ -31,6 +31,7 @@ enum class ResourceKind { key, lock, barrier };
 const char* resource_kind_name(ResourceKind kind);
 
 inline constexpr const char* kAdminRole = "admin";
+inline constexpr size_t kMaxUserBytes = 64;
 
 using TokenHash = std::array<uint8_t, 32>;  // SHA-256
 

@@ -362,3 +362,49 @@ def test_check_config_names_bad_auth_files(cell, tmp_path):
     done = subprocess.run([voltlockd_path(), "--check-config", str(path)], capture_output=True,
                           text=True)
     assert done.returncode == 1 and "chmod 600" in done.stdout, done.stdout
+
+
+def test_sessions_belong_to_who_opened_them(cell, tokens):
+    writer, other, admin = tokens["writer"], tokens["writer2"], tokens["admin"]
+    follower = follower_of(cell)
+    status, created, _ = request(cell, follower, "POST", "/v1/sessions", {"ttl_ms": 30000}, writer)
+    assert status == 201, created
+    session = created["session"]
+    status, body, _ = request(cell, follower, "POST", "/v1/locks/app/owned:acquire",
+                              {"session": session}, writer)
+    assert status == 200, body
+    status, body, _ = request(cell, cell.leader, "GET", f"/v1/sessions/{session}", token=admin)
+    assert body["owner"] == "writer", body
+    deadline = time.monotonic() + DEADLINE_S  # the follower applies the create too
+    while request(cell, follower, "GET", f"/v1/sessions/{session}?stale=true",
+                  token=admin)[0] != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    before = state(cell, admin)
+    foreign = [
+        ("POST", f"/v1/sessions/{session}:keepalive", None),
+        ("DELETE", f"/v1/sessions/{session}", None),
+        ("POST", "/v1/locks/app/owned:release", {"session": session}),
+        ("POST", "/v1/locks/app/other:acquire", {"session": session, "wait_ms": 0}),
+        ("PUT", "/v1/kv/app/ephemeral", {"value": "x", "session": session}),
+        ("POST", "/v1/barriers/app/b:enter", {"session": session, "count": 2, "wait_ms": 0}),
+    ]
+    for replica in (cell.leader, follower):
+        for method, path, body in foreign:
+            status, answer, _ = request(cell, replica, method, path, body, other)
+            assert status == 403, (replica, method, path, answer)
+            assert answer["code"] == "permission_denied" and "another identity" in answer["message"]
+    after = state(cell, admin)
+    # Keepalives of the owner may move lease fields in between; what matters is unchanged.
+    assert after["kv"] == before["kv"] and after["locks"] == before["locks"]
+    assert [s["session"] for s in after["sessions"]["sessions"]] == \
+        [s["session"] for s in before["sessions"]["sessions"]]
+    # The owner, and an admin, may.
+    assert request(cell, follower, "POST", f"/v1/sessions/{session}:keepalive", None,
+                   writer)[0] == 200
+    assert request(cell, cell.leader, "POST", f"/v1/sessions/{session}:keepalive", None,
+                   admin)[0] == 200
+    status, body, _ = request(cell, follower, "POST", "/v1/locks/app/owned:release",
+                              {"session": session}, writer)
+    assert status == 200 and body["released"], body
+    assert request(cell, follower, "DELETE", f"/v1/sessions/{session}", None, admin)[0] == 200
