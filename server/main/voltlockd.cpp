@@ -584,7 +584,9 @@ int main(int argc, char** argv)
             signalfd_siginfo info{};
             [[maybe_unused]] ssize_t got = ::read(signals.value().get(), &info, sizeof info);
             if (info.ssi_signo == SIGHUP) {
-                if (auto reloaded = http.reload_tls(); !reloaded.ok())
+                if (!config.tls())
+                    spdlog::info("r{}: SIGHUP: TLS is off, nothing to reload", config.replica);
+                else if (auto reloaded = http.reload_tls(); !reloaded.ok())
                     spdlog::error("r{}: SIGHUP: the TLS files are not loaded, the ones in use "
                                   "stay: {}",
                                   config.replica, reloaded.error().message());

@@ -139,6 +139,10 @@ print("sdk ok")
     assert status == 200
     replicas = json.loads(body)["replicas"]
     assert all(r["reachable"] for r in replicas), replicas
+    # The web UI is the replica's own: over https as the API is.
+    status, body = https_get(cell, follower_of(cell), "/ui/",
+                             context(pki["cell_ca"][0], pki["client"]))
+    assert status == 200 and b"<html" in body.lower(), body[:200]
 
 
 def test_lockctl(cell, pki):
@@ -237,10 +241,23 @@ def test_sighup_serves_a_new_certificate_to_new_connections(cell, pki):
     finally:
         old.close()
 
-    # Still a member: a write through the rotated replica is forwarded and commits.
+    # Still a member: the cell's status through it reaches every replica.
     status, body = https_get(cell, index, "/v1/cluster/replicas", good)
     assert status == 200
     assert all(rep["reachable"] for rep in json.loads(body)["replicas"])
+
+    # A reload that cannot load the files (a key that is not PEM) keeps the ones in use.
+    key = os.path.join(pki["tls"], f"r{index}-key.pem")
+    with open(key, "w") as f:
+        f.write("not a key\n")
+    os.kill(pid, signal.SIGHUP)
+    with open(r["log"]) as log:
+        deadline = time.monotonic() + DEADLINE_S
+        while "the TLS files are not loaded" not in log.read():
+            assert time.monotonic() < deadline, "SIGHUP with a broken key: nothing logged"
+            time.sleep(0.1)
+    assert https_get(cell, index, "/healthz", good)[0] == 200
+    shutil.copyfile(rotated[1], key)
 
 
 def test_snapshot_transfer_over_tls(cell, pki):
