@@ -41,6 +41,7 @@ enum Exit : int {
     kExitUsage = 2,
     kExitUnavailable = 3,
     kExitServerError = 4,
+    kExitDenied = 5,
 };
 
 const char* const kUsage = R"(lockctl: Voltlock from the shell
@@ -79,6 +80,8 @@ Global flags:
                            else the system's CAs)
   --cert FILE, --key FILE  a client certificate and its key, for a cell that requires one (else
                            $VOLTLOCK_CERT, $VOLTLOCK_KEY)
+  --token TOKEN            a bearer token, for a cell with auth on (else $VOLTLOCK_TOKEN)
+  --user NAME:TOKEN        the same, etcdctl's form (the cell knows the user by its token)
   -w, --write-out FORMAT   simple (default), json (one document per result), table
   -h, --help               this text, or a command's
 
@@ -91,6 +94,7 @@ Exit codes:
   2  usage error (bad command, flag or argument)
   3  the cell is unavailable or unreachable (no endpoint answered in time, no leader)
   4  any other server error
+  5  unauthenticated (no token, or an unknown one) or permission denied
   lock -- COMMAND exits with COMMAND's status (128+N if killed by signal N).
 Errors go to stderr as one line: the server's code and message.
 )";
@@ -104,12 +108,12 @@ struct UsageError {
 const std::set<std::string> kValueFlags = {
     "--endpoints", "--dial-timeout", "--command-timeout", "--write-out", "--prev-revision",
     "--lease", "--sequencer", "--limit", "--consistency", "--rev", "--ttl", "--wait",
-    "--count", "--kill-grace", "--name", "--cacert", "--cert", "--key"};
+    "--count", "--kill-grace", "--name", "--cacert", "--cert", "--key", "--token", "--user"};
 const std::set<std::string> kBoolFlags = {"--prefix", "--rev-only", "--shared", "--listen",
                                           "--help", "--once"};
 const std::set<std::string> kGlobalFlags = {"--endpoints", "--dial-timeout", "--command-timeout",
                                             "--write-out", "--help", "--cacert", "--cert",
-                                            "--key"};
+                                            "--key", "--token", "--user"};
 
 struct Args {
     std::vector<std::string> words;            // command and positionals
@@ -355,6 +359,9 @@ int exit_code_for(vl_status status)
     case VL_ERR_WAIT_OUTCOME_UNKNOWN:
     case VL_ERR_NOT_READY:
         return kExitUnavailable;
+    case VL_ERR_UNAUTHENTICATED:
+    case VL_ERR_PERMISSION_DENIED:
+        return kExitDenied;
     default:
         return kExitServerError;
     }
@@ -419,6 +426,16 @@ public:
             *file = args.get(flag);
             if (*file) *option = (*file)->c_str();
         }
+        // Unset, the library takes $VOLTLOCK_TOKEN.
+        token_ = args.get("--token");
+        if (const auto user = args.get("--user")) {
+            const size_t colon = user->find(':');
+            if (colon == std::string::npos || colon + 1 == user->size())
+                throw UsageError{"--user: want NAME:TOKEN"};
+            if (token_) throw UsageError{"--user and --token: give one"};
+            token_ = user->substr(colon + 1);
+        }
+        if (token_) options_.token = token_->c_str();
     }
     ~Context() { vl_client_close(client_); }
 
@@ -442,7 +459,7 @@ private:
     const Args& args_;
     Format format_ = Format::simple;
     std::optional<std::string> endpoints_;
-    std::optional<std::string> cacert_, cert_, key_;  // what options_ points into
+    std::optional<std::string> cacert_, cert_, key_, token_;  // what options_ points into
     vl_client_options options_{};
     vl_client* client_ = nullptr;
 };
@@ -1125,7 +1142,7 @@ _lockctl() {
     cur="${COMP_WORDS[COMP_CWORD]}"
     prev="${COMP_WORDS[COMP_CWORD-1]}"
     local commands="put set get del watch lock elect barrier session sequencer member endpoint status snapshot version completion"
-    local globals="--endpoints --dial-timeout --command-timeout --cacert --cert --key -w --write-out --help"
+    local globals="--endpoints --dial-timeout --command-timeout --cacert --cert --key --token --user -w --write-out --help"
     case "$prev" in
         -w|--write-out) COMPREPLY=($(compgen -W "simple json table" -- "$cur")); return ;;
         session) COMPREPLY=($(compgen -W "grant keepalive revoke list get" -- "$cur")); return ;;
@@ -1177,6 +1194,8 @@ _lockctl() {
         '--dial-timeout[connecting to one endpoint]:duration:'
         '--command-timeout[one request, every retry included]:duration:'
         '--cacert[the cell CA certificate]:file:_files'
+        '--token[a bearer token]:token:'
+        '--user[NAME\:TOKEN]:user:'
         '--cert[a client certificate]:file:_files'
         '--key[the client certificate key]:file:_files'
         '(-w --write-out)'{-w,--write-out}'[output format]:format:(simple json table)'

@@ -84,6 +84,10 @@ def parser() -> argparse.ArgumentParser:
                         "made by `voltlockd init-cell` (3, 5 or 7 replicas); endpoints then "
                         "carry tls_ca, the CA's certificate for clients. mtls: clients must "
                         "also present a certificate of the cell CA")
+    c.add_argument("--auth", choices=("on", "off"), default="off",
+                   help="bearer-token auth on the API (docs/security-auth.md): an admin token "
+                        "made here (in the endpoints JSON as admin_token, and used by the rig), "
+                        "a token file and an empty roles file in <state dir>/auth")
     c.add_argument("--loopback", action="store_true",
                    help="no namespaces: replicas on 127.0.0.1, udp 7400+i, http 7480+i (no root "
                    "needed; partition and netem unavailable)")
@@ -256,6 +260,8 @@ def new_cell(args, name: str, binary: str | None, config_extra: dict,
         "voltlockd": binary, "config_extra": config_extra, "data_root": data_root,
         "tls": None if args.tls == "off" else os.path.join(state_dir, "tls"),
         "tls_clients_need_certificates": args.tls == "mtls",
+        "auth": None if args.auth == "off" else os.path.join(state_dir, "auth"),
+        "admin_token": None if args.auth == "off" else "vl_" + secrets.token_hex(32),
         "bridge_namespace": None if loopback else names["bridge"],
         "client_namespace": None if loopback else names["client"],
         "state_dir": state_dir, "replicas": members, "leader": None,
@@ -313,6 +319,8 @@ def cmd_up(args) -> int:
             replicas.make_data_dirs(cell)
             if cell.data.get("tls"):
                 replicas.make_tls_files(cell, generator)
+            if cell.data.get("auth"):
+                replicas.make_auth_files(cell)
             replicas.write_configs(cell)
             if not args.no_start:
                 replicas.start_all(cell)

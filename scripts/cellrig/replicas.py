@@ -14,6 +14,7 @@ a replica killed, stopped and started again finds its data where it left it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import os
@@ -62,11 +63,24 @@ def make_tls_files(cell, binary: str) -> None:
     tls = cell.data["tls"]
     hosts = ",".join(r["ip"] for r in cell.replicas)
     made = subprocess.run([binary, "init-cell", "--replicas", str(len(cell.replicas)),
-                           "--hosts", hosts, "--out", tls, "--tls", "on",
+                           "--hosts", hosts, "--out", tls, "--tls", "on", "--auth", "off",
                            "--cluster-id", str(cell.data["cluster_id"])],
                           capture_output=True, text=True)
     if made.returncode != 0:
         raise CellError(f"voltlockd init-cell (TLS files): {made.stderr.strip()}")
+
+
+def make_auth_files(cell) -> None:
+    """`up --auth on`: <state dir>/auth/tokens (mode 0600) with one user, admin, holding the
+    cell's admin token (hashed), and an empty roles file; tests add users and roles and SIGHUP."""
+    auth = cell.data["auth"]
+    os.makedirs(auth, exist_ok=True)
+    digest = hashlib.sha256(cell.data["admin_token"].encode()).hexdigest()
+    tokens = os.path.join(auth, "tokens")
+    with open(os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(f"admin admin {digest}\n")
+    with open(os.path.join(auth, "roles"), "w") as f:
+        f.write("# role permission[,permission...] resource\n")
 
 
 def config_for(cell, index: int) -> dict:
@@ -92,6 +106,9 @@ def config_for(cell, index: int) -> dict:
             config["tls_client_ca_file"] = os.path.join(data["tls"], "ca.pem")
     if data.get("replication_key_file"):
         config["replication_key_file"] = data["replication_key_file"]
+    if data.get("auth"):
+        config.update({"auth_token_file": os.path.join(data["auth"], "tokens"),
+                       "auth_roles_file": os.path.join(data["auth"], "roles")})
     config.update(data.get("config_extra") or {})
     data_dir = cell.replica(index).get("data_dir")
     if data_dir:  # per replica, so never in config_extra (cli.py refuses it there)
@@ -304,7 +321,7 @@ def query(cell, index: int, from_ns: str | None, timeout: float = 1.0,
     replica = cell.replica(index)
     path = "/v1/status?digest=true" if digest else "/v1/status"
     return http_get_json(from_ns, replica["ip"], replica["http_port"], path, timeout,
-                         tls=tls_client(cell))
+                         tls=tls_client(cell), token=cell.data.get("admin_token"))
 
 
 def status_of(cell, index: int):

@@ -158,4 +158,7 @@ class Cell:
             "state_dir": self.dir,
             # `up --tls on`: the cell CA's certificate, for clients (cacert=, --cacert)
             "tls_ca": os.path.join(self.data["tls"], "ca.pem") if self.data.get("tls") else None,
+            # `up --auth on`: the admin token (a test cell's), and the token and roles files
+            "admin_token": self.data.get("admin_token"),
+            "auth_dir": self.data.get("auth"),
         }

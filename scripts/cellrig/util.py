@@ -166,13 +166,17 @@ class NamespacedConnection(http.client.HTTPConnection):
 
 
 def http_get_json(ns: str | None, host: str, port: int, path: str, timeout: float = 1.0,
-                  tls: dict | None = None):
+                  tls: dict | None = None, token: str | None = None):
     """GET http://host:port/path (https when tls gives NamespacedConnection's cafile, and
-    certfile/keyfile) from inside namespace ns and decode the JSON body.
+    certfile/keyfile; with `Authorization: Bearer token` when given) from inside namespace ns
+    and decode the JSON body.
     Raises OSError (connection) or ValueError (not JSON / not 200)."""
     conn = NamespacedConnection(ns, host, port, timeout, **(tls or {}))
     try:
-        conn.request("GET", path, headers={"Connection": "close"})
+        headers = {"Connection": "close"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        conn.request("GET", path, headers=headers)
         response = conn.getresponse()
         body = response.read()
     finally:

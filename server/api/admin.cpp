@@ -158,6 +158,7 @@ Json Admin::cluster_json() const
         api["expire_waiters_proposed"] = service_->expire_waiters_proposed();
     }
     return Json{{"cluster_id", config.cluster_id},
+                {"auth", config.auth() ? "on" : "off"},
                 {"replica", config.replica},
                 {"status", status_name(r.status())},
                 {"view", r.view()},

@@ -28,6 +28,7 @@ HttpResponse error_response(const ApiError& error)
 {
     HttpResponse response = json_response(error.status, error_body(error));
     if (error.status == 503) response.set_header("Retry-After", "1");
+    if (error.status == 401) response.set_header("WWW-Authenticate", "Bearer realm=\"voltlock\"");
     return response;
 }
 

@@ -41,6 +41,10 @@ struct Call {
     Target parsed;
     std::vector<std::string> matches;  // the route's captures, decoded
     std::string endpoint;               // the route's name, for /metrics
+    // Who sent it, with auth on (api/access.h): the user, and whether it may do anything (the
+    // admin role, or a peer replica).
+    std::string user;
+    bool admin = false;
     RequestCounters* counters = nullptr;
     bool finished = false;
     // Set on the answer (and a stream's head) made while they are here.

@@ -65,6 +65,7 @@ Json session_json(SessionId id, const SessionRecord& s, std::optional<uint64_t> 
 {
     Json json{{"session", id},
               {"name", s.name},
+              {"owner", s.owner},
               {"ttl_ms", s.ttl_ms},
               {"lock_delay_ms", s.lock_delay_ms},
               {"lease_epoch", s.lease_epoch},
@@ -193,7 +194,8 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
       forwarder_(node.config(), loop, node.config().http_forward_threads),
       leader_(loop, node, service_.get(), pool_, forwarder_),
       admin_(loop, node, machine, service_.get(), counters_, [this] { return api_stats(); }),
-      router_(loop, counters_),
+      access_(node.config()),
+      router_(loop, counters_, access_),
       server_(limits_,
               HttpTls{.cert_file = node.config().tls_cert_file,
                       .key_file = node.config().tls_key_file,
@@ -215,6 +217,11 @@ Result<Ok> HttpApi::start(const std::string& ip, uint16_t port)
     if (service_)
         if (auto started = service_->start(); !started.ok()) return started.error();
     admin_.start();
+    if (auto loaded = access_.load(); !loaded.ok()) return loaded.error();
+    if (!access_.on())
+        spdlog::warn("r{}: AUTH IS OFF: any client that reaches {}:{} may read, write, lock and "
+                     "close every session; set auth_token_file (docs/security-auth.md)",
+                     node_.config().replica, ip, port);
     return server_.start(ip, port);
 }
 
@@ -301,10 +308,10 @@ void HttpApi::install_routes()
     router_.add("GET", "/v1/cluster/replicas", "/v1/cluster/replicas", {}, Where::loop,
                 [this](const CallPtr& call) {
                     forwarder_.run([call, own = node_.status(), config = &node_.config()] {
-                        call->answer_json(200, replica_statuses(*config,
-                                                                [&own] {
-                                                                    return std::optional<Json>(own);
-                                                                }));
+                        call->answer_json(200, replica_statuses(
+                                                   *config,
+                                                   [&own] { return std::optional<Json>(own); },
+                                                   call->header("Authorization")));
                     });
                 });
     // The web UI's embedded files (api/ui_assets.h), on the I/O thread; "/" leads there.
@@ -331,9 +338,35 @@ void HttpApi::run_op_answering_result(const CallPtr& call, const LockOp& op)
     });
 }
 
+bool HttpApi::owner_unknown_here(const Call& call, SessionId session) const
+{
+    return !call.user.empty() && !call.admin && machine_ && session != 0 &&
+           !machine_->state().sessions.contains(session);
+}
+
+std::optional<ApiError> HttpApi::foreign_session(const Call& call, SessionId session) const
+{
+    if (call.user.empty() || call.admin || !machine_ || session == 0) return std::nullopt;
+    const auto& sessions = machine_->state().sessions;
+    const auto found = sessions.find(session);
+    // Not here (yet): the leader checks it, as the client's token goes with the request.
+    if (found == sessions.end() || found->second.owner == call.user) return std::nullopt;
+    return ApiError{403, "permission_denied",
+                    "session " + std::to_string(session) + " belongs to another identity: only "
+                    "the identity that opened it, or an admin, may use it",
+                    Json{{"session", session}, {"user", call.user}}};
+}
+
 void HttpApi::run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, Answer answer,
                      LeaderPath::Relay relay)
 {
+    const SessionId session = std::visit(
+        [](const auto& o) -> SessionId {
+            if constexpr (requires { SessionId{o.session}; }) return o.session;
+            return 0;
+        },
+        op);
+    if (auto refused = foreign_session(*call, session)) return call->fail(*refused);
     const OpCode code = op_code(op);
     auto finish = [call, code, answer = std::move(answer)](const ClientIdentity& identity,
                                                            Proposed proposed) {
@@ -365,7 +398,11 @@ void HttpApi::run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, An
         if (const auto* error = std::get_if<OpError>(&result)) return call->fail(op_error(*error));
         answer(result);
     };
-    leader_.run_op(call, encode_op(op), wait_ms, std::move(finish), std::move(relay));
+    // A session this replica has not applied yet: the leader checks its owner, which it can only
+    // with the client's credentials, and those travel over HTTP, not in a VR Request.
+    const auto route = owner_unknown_here(*call, session) ? LeaderPath::Route::http
+                                                          : LeaderPath::Route::any;
+    leader_.run_op(call, encode_op(op), wait_ms, std::move(finish), std::move(relay), route);
 }
 
 void HttpApi::read_at_leader(const CallPtr& call, std::function<Json()> snapshot)
@@ -463,8 +500,9 @@ void HttpApi::create_session(const CallPtr& call)
 {
     auto op = create_session_op(call->body, max_message_bytes_);
     if (!op.ok()) return call->fail(op.error());
-    const CreateSession create = std::get<CreateSession>(op.value());
-    run_op(call, op.value(), 0, [call, create](const OpResult& result) {
+    CreateSession create = std::get<CreateSession>(op.value());
+    create.owner = call->user;  // "" with auth off
+    run_op(call, create, 0, [call, create](const OpResult& result) {
         Json body = result_json(result, ValueEncoding::automatic);
         body["ttl_ms"] = create.ttl_ms;
         body["lock_delay_ms"] = create.lock_delay_ms;
@@ -478,6 +516,7 @@ void HttpApi::keep_alive(const CallPtr& call)
     auto session = parse_session_id(call->match(1));
     if (!session.ok()) return call->fail(session.error());
     const SessionId id = session.value();
+    if (auto refused = foreign_session(*call, id)) return call->fail(*refused);
     leader_.at_leader(call, 0, [this, call, id](const LeaderPath::AtLeader& at,
                                                 LeaderPath::NotLeader not_leader) {
         const LockService::KeepAliveAnswer answer = service_->keep_alive(id);

@@ -52,12 +52,19 @@ public:
     void stop();
     // SIGHUP: the TLS certificate, key and client CA, loaded again for new connections.
     Result<Ok> reload_tls() { return server_.reload_tls(); }
+    // SIGHUP: the auth token and roles files, read again; on an error the ones in use stay.
+    Result<Ok> reload_auth() { return access_.load(); }
 
 private:
     // Answers a committed, successful result.
     using Answer = std::function<void(const OpResult&)>;
 
     void install_routes();
+    // 403 when auth is on and `session` was opened by another identity than the call's (and the
+    // caller is no admin), as far as this replica's state knows the session.
+    std::optional<ApiError> foreign_session(const Call& call, SessionId session) const;
+    // Auth is on and this replica has not applied `session` yet, so it cannot tell its owner.
+    bool owner_unknown_here(const Call& call, SessionId session) const;
     // Proposes `op` where the leader is and answers with `answer`, or with the error. `relay`:
     // what a forwarded answer becomes here (waits that continue at this replica).
     void run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, Answer answer,
@@ -109,6 +116,7 @@ private:
     LeaderPath leader_;
     std::unique_ptr<WaitService> waits_;
     Admin admin_;
+    Access access_;
     Router router_;
     HttpServer server_;
 };

@@ -1,6 +1,7 @@
 #include "api/http_server.h"
 
 #include <arpa/inet.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -34,6 +35,28 @@ std::string lower(std::string_view text)
     std::string out(text);
     for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return out;
+}
+
+// The CN of the certificate the client presented on this TLS connection, if any.
+std::optional<std::string> client_certificate_cn(MHD_Connection* connection)
+{
+    const auto* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (!info || !info->tls_session) return std::nullopt;
+    auto session = static_cast<gnutls_session_t>(info->tls_session);
+    unsigned count = 0;
+    const gnutls_datum_t* chain = gnutls_certificate_get_peers(session, &count);
+    if (!chain || count == 0) return std::nullopt;
+    gnutls_x509_crt_t certificate = nullptr;
+    if (gnutls_x509_crt_init(&certificate) != 0) return std::nullopt;
+    std::optional<std::string> cn;
+    char name[256];
+    size_t size = sizeof name;
+    if (gnutls_x509_crt_import(certificate, &chain[0], GNUTLS_X509_FMT_DER) == 0 &&
+        gnutls_x509_crt_get_dn_by_oid(certificate, GNUTLS_OID_X520_COMMON_NAME, 0, 0, name,
+                                      &size) == 0)
+        cn = std::string(name, size);
+    gnutls_x509_crt_deinit(certificate);
+    return cn;
 }
 
 HttpResponse error_answer(const ApiError& error)
@@ -662,6 +685,8 @@ MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const
         e.method = method ? method : "";
         MHD_get_connection_values(connection, MHD_HEADER_KIND, &MhdCallbacks::on_header,
                                   &e.headers);
+        // Only a certificate the handshake checked against the client CA names anyone.
+        if (!server.tls_.client_ca_file.empty()) e.client_certificate_cn = client_certificate_cn(connection);
         if (record) {
             e.fd_ = record->fd;
             e.client_address = record->address;

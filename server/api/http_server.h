@@ -129,6 +129,8 @@ public:
     std::string target;  // as sent: path and query, still percent-encoded
     std::string body;
     std::string client_address;
+    // With mTLS: the CN of the client certificate the handshake verified (an identity for auth).
+    std::optional<std::string> client_certificate_cn;
     std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
 
     std::optional<std::string> header(std::string_view name) const;  // any case

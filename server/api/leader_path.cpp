@@ -166,7 +166,7 @@ LeaderPath::LeaderPath(EventLoop& loop, Node& node, LockService* service, Client
 }
 
 void LeaderPath::run_op(const CallPtr& call, Bytes payload, uint32_t wait_ms, Finish finish,
-                        Relay relay)
+                        Relay relay, Route route)
 {
     auto serve = [this, payload, finish](const AtLeader& at, NotLeader not_leader) {
         propose(at.identity, payload, at.until, {},
@@ -178,6 +178,7 @@ void LeaderPath::run_op(const CallPtr& call, Bytes payload, uint32_t wait_ms, Fi
     if (auto a = start_attempt(call, wait_ms, std::move(serve), std::move(relay))) {
         a->payload = std::move(payload);
         a->finish = std::move(finish);
+        a->over_http = route == Route::http;
         attempt(a);
     }
 }
@@ -276,6 +277,12 @@ void LeaderPath::forward(const std::shared_ptr<Attempt>& a, ReplicaIndex leader,
                     {kForwardedHeader, std::to_string(node_.config().replica)}},
         .read_timeout_ms = uint64_t{kLeaderWaitMs} + a->wait_ms + kWaitGraceMs + 2'000};
     if (a->relay) request.headers.emplace_back(kWaitHereHeader, "1");
+    // The leader authenticates the client's token again (its certificate, with mTLS, is not
+    // passed on: the leader sees this replica's, a peer's, and trusts the check made here).
+    if (auto authorization = call.header("Authorization"))
+        request.headers.emplace_back("Authorization", *authorization);
+    else if (!call.user.empty())
+        request.headers.emplace_back(kOnBehalfOfHeader, call.user);
     forwarder_.send(std::move(request), [this, a, leader, started](Forwarder::Outcome outcome) {
         if (a->call->gone()) return;
         if (!outcome.reached || response_header(outcome.response, "X-Voltlock-Not-Leader"))

@@ -66,6 +66,9 @@ inline constexpr uint32_t kRequestRetransmitMs = 100;
 inline constexpr uint32_t kRequestSends = 4;
 
 inline constexpr const char* kForwardedHeader = "X-Voltlock-Forwarded";
+// A request forwarded for a client known by its certificate: who that client is. Believed only
+// from a peer replica (api/access.h), which checked the client's permissions already.
+inline constexpr const char* kOnBehalfOfHeader = "X-Voltlock-On-Behalf-Of";
 inline constexpr const char* kWaitHereHeader = "X-Voltlock-Wait-Here";
 inline constexpr const char* kWaitingHeader = "X-Voltlock-Waiting";
 
@@ -145,8 +148,11 @@ public:
     // Proposes `payload` where the leader is and hands `finish` what became of it; at a follower
     // the op travels as a VR Request (above), or, failing that, the call is forwarded over HTTP
     // like at_leader's (with `relay`).
+    // How a follower's run_op reaches the leader: as a VR Request where it can, or over HTTP
+    // only (the leader must see the client's credentials).
+    enum class Route { any, http };
     void run_op(const CallPtr& call, Bytes payload, uint32_t wait_ms, Finish finish,
-                Relay relay = {});
+                Relay relay = {}, Route route = Route::any);
     // Proposes `payload`; `done` runs once, on the loop: committed (with `snapshot` taken right
     // after the apply), not the leader, stale, or timed out at `until`.
     void propose(const ClientIdentity& identity, Bytes payload, SteadyTime until,

@@ -33,7 +33,8 @@ std::string why_unreachable(httplib::Error error)
     }
 }
 
-Json fetch_peer_status(Json entry, const DaemonConfig& config, const PeerAddress& peer)
+Json fetch_peer_status(Json entry, const DaemonConfig& config, const PeerAddress& peer,
+                       const std::optional<std::string>& authorization)
 {
     const auto started = Clock::now();
     const auto deadline_us =
@@ -44,7 +45,9 @@ Json fetch_peer_status(Json entry, const DaemonConfig& config, const PeerAddress
     client->set_connection_timeout(0, deadline_us);
     client->set_read_timeout(0, deadline_us);
     client->set_write_timeout(0, deadline_us);
-    httplib::Result answer = client->Get("/v1/status");
+    httplib::Headers headers;
+    if (authorization) headers.emplace("Authorization", *authorization);
+    httplib::Result answer = client->Get("/v1/status", headers);
     if (!answer) return unreachable(std::move(entry), why_unreachable(answer.error()));
     if (answer->status != 200)
         return unreachable(std::move(entry), "answered HTTP " + std::to_string(answer->status));
@@ -61,7 +64,8 @@ Json fetch_peer_status(Json entry, const DaemonConfig& config, const PeerAddress
 }  // namespace
 
 Json replica_statuses(const DaemonConfig& config,
-                      const std::function<std::optional<Json>()>& own_status)
+                      const std::function<std::optional<Json>()>& own_status,
+                      const std::optional<std::string>& authorization)
 {
     const std::vector<PeerAddress>& replicas = config.replicas;
     const size_t self = config.replica;
@@ -77,7 +81,7 @@ Json replica_statuses(const DaemonConfig& config,
             peers.emplace_back();
         } else {
             peers.push_back(std::async(std::launch::async, fetch_peer_status, std::move(entry),
-                                       std::cref(config), replicas[i]));
+                                       std::cref(config), replicas[i], std::cref(authorization)));
             entries.emplace_back();
         }
     }

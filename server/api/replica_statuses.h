@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,8 +23,10 @@ inline constexpr std::chrono::milliseconds kPeerStatusDeadline{800};
 // {"replica": <self>, "replicas": [{replica, ip, http_port, self, reachable, answered_us,
 // status | error}]}, in replica order. `own_status` reads this replica's status (on its loop);
 // nullopt means the loop did not answer.
-// The peers are asked as peer_client() says (over TLS when the config has it on).
+// The peers are asked as peer_client() says (over TLS when the config has it on), with the
+// asking client's `authorization` header when it sent one (auth on: the peers check it too).
 nlohmann::json replica_statuses(const DaemonConfig& config,
-                                const std::function<std::optional<nlohmann::json>()>& own_status);
+                                const std::function<std::optional<nlohmann::json>()>& own_status,
+                                const std::optional<std::string>& authorization = std::nullopt);
 
 }  // namespace voltlock::api

@@ -40,6 +40,7 @@ void Router::on_request(const std::shared_ptr<Exchange>& exchange)
         for (size_t i = 0; i < groups.size(); i++) call->matches.push_back(groups[i].str());
         call->endpoint = route.endpoint;
         if (auto unknown = check_query(call->parsed, route.params)) return call->fail(*unknown);
+        if (auto refused = access_.check(*call)) return call->fail(*refused);
         if (route.where == Where::io_thread) return route.handler(call);
         batch_.emplace_back(&route, std::move(call));
         return;

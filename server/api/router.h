@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "api/access.h"
 #include "api/call.h"
 #include "api/http_server.h"
 #include "shell/event_loop.h"
@@ -23,7 +24,9 @@ public:
     using Handler = std::function<void(const CallPtr&)>;
     enum class Where { io_thread, loop };
 
-    Router(EventLoop& loop, RequestCounters& counters) : loop_(loop), counters_(counters) {}
+    // Every routed request passes `access` (401/403 answered here, on the I/O thread).
+    Router(EventLoop& loop, RequestCounters& counters, const Access& access)
+        : loop_(loop), counters_(counters), access_(access) {}
 
     // `pattern` is anchored and matched against the decoded path; its groups are the call's
     // matches. `params`: the query parameters the endpoint takes. Routes are tried in order.
@@ -48,6 +51,7 @@ private:
 
     EventLoop& loop_;
     RequestCounters& counters_;
+    const Access& access_;
     std::vector<Route> routes_;
     std::vector<std::pair<const Route*, CallPtr>> batch_;  // I/O thread
 };

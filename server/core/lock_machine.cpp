@@ -325,6 +325,7 @@ OpResult LockMachine::on_create_session(const CreateSession& o)
     const SessionId id = write_revision();
     VL_ASSERT(!state_.sessions.contains(id), "revisions are never reused");
     state_.sessions.emplace(id, SessionRecord{.name = o.name,
+                                              .owner = o.owner,
                                               .ttl_ms = o.ttl_ms,
                                               .lock_delay_ms = o.lock_delay_ms,
                                               .lease_epoch = id,
@@ -914,6 +915,7 @@ uint64_t LockMachine::state_digest() const
     for (const auto& [id, r] : s.sessions) {
         h.u64(id);
         h.str(r.name);
+        h.str(r.owner);
         h.u64(r.ttl_ms);
         h.u64(r.lock_delay_ms);
         h.u64(r.lease_epoch);
@@ -1125,7 +1127,9 @@ void LockMachine::check_invariants() const
 
 namespace {
 
-constexpr uint32_t kSnapshotMagic = 0x314D4C56;  // "VLM1" in little-endian byte order
+constexpr uint32_t kSnapshotMagic = 0x324D4C56;  // "VLM2" in little-endian byte order
+// Snapshots from before sessions had owners: read as sessions without one.
+constexpr uint32_t kSnapshotMagicWithoutOwners = 0x314D4C56;  // "VLM1"
 
 // The enum values a snapshot may hold: the enumerators (-Wswitch names one left out here).
 bool known(LockMode mode)
@@ -1203,6 +1207,7 @@ public:
     explicit SnapshotEncoder(Sink& out) : out_(out) {}
 
     bool magic(uint32_t v) { return u32(v); }
+    bool session_owners() const { return true; }
     bool u32(uint32_t v)
     {
         out_.u32(v);
@@ -1269,8 +1274,11 @@ public:
     bool magic(uint32_t expected)
     {
         uint32_t v = 0;
-        return in_.u32(v) && v == expected;
+        if (!in_.u32(v)) return false;
+        session_owners_ = v == expected;
+        return v == expected || v == kSnapshotMagicWithoutOwners;
     }
+    bool session_owners() const { return session_owners_; }
     bool u32(uint32_t& v) { return in_.u32(v); }
     bool u64(uint64_t& v) { return in_.u64(v); }
     bool boolean(bool& v)
@@ -1326,6 +1334,7 @@ private:
     bool map_key(SessionId& key) { return in_.u64(key); }
 
     ByteReader in_;
+    bool session_owners_ = true;  // false: a VLM1 snapshot
 };
 
 // The layout, one function per record, for both directions: `R` is the record, const when
@@ -1338,7 +1347,8 @@ bool fields(Io& io, R& r)
 {
     // Not the index sets (held_locks .. ephemeral_keys): index_records() rebuilds them.
     return io.str(r.name) && io.u32(r.ttl_ms) && io.u32(r.lock_delay_ms) &&
-           io.u64(r.lease_epoch) && io.u64(r.deadline_ms) && io.u64(r.created_ms);
+           io.u64(r.lease_epoch) && io.u64(r.deadline_ms) && io.u64(r.created_ms) &&
+           (!io.session_owners() || io.str(r.owner));
 }
 
 template <typename Io, MaybeConst<LockHolder> R>

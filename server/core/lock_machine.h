@@ -115,6 +115,8 @@ struct WatchBatch {
 
 struct SessionRecord {
     std::string name;
+    std::string owner;  // the identity that opened it ("" with auth off); only it or an admin may
+                        // keep it alive, close it or release its locks (api/access.h)
     uint32_t ttl_ms = 0;
     uint32_t lock_delay_ms = 0;
     Revision lease_epoch = 0;  // revision of the create or of the last KeepAlive

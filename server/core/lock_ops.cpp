@@ -136,6 +136,7 @@ void write_op(Sink& w, const LockOp& op)
                        w.u32(o.ttl_ms);
                        w.u32(o.lock_delay_ms);
                        w.str(o.name);
+                       w.str(o.owner);
                    },
                    [&](const KeepAlive& o) { w.u64(o.session); },
                    [&](const CloseSession& o) { w.u64(o.session); },
@@ -289,7 +290,8 @@ bool read_op_body(OpCode code, Reader& r, LockOp& out)
         break;
     case OpCode::create_session: {
         CreateSession o;
-        if (!(r.u32(o.ttl_ms) && r.u32(o.lock_delay_ms) && r.str(o.name))) return false;
+        if (!(r.u32(o.ttl_ms) && r.u32(o.lock_delay_ms) && r.str(o.name) && r.str(o.owner)))
+            return false;
         out = std::move(o);
         return true;
     }

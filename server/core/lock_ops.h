@@ -87,11 +87,12 @@ struct Sequencer {
     bool operator==(const Sequencer&) const = default;
 };
 
-// u32 ttl_ms, u32 lock_delay_ms, str name.
+// u32 ttl_ms, u32 lock_delay_ms, str name, str owner.
 struct CreateSession {
     uint32_t ttl_ms = 0;
     uint32_t lock_delay_ms = 0;
-    std::string name;  // for people: logs, the web UI
+    std::string name;   // for people: logs, the web UI
+    std::string owner;  // the identity that opened it, with auth on (docs/security-auth.md)
     bool operator==(const CreateSession&) const = default;
 };
 

@@ -31,6 +31,7 @@
 #include "shell/node.h"
 #include "shell/peer_http.h"
 #include "shell/service_manager.h"
+#include "shell/auth.h"
 #include "shell/tls.h"
 
 namespace {
@@ -412,7 +413,8 @@ int check_config(const std::string& path)
                     config.error().message().c_str());
         return 1;
     }
-    auto found = problems(config.value(), {host_problems, interface_problems, tls_problems});
+    auto found = problems(config.value(),
+                          {host_problems, interface_problems, tls_problems, auth_problems});
     if (auto loaded = load_replication_key(config.value(), path); !loaded.ok())
         found.push_back({"replication_key_file", loaded.error().message(),
                          "point it at the cell's key file (voltlockd init-cell writes one), "
@@ -459,6 +461,14 @@ int init_cell(const std::vector<std::string>& args)
     if (!plan.ok()) {
         std::fprintf(stderr, "voltlockd %s\n%s", plan.error().message().c_str(), init_cell_usage);
         return 2;
+    }
+    if (plan.value().auth) {
+        auto token = make_token();
+        if (!token.ok()) {
+            std::fprintf(stderr, "voltlockd init-cell: %s\n", token.error().message().c_str());
+            return 1;
+        }
+        plan.value().admin_token = token.value();
     }
     if (auto written = write_cell(plan.value()); !written.ok()) {
         std::fprintf(stderr, "voltlockd %s\n", written.error().message().c_str());
@@ -539,7 +549,8 @@ int main(int argc, char** argv)
     // An interface problem does not stop the replica: it runs without Electrode, saying why.
     const bool runs_here = flags.export_snapshot.empty() && flags.import_snapshot.empty();
     const auto found =
-        runs_here ? problems(config, {host_problems, tls_problems}) : problems(config, {});
+        runs_here ? problems(config, {host_problems, tls_problems, auth_problems})
+                  : problems(config, {});
     if (!found.empty()) {
         for (const auto& problem : found)
             std::fprintf(stderr, "%svoltlockd: %s: %s\n", error_line_prefix(),
@@ -592,6 +603,12 @@ int main(int argc, char** argv)
                     spdlog::error("r{}: SIGHUP: the TLS files are not loaded, the ones in use "
                                   "stay: {}",
                                   config.replica, reloaded.error().message());
+                if (auto reloaded = http.reload_auth(); !reloaded.ok())
+                    spdlog::error("r{}: SIGHUP: the auth files are not loaded, the ones in use "
+                                  "stay: {}",
+                                  config.replica, reloaded.error().message());
+                else if (config.auth())
+                    spdlog::info("r{}: SIGHUP: auth files reloaded", config.replica);
                 return;
             }
             spdlog::info("r{}: signal {}: stopping", config.replica, info.ssi_signo);

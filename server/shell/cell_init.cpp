@@ -1,5 +1,6 @@
 #include "shell/cell_init.h"
 
+#include "shell/auth.h"
 #include "shell/tls.h"
 #include "shell/replication_key.h"
 
@@ -40,6 +41,9 @@ const char* const init_cell_usage =
                          and key per replica for its address (rK.pem, rK-key.pem), made with
                          GnuTLS, and configs that use them
   --tls-days N           how long the certificates are valid (default 825 days)
+  --auth on|off          bearer-token auth on the API (default on): writes `tokens` (one
+                         user, admin, its token printed once and stored only as a SHA-256)
+                         and an empty `roles`, and configs that name them
   --config-dir DIR       where the configs and TLS files will live on the hosts (default
                          /etc/voltlock); the configs name the TLS files there
 )";
@@ -99,7 +103,7 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
     std::map<std::string, std::string> given;
     static const std::set<std::string> flags = {
         "--replicas", "--hosts",     "--out",       "--electrode", "--interface",
-        "--durability", "--udp-port", "--http-port", "--cluster-id", "--tls", "--tls-days",
+        "--durability", "--udp-port", "--http-port", "--cluster-id", "--tls", "--tls-days", "--auth",
         "--config-dir"};
     for (size_t i = 0; i < args.size(); i++) {
         std::string flag = args[i];
@@ -171,6 +175,12 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
             return flag_error("--tls", "must be on or off, not '" + tls + "'");
         plan.tls = tls == "on";
     }
+    if (given.contains("--auth")) {
+        const std::string& auth = given["--auth"];
+        if (auth != "on" && auth != "off")
+            return flag_error("--auth", "must be on or off, not '" + auth + "'");
+        plan.auth = auth == "on";
+    }
     if (given.contains("--tls-days")) {
         auto days = number("--tls-days", given["--tls-days"], 1, 36'500);
         if (!days.ok()) return days.error();
@@ -210,6 +220,10 @@ Result<std::vector<std::pair<std::string, std::string>>> cell_configs(const Cell
                        // Beside the config, wherever it is installed (docs/security.md).
                        {"replication_key_file", kCellKeyFile}};
         if (!plan.interface.empty()) config["interface"] = plan.interface;
+        if (plan.auth) {
+            config["auth_token_file"] = plan.config_dir + "/tokens";
+            config["auth_roles_file"] = plan.config_dir + "/roles";
+        }
         if (plan.tls) {
             const std::string dir = plan.config_dir + "/";
             config["tls_cert_file"] = dir + config_name(replica) + ".pem";
@@ -248,6 +262,16 @@ Result<std::vector<std::pair<std::string, std::string>>> cell_tls_files(const Ce
     return files;
 }
 
+std::vector<std::pair<std::string, std::string>> cell_auth_files(const CellPlan& plan)
+{
+    if (!plan.auth) return {};
+    return {{"tokens", "# user role[,role...] sha256-hex-of-token (docs/security-auth.md)\n"
+                       "admin admin " + hex(sha256(plan.admin_token)) + "\n"},
+            {"roles", "# role permission[,permission...] resource (docs/security-auth.md), e.g.\n"
+                      "# app-reader read,watch key:app/\n"
+                      "# app-worker lock lock:app/\n"}};
+}
+
 Result<Ok> write_cell(const CellPlan& plan)
 {
     auto configs = cell_configs(plan);
@@ -255,6 +279,7 @@ Result<Ok> write_cell(const CellPlan& plan)
     auto tls_files = cell_tls_files(plan);
     if (!tls_files.ok()) return tls_files.error();
     for (auto& file : tls_files.value()) configs.value().push_back(std::move(file));
+    for (auto& file : cell_auth_files(plan)) configs.value().push_back(std::move(file));
     namespace fs = std::filesystem;
     const fs::path out(plan.out_dir);
     std::vector<std::string> names;
@@ -278,7 +303,7 @@ Result<Ok> write_cell(const CellPlan& plan)
         const fs::path partial = out / (name + ".partial");
         std::ofstream stream(partial);
         // Keys are for their owner only; the rest as the umask says.
-        if (name.ends_with("-key.pem"))
+        if (name.ends_with("-key.pem") || name == "tokens")
             fs::permissions(partial, fs::perms::owner_read | fs::perms::owner_write,
                             fs::perm_options::replace, error);
         stream << text;
@@ -317,6 +342,12 @@ std::string cell_instructions(const CellPlan& plan, const std::string& electrode
                  << "    install -m 0640 -g voltlock " << (out / (name + "-key.pem")).string()
                  << " " << plan.config_dir << "/\n";
         }
+        if (plan.auth) {
+            const std::filesystem::path out(plan.out_dir);
+            text << "    install -m 0600 -o voltlock " << (out / "tokens").string() << " && "
+                 << "install -m 0644 " << (out / "roles").string() << " " << plan.config_dir
+                 << "/\n";
+        }
         if (plan.electrode == ElectrodeMode::on)
             text << "    mkdir -p /etc/systemd/system/voltlockd@" << name << ".service.d && cp "
                  << electrode_dropin_path << " /etc/systemd/system/voltlockd@" << name
@@ -338,6 +369,12 @@ std::string cell_instructions(const CellPlan& plan, const std::string& electrode
     if (plan.tls)
         text << "Clients trust ca.pem (--cacert). Keep ca-key.pem off the replicas, somewhere safe: it "
                 "signs new certificates (docs/security-tls.md, Rotating certificates).\n";
+    if (plan.auth)
+        text << "\nAuth is on. The admin token (shown once, stored only hashed in tokens; keep it "
+                "somewhere safe):\n  " << plan.admin_token << "\n"
+             << "Clients send it as `Authorization: Bearer <token>` (lockctl --token, "
+                "VOLTLOCK_TOKEN); add users to tokens and roles to roles, then SIGHUP every "
+                "replica (docs/security-auth.md).\n";
     return text.str();
 }
 

@@ -33,6 +33,11 @@ struct CellPlan {
     bool tls = true;
     unsigned tls_days = 825;
     std::string config_dir = "/etc/voltlock";  // where the configs say the TLS files are
+    // Auth on the API (docs/security-auth.md): a token file with one user, `admin`, whose token
+    // (admin_token, made by the caller: printed once, stored only hashed) has the admin role, and
+    // an empty roles file to add roles to.
+    bool auth = true;
+    std::string admin_token;
 };
 
 extern const char* const init_cell_usage;
@@ -49,7 +54,11 @@ Result<std::vector<std::pair<std::string, std::string>>> cell_configs(const Cell
 // rK-key.pem per replica. Empty with TLS off.
 Result<std::vector<std::pair<std::string, std::string>>> cell_tls_files(const CellPlan& plan);
 
-// Writes the configs (and the TLS files) into plan.out_dir (made if missing), keys readable by
+// The auth files, as (file name, text): `tokens` (the admin's hashed token) and `roles`. Empty
+// with auth off.
+std::vector<std::pair<std::string, std::string>> cell_auth_files(const CellPlan& plan);
+
+// Writes the configs (and the TLS and auth files) into plan.out_dir (made if missing), keys readable by
 // the owner only. Refuses, writing nothing, if any of the files exists already: a cell id is
 // never mixed into another cell's directory.
 Result<Ok> write_cell(const CellPlan& plan);

@@ -181,6 +181,8 @@ Result<DaemonConfig> parse_config_fields(const std::string& json_text)
     VL_TRY(reader.string("tls_ca_file", config.tls_ca_file, false));
     VL_TRY(reader.string("tls_client_ca_file", config.tls_client_ca_file, false));
     VL_TRY(reader.string("replication_key_file", config.replication_key_file, false));
+    VL_TRY(reader.string("auth_token_file", config.auth_token_file, false));
+    VL_TRY(reader.string("auth_roles_file", config.auth_roles_file, false));
 
     reader.mark_known("replicas");
     const auto replicas = json.find("replicas");

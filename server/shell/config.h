@@ -65,7 +65,14 @@ struct DaemonConfig {
     std::string tls_ca_file;         // PEM: the CA peers' certificates are checked against
     std::string tls_client_ca_file;  // PEM: set, every client must present a certificate of it
 
+    // Authentication and authorization (shell/auth.h, docs/security-auth.md): on when
+    // auth_token_file is set; off, every client may do everything.
+    std::string auth_token_file;  // `user role[,role] sha256-hex-of-token` lines, mode 0600
+    std::string auth_roles_file;  // `role permission[,permission] resource` lines
+
     bool tls() const { return !tls_cert_file.empty(); }
+    bool auth() const { return !auth_token_file.empty(); }
+
     // Authenticated replication (docs/security.md): the key file's path as written (relative:
     // to the config file's directory), and its keys as load_config() read them. No file: the
     // replication port trusts any datagram of the right cluster id, and the daemon says so.

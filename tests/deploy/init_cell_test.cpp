@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "shell/auth.h"
 #include "shell/cell_init.h"
 #include "shell/tls.h"
 
@@ -169,9 +170,10 @@ TEST_CASE("init-cell: writes the configs, and refuses a directory that has some,
         CHECK(parse_config(text.str()).ok());
     }
     // Three configs, the CA's certificate and key, each replica's certificate and key, and the
-    // cell's replication key, which every config names, readable by its owner only.
+    // cell's replication key, which every config names, readable by its owner only, and the
+    // auth files (tokens, roles).
     CHECK(std::distance(std::filesystem::directory_iterator(dir.path / "cell"),
-                        std::filesystem::directory_iterator()) == 3 + 2 + 3 * 2 + 1);
+                        std::filesystem::directory_iterator()) == 3 + 2 + 3 * 2 + 1 + 2);
     auto config = load_config((dir.path / "cell" / "r0.json").string());
     REQUIRE_MESSAGE(config.ok(), config.error().message());
     CHECK(config.value().replication_key_file == "cell.key");
@@ -251,7 +253,7 @@ TEST_CASE("init-cell: TLS on by default, a CA and a certificate per replica that
     CHECK(problems.front().line().find("is not trusted by tls_ca_file") != std::string::npos);
 
     auto plain = parse_init_cell(words("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out " +
-                                       out + "-plain --tls off"),
+                                       out + "-plain --tls off --auth off"),
                                  79);
     REQUIRE(plain.ok());
     REQUIRE(write_cell(plain.value()).ok());
@@ -261,4 +263,73 @@ TEST_CASE("init-cell: TLS on by default, a CA and a certificate per replica that
     CHECK(!load_config(out + "-plain/r0.json").value().tls());
     CHECK(refusal("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out d --tls maybe")
               .find("--tls: must be on or off") != std::string::npos);
+}
+
+TEST_CASE("init-cell: auth on by default, the admin's token stored only hashed, in a 0600 file")
+{
+    TempDir dir;
+    const std::string out = (dir.path / "cell").string();
+    auto plan = parse_init_cell(words("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out " +
+                                      out + " --config-dir " + out),
+                                80);
+    REQUIRE(plan.ok());
+    CHECK(plan.value().auth);
+    plan.value().admin_token = make_token().value();
+    REQUIRE(write_cell(plan.value()).ok());
+    const auto mode = std::filesystem::status(out + "/tokens").permissions();
+    CHECK((mode & std::filesystem::perms::all) ==
+          (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+    const DaemonConfig config = load_config(out + "/r0.json").value();
+    REQUIRE(config.auth());
+    CHECK(auth_problems(config).empty());
+    const auto tables = load_auth_tables(config);
+    REQUIRE(tables.ok());
+    const AuthUser* admin = tables.value()->user("admin");
+    REQUIRE(admin != nullptr);
+    CHECK(admin->token_hash == sha256(plan.value().admin_token));
+    CHECK(tables.value()->is_admin(admin->roles));
+    std::ifstream tokens(out + "/tokens");
+    std::stringstream text;
+    text << tokens.rdbuf();
+    CHECK(text.str().find(plan.value().admin_token) == std::string::npos);
+    CHECK(cell_instructions(plan.value(), "").find(plan.value().admin_token) != std::string::npos);
+
+    auto off = parse_init_cell(words("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out " +
+                                     out + "-off --auth off"),
+                               81);
+    REQUIRE(off.ok());
+    REQUIRE(write_cell(off.value()).ok());
+    CHECK(!std::filesystem::exists(out + "-off/tokens"));
+    CHECK(!load_config(out + "-off/r0.json").value().auth());
+    CHECK(refusal("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out d --auth maybe")
+              .find("--auth: must be on or off") != std::string::npos);
+}
+
+TEST_CASE("auth tables: grants cover names under their prefix, of their kind")
+{
+    const auto tables = parse_auth_tables("alice app-rw " + hex(sha256("t")) + "\nbob admin -\n",
+                                          "app-rw read,write key:app/\napp-rw lock lock:jobs/\n");
+    REQUIRE(tables.ok());
+    const auto& t = tables.value();
+    const std::vector<std::string> roles = t.user("alice")->roles;
+    CHECK(t.allows(roles, Permission::read, ResourceKind::key, "app/x"));
+    CHECK(t.allows(roles, Permission::write, ResourceKind::key, "app/"));
+    CHECK_FALSE(t.allows(roles, Permission::read, ResourceKind::key, "ap"));
+    CHECK_FALSE(t.allows(roles, Permission::read, ResourceKind::key, ""));
+    CHECK_FALSE(t.allows(roles, Permission::watch, ResourceKind::key, "app/x"));
+    CHECK_FALSE(t.allows(roles, Permission::read, ResourceKind::lock, "app/x"));
+    CHECK(t.allows(roles, Permission::lock, ResourceKind::lock, "jobs/1"));
+    CHECK(t.allows(t.user("bob")->roles, Permission::write, ResourceKind::barrier, "anything"));
+    CHECK_FALSE(t.user("bob")->token_hash.has_value());
+    for (const auto& [tokens, roles_text, problem] :
+         {std::tuple{"a nope " + hex(sha256("t")), "", "'nope' is not in auth_roles_file"},
+          std::tuple{std::string("a admin xyz"), "", "64 hex digits"},
+          std::tuple{std::string("a admin -\na admin -"), "", "user 'a' twice"},
+          std::tuple{std::string(""), "r fly key:a", "'fly' is not a permission"},
+          std::tuple{std::string(""), "r read table:a", "is not a resource"},
+          std::tuple{std::string(""), "r read", "want `role"}}) {
+        const auto parsed = parse_auth_tables(tokens, roles_text);
+        REQUIRE_FALSE(parsed.ok());
+        CHECK(parsed.error().message().find(problem) != std::string::npos);
+    }
 }

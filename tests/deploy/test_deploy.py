@@ -89,10 +89,10 @@ def init_cell(out, *extra):
 
 def loopback_cell(out, tls: bool = False):
     """Three configs for 127.0.0.1 by init-cell; returns their replicas list. tls: as init-cell
-    makes them by default, with the TLS files where they were written (the security tier runs
-    TLS cells; the unit's tests here speak plain HTTP)."""
+    makes them by default (TLS and auth), with the files where they were written (the security
+    tier runs TLS and auth cells; the unit's tests here speak plain HTTP without tokens)."""
     udp, http_base = free_port_bases(3)
-    tls_flags = ["--config-dir", str(out.resolve())] if tls else ["--tls", "off"]
+    tls_flags = ["--config-dir", str(out.resolve())] if tls else ["--tls", "off", "--auth", "off"]
     done = init_cell(out, "--replicas", "3", "--hosts", "127.0.0.1,127.0.0.1,127.0.0.1",
                      "--udp-port", str(udp), "--http-port", str(http_base), *tls_flags)
     assert done.returncode == 0, done.stderr

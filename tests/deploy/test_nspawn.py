@@ -276,7 +276,7 @@ def test_electrode_drop_in_grants_what_the_fast_paths_need_and_the_unit_alone_do
         c.sh(f"dpkg -i /mnt/voltlock/{deb.name}")
         # init-cell as installed: it names the drop-in where the package put it.
         printed = c.sh("voltlockd init-cell --replicas 3 --hosts 127.0.0.1,127.0.0.1,127.0.0.1 "
-                       "--electrode on --interface lo --tls off --out /root/cell").stdout
+                       "--electrode on --interface lo --tls off --auth off --out /root/cell").stdout
         assert "cp /usr/share/voltlock/electrode.conf /etc/systemd/system/voltlockd@r0.service.d/" \
             in printed, printed
         c.sh("""sed -i 's/"electrode": "on"/"electrode": "off"/' /root/cell/r2.json""")

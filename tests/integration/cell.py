@@ -88,7 +88,7 @@ class Cell:
                  keep_logs_on_error: bool = True, durability: str | None = None,
                  snapshot_every_ops: int | None = None,
                  snapshot_every_seconds: int | None = None, data_root: str | None = None,
-                 in_memory: bool = False, tls: str = "off"):
+                 in_memory: bool = False, tls: str = "off", auth: str = "off"):
         """start=False builds the network only (no daemon), for testing the rig itself.
         Every replica has a data dir unless in_memory; data_root puts replica i's at
         data_root/r<i> (a small tmpfs, say) instead of in the cell's state dir."""
@@ -109,6 +109,7 @@ class Cell:
         self.data_root = data_root
         self.in_memory = in_memory
         self.tls = tls  # on, off, mtls (scripts/cell up --tls)
+        self.auth = auth  # on, off (scripts/cell up --auth)
         self._endpoints: dict | None = None
         self._leader: int | None = None
         self._is_up = False
@@ -156,6 +157,8 @@ class Cell:
             args.append("--in-memory")
         if self.tls != "off":
             args += ["--tls", self.tls]
+        if self.auth != "off":
+            args += ["--auth", self.auth]
         if not self.start_daemons:
             args.append("--no-start")
         self._is_up = True

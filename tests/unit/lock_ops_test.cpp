@@ -52,6 +52,7 @@ std::vector<LockOp> sample_ops()
     return {
         CreateSession{.ttl_ms = 12'000, .lock_delay_ms = 5'000, .name = "worker-7"},
         CreateSession{.ttl_ms = kMinTtlMs, .lock_delay_ms = 0, .name = ""},
+        CreateSession{.ttl_ms = 12'000, .lock_delay_ms = 0, .name = "w", .owner = "alice"},
         KeepAlive{.session = 0x0102030405060708},
         CloseSession{.session = 9},
         ExpireSession{.session = 9, .lease_epoch = 77, .reason = ExpireReason::lease_expired},

@@ -303,17 +303,46 @@ TEST_CASE("snapshot: map keys out of order or twice, and a wrong magic, are refu
         CHECK_FALSE(target.restore(edited));
     }
     Bytes wrong_magic = snapshot;
-    wrong_magic[3] = '2';  // "VLM2"
+    wrong_magic[3] = '3';  // "VLM3"
     CHECK_FALSE(target.restore(wrong_magic));
     CHECK(target.restore(snapshot));
 }
 
-TEST_CASE("snapshot: 'VLM1', then the state's fields in order, little-endian")
+TEST_CASE("snapshot: 'VLM2', then the state's fields in order, little-endian")
 {
     const Bytes snapshot = LockMachine(kConfig).snapshot();
     // magic, four u64 counters, four empty maps, an empty history, compacted_revision.
     CHECK(snapshot.size() == 4 + 4 * 8 + 4 * 4 + 4 + 8);
-    CHECK(snapshot.substr(0, 4) == "VLM1");
+    CHECK(snapshot.substr(0, 4) == "VLM2");
+}
+
+TEST_CASE("snapshot: a session's owner round-trips, and a 'VLM1' snapshot (no owners) restores")
+{
+    LockMachine source(kConfig);
+    Driver d(source);
+    const OpResult created =
+        d.run(CreateSession{.ttl_ms = 10'000, .lock_delay_ms = 0, .name = "s", .owner = "alice"});
+    const SessionId owned = std::get<CreateSessionResult>(created).session;
+    LockMachine target(kConfig);
+    REQUIRE(target.restore(source.snapshot()));
+    CHECK(target.state().sessions.at(owned).owner == "alice");
+    CHECK(target.state_digest() == source.state_digest());
+
+    // The same state as a replica before owners wrote it: magic VLM1, no owner field.
+    LockMachine unowned(kConfig);
+    Driver u(unowned);
+    const SessionId id = u.session();
+    Bytes old = unowned.snapshot();
+    const size_t name = old.find(Bytes("\x01\x00\x00\x00s", 5));
+    REQUIRE(name != Bytes::npos);
+    const size_t owner = name + 5 + 4 + 4 + 8 + 8 + 8;  // after ttl, delay, epoch, deadline, created
+    REQUIRE(old.substr(owner, 4) == Bytes(4, '\0'));
+    old.erase(owner, 4);
+    old[3] = '1';
+    LockMachine restored(kConfig);
+    REQUIRE(restored.restore(old));
+    CHECK(restored.state().sessions.at(id).owner.empty());
+    CHECK(restored.state_digest() == unowned.state_digest());
 }
 
 // ---- RegisterMachine ---------------------------------------------------------------------------

@@ -11,8 +11,28 @@ export class ApiError extends Error {
   }
 }
 
+// With auth on (docs/security-auth.md) the bearer token the login page took: kept in this tab's
+// sessionStorage (gone when the tab closes) and sent as a header, never in a URL.
+const TOKEN_KEY = 'voltlock-token';
+
+export function setToken(token) {
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+function withToken(headers) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  return headers;
+}
+
+// A 401: the shell shows the login page (app.js), saying why.
+function unauthenticated(message) {
+  window.dispatchEvent(new CustomEvent('voltlock-unauthenticated', { detail: message }));
+}
+
 export async function api(method, path, body, { timeoutMs = 15000 } = {}) {
-  const init = { method, headers: { Accept: 'application/json' }, signal: AbortSignal.timeout(timeoutMs) };
+  const init = { method, headers: withToken({ Accept: 'application/json' }), signal: AbortSignal.timeout(timeoutMs) };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
@@ -35,6 +55,7 @@ export async function api(method, path, body, { timeoutMs = 15000 } = {}) {
   } catch {
     json = { code: 'bad_answer', message: text.slice(0, 200) };
   }
+  if (response.status === 401) unauthenticated(json.message);
   if (!response.ok) throw new ApiError(response.status, json);
   return json;
 }
@@ -83,8 +104,13 @@ export function watch(key, { prefix = false, startRevision, spaces } = {}, onEve
     if (nextRevision) params.set('start_revision', String(nextRevision));
     if (spaces) params.set('spaces', spaces);
     const response = await fetch(`/v1/watch/${namePath(key)}?${params}`, {
-      signal: controller.signal, headers: { Accept: 'text/event-stream' },
+      signal: controller.signal, headers: withToken({ Accept: 'text/event-stream' }),
     });
+    if (response.status === 401) {
+      unauthenticated((await response.json()).message);
+      closed = true;
+      return;
+    }
     if (response.status === 410) {
       const body = await response.json();
       onState({ state: 'compacted', oldest: body.details.oldest_revision });

@@ -87,7 +87,9 @@ typedef enum vl_status {
     VL_ERR_NOT_LEADER = 44,
     VL_ERR_WAIT_OUTCOME_UNKNOWN = 45,
     VL_ERR_NOT_READY = 46,
-    VL_ERR_SERVER_OTHER = 47 /* a code this library does not know; the text says which */
+    VL_ERR_SERVER_OTHER = 47, /* a code this library does not know; the text says which */
+    VL_ERR_UNAUTHENTICATED = 48,   /* 401: no token (or certificate), or one the cell does not know */
+    VL_ERR_PERMISSION_DENIED = 49  /* 403: the identity lacks the permission (the text says which) */
 } vl_status;
 
 /* The stable name of a status: "ok", "key_not_found", "timeout", ... (static storage). */
@@ -112,6 +114,9 @@ typedef struct vl_client_options {
     const char *cacert_file; /* PEM: the cell's CA */
     const char *cert_file;   /* PEM: a client certificate, for a cell that requires one */
     const char *key_file;    /* PEM: its key (unencrypted) */
+    /* A bearer token for a cell with auth on (docs/security-auth.md), sent as
+     * `Authorization: Bearer`. NULL: $VOLTLOCK_TOKEN, else none. */
+    const char *token;
 } vl_client_options;
 
 /* Fills in the defaults. opts may also be NULL wherever options are taken. */

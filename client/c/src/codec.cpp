@@ -53,6 +53,8 @@ constexpr std::array kNames{
     CodeName{VL_ERR_WAIT_OUTCOME_UNKNOWN, "wait_outcome_unknown"},
     CodeName{VL_ERR_NOT_READY, "not_ready"},
     CodeName{VL_ERR_SERVER_OTHER, "server_other"},
+    CodeName{VL_ERR_UNAUTHENTICATED, "unauthenticated"},
+    CodeName{VL_ERR_PERMISSION_DENIED, "permission_denied"},
 };
 
 constexpr std::string_view kBase64Alphabet =

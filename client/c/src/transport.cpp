@@ -157,6 +157,7 @@ std::unique_ptr<httplib::Client> Transport::checkout(size_t index)
         if (SSL_CTX* context = client->ssl_context())
             SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION);
     }
+    if (!options_.token.empty()) client->set_bearer_token_auth(options_.token);
     client->set_keep_alive(true);
     client->set_tcp_nodelay(true);  // headers and body are separate writes (docs/api.md)
     client->set_url_encode(false);  // paths come encoded from the codec

@@ -77,6 +77,7 @@ struct TransportOptions {
     std::string cacert_file;
     std::string cert_file;
     std::string key_file;
+    std::string token;  // empty: no Authorization header
 };
 
 class Transport {

@@ -332,7 +332,7 @@ const char* vl_status_name(vl_status status) { return status_name(status); }
 
 void vl_client_options_init(vl_client_options* opts)
 {
-    if (opts) *opts = vl_client_options{2000, 10000, 0, nullptr, nullptr, nullptr};
+    if (opts) *opts = vl_client_options{2000, 10000, 0, nullptr, nullptr, nullptr, nullptr};
 }
 
 vl_status vl_client_open(const char* endpoints, const vl_client_options* opts, char* errstr_out,
@@ -371,6 +371,7 @@ vl_status vl_client_open(const char* endpoints, const vl_client_options* opts, c
         options.cacert_file = file(o.cacert_file, "VOLTLOCK_CACERT");
         options.cert_file = file(o.cert_file, "VOLTLOCK_CERT");
         options.key_file = file(o.key_file, "VOLTLOCK_KEY");
+        options.token = file(o.token, "VOLTLOCK_TOKEN");
         if (!options.key_file.empty() && options.cert_file.empty())
             return report(VL_ERR_INVALID_ARGUMENT, "key_file without cert_file");
         *out = new vl_client(std::move(*parsed), options);

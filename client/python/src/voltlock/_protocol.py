@@ -314,8 +314,11 @@ class Protocol:
     def __init__(self, endpoints: Sequence[str], *, timeout: float = 10.0,
                  connect_timeout: float = 1.0, attempt_timeout: float = 3.0,
                  clock: Callable[[], float] = time.monotonic,
-                 rng: Optional[random.Random] = None) -> None:
+                 rng: Optional[random.Random] = None, token: Optional[str] = None) -> None:
         self.router = Router(endpoints)
+        # Sent as `Authorization: Bearer` on every request, never in a URL.
+        self.auth_headers: Tuple[Tuple[str, str], ...] = (
+            (("Authorization", f"Bearer {token}"),) if token else ())
         self.identities = IdentityPool(rng)
         self.timeout = check_seconds(timeout, "timeout") or 0.0
         self.attempt_timeout = check_seconds(attempt_timeout, "attempt_timeout") or 0.0
@@ -334,7 +337,7 @@ class Protocol:
         idempotency pair, so it applies at most once) until the budget is spent."""
         deadline = self.clock() + call.budget
         identity = self.identities.take() if call.write else None
-        headers: List[Tuple[str, str]] = [("Accept", "application/json")]
+        headers: List[Tuple[str, str]] = [("Accept", "application/json"), *self.auth_headers]
         body = None
         if call.body is not None:
             body = json.dumps(call.body, separators=(",", ":")).encode("utf-8")
@@ -728,7 +731,7 @@ class WatchStream:
             query["start_revision"] = str(self.next_revision)
         self._endpoint = self._protocol.router.current()
         return Attempt(self._endpoint, "GET", quote_target(self._path, query),
-                       (("Accept", "text/event-stream"),), None,
+                       (("Accept", "text/event-stream"), *self._protocol.auth_headers), None,
                        connect_timeout=self._protocol.connect_timeout,
                        read_timeout=WATCH_READ_TIMEOUT, stream=True)
 

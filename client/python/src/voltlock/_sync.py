@@ -190,16 +190,21 @@ class Client:
     https:// endpoints: ``cacert`` (the cell CA's PEM file; default the system's CAs),
     ``cert`` and ``key`` (a client certificate, for a cell that requires one), or a whole
     ``ssl_context``; unset, ``VOLTLOCK_CACERT``, ``VOLTLOCK_CERT``, ``VOLTLOCK_KEY``.
+    ``token``: a bearer token for a cell with auth on (docs/security-auth.md), sent as
+    ``Authorization: Bearer``; unset, ``VOLTLOCK_TOKEN``.
     """
 
     def __init__(self, endpoints: Optional[Sequence[str]] = None, *, timeout: float = 10.0,
                  connect_timeout: float = 1.0, attempt_timeout: float = 3.0,
                  cacert: Optional[str] = None, cert: Optional[str] = None,
                  key: Optional[str] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 token: Optional[str] = None) -> None:
         self._protocol = p.Protocol(endpoints_from_env(endpoints), timeout=timeout,
                                     connect_timeout=connect_timeout,
-                                    attempt_timeout=attempt_timeout)
+                                    attempt_timeout=attempt_timeout,
+                                    token=token if token is not None
+                                    else os.environ.get("VOLTLOCK_TOKEN") or None)
         self._transport = HttpTransport(client_context(
             self._protocol.router.endpoints, ssl_context=ssl_context, cacert=cacert, cert=cert,
             key=key))

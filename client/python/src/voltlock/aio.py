@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import ssl
 from typing import (Any, AsyncIterator, Callable, Deque, Dict, List, Optional, Sequence,
                     Tuple, TypeVar, Union)
@@ -191,16 +192,19 @@ class AsyncTransport:
 
 class Client:
     """An asyncio client of one Voltlock cell: :class:`voltlock.Client` with ``await``.
-    One per event loop. TLS options as :class:`voltlock.Client`'s."""
+    One per event loop. TLS and ``token`` options as :class:`voltlock.Client`'s."""
 
     def __init__(self, endpoints: Optional[Sequence[str]] = None, *, timeout: float = 10.0,
                  connect_timeout: float = 1.0, attempt_timeout: float = 3.0,
                  cacert: Optional[str] = None, cert: Optional[str] = None,
                  key: Optional[str] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 token: Optional[str] = None) -> None:
         self._protocol = p.Protocol(endpoints_from_env(endpoints), timeout=timeout,
                                     connect_timeout=connect_timeout,
-                                    attempt_timeout=attempt_timeout)
+                                    attempt_timeout=attempt_timeout,
+                                    token=token if token is not None
+                                    else os.environ.get("VOLTLOCK_TOKEN") or None)
         self._transport = AsyncTransport(client_context(
             self._protocol.router.endpoints, ssl_context=ssl_context, cacert=cacert, cert=cert,
             key=key))

@@ -168,6 +168,21 @@ class NotLockService(Error):
     code = "not_lock_service"
 
 
+# --- 401, 403: auth (docs/security-auth.md) ---
+class Unauthenticated(Error):
+    """No credentials, or a token the cell does not know (revoked or mistyped): pass
+    ``token=`` (or set ``VOLTLOCK_TOKEN``)."""
+
+    code = "unauthenticated"
+
+
+class PermissionDenied(Error):
+    """The identity's roles lack the permission on that name; ``details`` says which
+    (``permission``, ``resource``, ``prefix``), or the session belongs to another identity."""
+
+    code = "permission_denied"
+
+
 # --- 503 (and the SDK's own: no replica answered in time) ---
 class Unavailable(Error):
     """No replica could answer in time (no leader with a quorum, or none reachable). For a write
@@ -190,7 +205,8 @@ __all__ = ["Error", "BadRequest", "BadJson", "UnknownField", "InvalidArgument", 
            "Conflict", "CasMismatch", "SequencerInvalid", "LockBusy", "BarrierNotReady",
            "ModeConflict", "NotHeld", "NotMember", "CountMismatch", "BarrierInUse",
            "WaitWithdrawn", "RequestNumberReused", "RequestNumberStale", "Compacted", "TooLarge",
-           "NotLockService", "Unavailable", "NotLeader", "WaitOutcomeUnknown"]
+           "NotLockService", "Unauthenticated", "PermissionDenied", "Unavailable", "NotLeader",
+           "WaitOutcomeUnknown"]
 
 ERROR_CLASSES: Dict[str, Type[Error]] = {
     cls.code: cls
@@ -198,6 +214,7 @@ ERROR_CLASSES: Dict[str, Type[Error]] = {
                 BarrierNotFound, WaitTimedOut, CasMismatch, SequencerInvalid, LockBusy,
                 BarrierNotReady, ModeConflict, NotHeld, NotMember, CountMismatch, BarrierInUse,
                 WaitWithdrawn, RequestNumberReused, RequestNumberStale, Compacted, TooLarge,
+                Unauthenticated, PermissionDenied,
                 NotLockService, Unavailable, NotLeader, WaitOutcomeUnknown)
 }
 ERROR_CLASSES["malformed"] = BadRequest

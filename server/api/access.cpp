@@ -1,0 +1,158 @@
+#include "api/access.h"
+
+#include "api/leader_path.h"
+
+namespace voltlock::api {
+
+namespace {
+
+ApiError unauthenticated(std::string message)
+{
+    return ApiError{401, "unauthenticated", std::move(message), Json::object()};
+}
+
+ApiError permission_denied(const Identity& who, Permission permission, std::string what,
+                           const std::string& prefix)
+{
+    return ApiError{403, "permission_denied",
+                    "user '" + who.user + "' lacks the " + permission_name(permission) +
+                        " permission on " + what + " '" + prefix +
+                        "': grant it to one of its roles in auth_roles_file",
+                    Json{{"permission", permission_name(permission)},
+                         {"resource", std::move(what)},
+                         {"prefix", prefix},
+                         {"user", who.user}}};
+}
+
+// Compares every byte whatever the first difference: the time says nothing of the hash.
+bool same_hash(const TokenHash& a, const TokenHash& b)
+{
+    uint8_t difference = 0;
+    for (size_t i = 0; i < a.size(); i++) difference = static_cast<uint8_t>(difference | (a[i] ^ b[i]));
+    return difference == 0;
+}
+
+struct Need {
+    enum class What { nothing, identity, resource, peer } what = What::identity;
+    Permission permission = Permission::read;
+    std::vector<ResourceKind> kinds;
+    std::string name;
+};
+
+// What each endpoint (the router's names) needs.
+Need need_of(const Call& call)
+{
+    using What = Need::What;
+    const std::string& e = call.endpoint;
+    const std::string name = call.match(1);
+    if (e == "/healthz" || e == "/readyz" || e == "/ui") return Need{What::nothing, {}, {}, {}};
+    if (e == "/v1/internal/snapshot") return Need{What::peer, Permission::admin, {}, {}};
+    if (e == "/v1/locks/{name}:acquire" || e == "/v1/locks/{name}:release")
+        return Need{What::resource, Permission::lock, {ResourceKind::lock}, name};
+    if (e == "/v1/barriers/{name}:enter" || e == "/v1/barriers/{name}:leave")
+        return Need{What::resource, Permission::lock, {ResourceKind::barrier}, name};
+    if (e == "/v1/locks/{name}" || e == "/v1/locks")
+        return Need{What::resource, Permission::read, {ResourceKind::lock}, name};
+    if (e == "/v1/barriers/{name}" || e == "/v1/barriers")
+        return Need{What::resource, Permission::read, {ResourceKind::barrier}, name};
+    if (e == "/v1/kv/{key}")
+        return Need{What::resource, call.method == "GET" || call.method == "HEAD"
+                                        ? Permission::read
+                                        : Permission::write,
+                    {ResourceKind::key}, name};
+    if (e == "/v1/watch/{key}") {
+        // A watch of locks, sessions or barriers sees every one of them.
+        const auto spaces = call.param("spaces");
+        if (spaces && *spaces != "kv")
+            return Need{What::resource, Permission::watch,
+                        {ResourceKind::key, ResourceKind::lock, ResourceKind::barrier}, ""};
+        return Need{What::resource, Permission::watch, {ResourceKind::key}, name};
+    }
+    return Need{What::identity, {}, {}, {}};
+}
+
+}  // namespace
+
+Access::Access(const DaemonConfig& config) : config_(config), on_(config.auth()) {}
+
+Result<Ok> Access::load()
+{
+    if (!on_) return Ok{};
+    auto loaded = load_auth_tables(config_);
+    if (!loaded.ok()) return loaded.error();
+    auto tables = std::make_shared<const AuthTables>(std::move(*loaded.value()));
+    std::lock_guard lock(mutex_);
+    tables_ = std::move(tables);
+    return Ok{};
+}
+
+Result<Identity> Access::identify(const Call& call, const AuthTables& tables) const
+{
+    if (const auto authorization = call.header("Authorization")) {
+        constexpr std::string_view scheme = "Bearer ";
+        if (authorization->size() <= scheme.size() ||
+            !std::equal(scheme.begin(), scheme.end(), authorization->begin(),
+                        [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
+            return Error{0, "the Authorization header is not `Bearer <token>`"};
+        const TokenHash presented = sha256(std::string_view(*authorization).substr(scheme.size()));
+        const AuthUser* matched = nullptr;
+        for (const AuthUser& user : tables.users)
+            if (user.token_hash && same_hash(*user.token_hash, presented) && !matched)
+                matched = &user;
+        if (!matched) return Error{0, "the token is not known (revoked, or mistyped)"};
+        return Identity{matched->name, matched->roles, false};
+    }
+    if (call.exchange && call.exchange->client_certificate_cn) {
+        const std::string& cn = *call.exchange->client_certificate_cn;
+        for (size_t replica = 0; replica < config_.replicas.size(); replica++)
+            if (cn == "voltlock cell " + std::to_string(config_.cluster_id) + " r" +
+                          std::to_string(replica))
+                return Identity{cn, {}, true};
+        if (const AuthUser* user = tables.user(cn)) return Identity{cn, user->roles, false};
+        return Identity{cn, {}, false};
+    }
+    return Error{0, "this endpoint needs credentials: send `Authorization: Bearer <token>` (or "
+                    "a TLS client certificate)"};
+}
+
+std::optional<ApiError> Access::check(Call& call) const
+{
+    if (!on_) return std::nullopt;
+    const Need need = need_of(call);
+    if (need.what == Need::What::nothing) return std::nullopt;
+    std::shared_ptr<const AuthTables> tables;
+    {
+        std::lock_guard lock(mutex_);
+        tables = tables_;
+    }
+    auto identity = identify(call, *tables);
+    if (!identity.ok()) return unauthenticated(identity.error().message());
+    const Identity& who = identity.value();
+    call.user = who.user;
+    call.admin = who.peer || tables->is_admin(who.roles);
+    if (who.peer) {
+        // A peer forwards what it already checked; the client it forwards for owns what the
+        // request creates.
+        call.user = call.header(kOnBehalfOfHeader).value_or("");
+        return std::nullopt;
+    }
+    switch (need.what) {
+    case Need::What::nothing:
+    case Need::What::identity: return std::nullopt;
+    case Need::What::peer:
+        if (call.admin) return std::nullopt;
+        return ApiError{403, "permission_denied",
+                        "only the cell's replicas (by their TLS client certificate) and the admin "
+                        "role may fetch snapshots",
+                        Json{{"permission", "admin"}, {"user", who.user}}};
+    case Need::What::resource:
+        for (ResourceKind kind : need.kinds)
+            if (!tables->allows(who.roles, need.permission, kind, need.name))
+                return permission_denied(who, need.permission, resource_kind_name(kind),
+                                         need.name);
+        return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+}  // namespace voltlock::api
