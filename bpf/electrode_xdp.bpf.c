@@ -1,11 +1,13 @@
 /* XDP ingress: Electrode's fast acknowledge (follower, NSDI '23 §4.2, §6) and the counting half
  * of wait-on-quorum (leader, §4.3), in one program that dispatches on the message type.
  *
- *   Prepare    -> validate, verify the MAC (drop a forged one), parse; if the state allows, append the whole datagram to
- *                 the ring buffer, advance the kernel's last op, rewrite the frame in place into
- *                 PrepareOK(view, op) and XDP_TX it. Retransmissions are acknowledged again.
- *   PrepareOK  -> validate, verify the MAC (drop a forged one); record the follower's highest ack; count it in the quorum
- *                 slot; pass up only the ack that completes the quorum, marked VL_FLAG_QUORUM.
+ *   Prepare    -> validate, verify the MAC (drop a forged one), parse; if the state allows,
+ *                 append the whole datagram to the ring buffer, advance the kernel's last op,
+ *                 rewrite the frame in place into PrepareOK(view, op) and XDP_TX it.
+ *                 Retransmissions are acknowledged again.
+ *   PrepareOK  -> validate, verify the MAC (drop a forged one); record the follower's highest
+ *                 ack; count it in the quorum slot; pass up only the ack that completes the
+ *                 quorum, marked VL_FLAG_QUORUM.
  *   anything else, or anything unexpected -> XDP_PASS, counted.
  *
  * The decisions are fast_path.h's; this file adds packet access, maps, locks and the ring.

@@ -513,7 +513,8 @@ int cmd_put(Context& ctx)
 {
     const Args& args = ctx.args();
     allow_flags(args, {"--prev-revision", "--lease", "--sequencer"}, "put");
-    expect_words(args, 3, 3, "put KEY VALUE [--prev-revision N] [--lease SESSION] [--sequencer SEQ]");
+    expect_words(args, 3, 3,
+                 "put KEY VALUE [--prev-revision N] [--lease SESSION] [--sequencer SEQ]");
     const std::string value = read_value(args.words[2]);
     vl_put_options options{};
     if (auto rev = args.get("--prev-revision")) {
@@ -527,8 +528,9 @@ int cmd_put(Context& ctx)
         options.sequencer = seq.get();
     }
     vl_put_result result{};
-    check(vl_put(ctx.client(), args.words[1].c_str(), value.data(), value.size(), &options, &result),
-          ctx.client());
+    check(
+        vl_put(ctx.client(), args.words[1].c_str(), value.data(), value.size(), &options, &result),
+        ctx.client());
     const Json document{{"revision", result.revision},
                         {"prev_mod_revision", result.prev_mod_revision},
                         {"create_revision", result.create_revision},
@@ -869,8 +871,9 @@ int cmd_barrier(Context& ctx)
     if (count < 1 || count > 1024) throw UsageError{"--count must be 1 to 1024"};
     const uint32_t wait = duration_flag(args, "--wait", 30000);
     ScopedSession session(ctx, duration_flag(args, "--ttl", 10000));
-    check(vl_barrier_enter(session.get(), args.words[1].c_str(), static_cast<uint32_t>(count), wait),
-          session.get());
+    check(
+        vl_barrier_enter(session.get(), args.words[1].c_str(), static_cast<uint32_t>(count), wait),
+        session.get());
     check(vl_barrier_leave(session.get(), args.words[1].c_str(), wait),
           session.get());
     if (ctx.format() == Format::json) print_json({{"barrier", args.words[1]}, {"passed", true}});
@@ -878,7 +881,7 @@ int cmd_barrier(Context& ctx)
     return kExitOk;
 }
 
-// ---- Sessions, sequencers ------------------------------------------------------------------------
+// ---- Sessions, sequencers ---------------------------------------------------------------------
 
 void print_info(Context& ctx, const std::string& path)
 {
@@ -998,7 +1001,8 @@ int cmd_member(Context& ctx)
 {
     const Args& args = ctx.args();
     allow_flags(args, {}, "member list");
-    if (args.words.size() != 2 || args.words[1] != "list") throw UsageError{"usage: lockctl member list"};
+    if (args.words.size() != 2 || args.words[1] != "list")
+        throw UsageError{"usage: lockctl member list"};
     const Json cluster = info(ctx, "/v1/cluster", -1);
     if (ctx.format() == Format::json) {
         print_json({{"members", cluster["members"]}, {"leader", cluster["leader"]},
@@ -1024,7 +1028,8 @@ int cmd_endpoint(Context& ctx)
     const Args& args = ctx.args();
     allow_flags(args, {}, "endpoint");
     const std::string sub = args.words.size() == 2 ? args.words[1] : "";
-    if (sub != "status" && sub != "health") throw UsageError{"usage: lockctl endpoint status|health"};
+    if (sub != "status" && sub != "health")
+        throw UsageError{"usage: lockctl endpoint status|health"};
     vl_client* c = ctx.client();
     int worst = kExitOk;
     std::vector<Json> documents;
@@ -1141,8 +1146,10 @@ _lockctl() {
     local cur prev words
     cur="${COMP_WORDS[COMP_CWORD]}"
     prev="${COMP_WORDS[COMP_CWORD-1]}"
-    local commands="put set get del watch lock elect barrier session sequencer member endpoint status snapshot version completion"
-    local globals="--endpoints --dial-timeout --command-timeout --cacert --cert --key --token --user -w --write-out --help"
+    local commands="put set get del watch lock elect barrier session sequencer member endpoint"
+    commands+=" status snapshot version completion"
+    local globals="--endpoints --dial-timeout --command-timeout --cacert --cert --key --token"
+    globals+=" --user -w --write-out --help"
     case "$prev" in
         -w|--write-out) COMPREPLY=($(compgen -W "simple json table" -- "$cur")); return ;;
         session) COMPREPLY=($(compgen -W "grant keepalive revoke list get" -- "$cur")); return ;;
@@ -1154,7 +1161,9 @@ _lockctl() {
         completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")); return ;;
     esac
     if [[ "$cur" == -* ]]; then
-        local flags="$globals --prefix --limit --rev-only --consistency --prev-revision --lease --sequencer --rev --shared --ttl --wait --kill-grace --listen --count --once --name"
+        local flags="$globals --prefix --limit --rev-only --consistency --prev-revision --lease"
+        flags+=" --sequencer --rev --shared --ttl --wait --kill-grace --listen --count --once"
+        flags+=" --name"
         COMPREPLY=($(compgen -W "$flags" -- "$cur"))
     elif [[ $COMP_CWORD -eq 1 ]]; then
         COMPREPLY=($(compgen -W "$commands" -- "$cur"))
@@ -1229,7 +1238,8 @@ _lockctl() {
                          '--ttl[session TTL]:duration:') ;;
         session) flags+=('--ttl[session TTL]:duration:' '--name[session name]:name:'
                          '--once[one keepalive]')
-                 (( CURRENT == 2 )) && { _values 'session command' grant keepalive revoke list get; return }
+                 (( CURRENT == 2 )) &&
+                     { _values 'session command' grant keepalive revoke list get; return }
                  ;;
         sequencer) (( CURRENT == 2 )) && { _values 'sequencer command' check; return } ;;
         member) (( CURRENT == 2 )) && { _values 'member command' list; return } ;;

@@ -28,7 +28,8 @@ ApiError permission_denied(const Identity& who, Permission permission, std::stri
 bool same_hash(const TokenHash& a, const TokenHash& b)
 {
     uint8_t difference = 0;
-    for (size_t i = 0; i < a.size(); i++) difference = static_cast<uint8_t>(difference | (a[i] ^ b[i]));
+    for (size_t i = 0; i < a.size(); i++)
+        difference = static_cast<uint8_t>(difference | (a[i] ^ b[i]));
     return difference == 0;
 }
 

@@ -254,7 +254,8 @@ void HttpApi::install_routes()
     // Names and keys may contain '/' and ':' (the patterns are greedy and anchored), and any other
     // character: [\s\S], not '.', which does not match '\r' or '\n' (those names are then 400).
     auto add = [this](const char* method, const char* pattern, const char* endpoint,
-                      std::vector<std::string> params, std::function<void(const CallPtr&)> handler) {
+                      std::vector<std::string> params,
+                      std::function<void(const CallPtr&)> handler) {
         router_.add(method, pattern, endpoint, std::move(params), Where::loop,
                     [this, handler = std::move(handler)](const CallPtr& call) {
                         if (!machine_)
@@ -271,7 +272,8 @@ void HttpApi::install_routes()
         [this](auto& c) { keep_alive(c); });
     add("DELETE", R"(/v1/sessions/([^/]+))", "/v1/sessions/{id}", {},
         [this](auto& c) { close_session(c); });
-    add("GET", "/v1/sessions", "/v1/sessions", {"stale"}, [this](auto& c) { get_sessions(c, false); });
+    add("GET", "/v1/sessions", "/v1/sessions", {"stale"},
+        [this](auto& c) { get_sessions(c, false); });
     add("GET", R"(/v1/sessions/([^/]+))", "/v1/sessions/{id}", {"stale"},
         [this](auto& c) { get_sessions(c, true); });
 
@@ -418,7 +420,8 @@ void HttpApi::read_at_leader(const CallPtr& call, std::function<Json()> snapshot
             case Proposed::Kind::stale:
                 return call->fail(stale_request_error(identity, proposed.latest));
             case Proposed::Kind::timed_out:
-                return call->fail(unavailable("the read could not be confirmed by a quorum in time"));
+                return call->fail(
+                    unavailable("the read could not be confirmed by a quorum in time"));
             case Proposed::Kind::committed:
                 return send_snapshot(*call, proposed.snapshot);
             }
@@ -529,31 +532,30 @@ void HttpApi::keep_alive(const CallPtr& call)
                   {"lease_deadline_ms", renewal.deadline_ms},
                   {"lease_epoch", renewal.lease_epoch}, {"replicated", false}};
         if (!renewal.replicate) return call->answer_json(200, body);
-        leader_.propose(at.identity, encode_op(KeepAlive{.session = id}), at.until, {},
-                        [call, body, not_leader, identity = at.identity](Proposed proposed) mutable {
-            switch (proposed.kind) {
-            case Proposed::Kind::not_leader:
-                return not_leader();
-            case Proposed::Kind::stale:
-                return call->fail(stale_request_error(identity, proposed.latest));
-            case Proposed::Kind::timed_out:
-                return call->fail(unavailable("the keepalive was not committed in time"));
-            case Proposed::Kind::committed:
-                break;
-            }
-            auto decoded = decode_result(proposed.result);
-            if (!decoded.ok())
-                return call->fail(ApiError{500, "internal", "the result did not decode",
-                                           Json::object()});
-            if (const auto* error = std::get_if<OpError>(&decoded.value()))
-                return call->fail(op_error(*error));
-            if (const auto* renewed = std::get_if<KeepAliveResult>(&decoded.value())) {
-                body["lease_epoch"] = renewed->lease_epoch;
-                body["revision"] = renewed->revision;
-            }
-            body["replicated"] = true;
-            call->answer_json(200, body);
-        });
+        leader_.propose(
+            at.identity, encode_op(KeepAlive{.session = id}), at.until, {},
+            [call, body, not_leader, identity = at.identity](Proposed proposed) mutable {
+                switch (proposed.kind) {
+                case Proposed::Kind::not_leader: return not_leader();
+                case Proposed::Kind::stale:
+                    return call->fail(stale_request_error(identity, proposed.latest));
+                case Proposed::Kind::timed_out:
+                    return call->fail(unavailable("the keepalive was not committed in time"));
+                case Proposed::Kind::committed: break;
+                }
+                auto decoded = decode_result(proposed.result);
+                if (!decoded.ok())
+                    return call->fail(
+                        ApiError{500, "internal", "the result did not decode", Json::object()});
+                if (const auto* error = std::get_if<OpError>(&decoded.value()))
+                    return call->fail(op_error(*error));
+                if (const auto* renewed = std::get_if<KeepAliveResult>(&decoded.value())) {
+                    body["lease_epoch"] = renewed->lease_epoch;
+                    body["revision"] = renewed->revision;
+                }
+                body["replicated"] = true;
+                call->answer_json(200, body);
+            });
     });
 }
 
@@ -602,7 +604,8 @@ void HttpApi::acquire(const CallPtr& call)
     auto op = acquire_op(call->match(1), call->body, max_message_bytes_);
     if (!op.ok()) return call->fail(op.error());
     const Acquire acquire = std::get<Acquire>(op.value());
-    if (acquire.wait_ms > 0 && waits_->full()) return call->fail(too_many_streams(limits_.max_streams));
+    if (acquire.wait_ms > 0 && waits_->full())
+        return call->fail(too_many_streams(limits_.max_streams));
     run_op(call, op.value(), acquire.wait_ms,
            [this, call, acquire](const OpResult& result) {
                const auto& r = std::get<AcquireResult>(result);

@@ -404,7 +404,8 @@ void HttpServer::stop()
     // are closed without an answer.
     watch_still_suspended();  // then every suspended exchange is in watched_for_hangup_
     for (auto& [fd, weak] : watched_for_hangup_)
-        if (auto exchange = weak.lock(); exchange && exchange->connection_ && exchange->suspended_) {
+        if (auto exchange = weak.lock();
+            exchange && exchange->connection_ && exchange->suspended_) {
             exchange->suspended_ = false;
             MHD_resume_connection(exchange->connection_);
         }
@@ -615,7 +616,8 @@ void MhdCallbacks::on_connection(void* self, MHD_Connection* connection, void**,
     auto& server = *static_cast<HttpServer*>(self);
     if (event == MHD_CONNECTION_NOTIFY_STARTED) {
         auto record = std::make_unique<HttpServer::ConnectionRecord>();
-        if (const auto* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD))
+        if (const auto* info =
+                MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD))
             record->fd = info->connect_fd;
         // GnuTLS sends a handshake flight and an answer's records in several writes, which
         // libmicrohttpd does not cork for TLS: with Nagle, a write behind an unacknowledged
@@ -686,7 +688,8 @@ MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const
         MHD_get_connection_values(connection, MHD_HEADER_KIND, &MhdCallbacks::on_header,
                                   &e.headers);
         // Only a certificate the handshake checked against the client CA names anyone.
-        if (!server.tls_.client_ca_file.empty()) e.client_certificate_cn = client_certificate_cn(connection);
+        if (!server.tls_.client_ca_file.empty())
+            e.client_certificate_cn = client_certificate_cn(connection);
         if (record) {
             e.fd_ = record->fd;
             e.client_address = record->address;

@@ -198,16 +198,16 @@ std::shared_ptr<LeaderPath::Attempt> LeaderPath::start_attempt(const CallPtr& ca
         call->fail(given.error());
         return nullptr;
     }
-    auto a = std::shared_ptr<Attempt>(new Attempt{.pool = pool_,
-                                                  .call = call,
-                                                  .wait_ms = wait_ms,
-                                                  .serve = std::move(serve),
-                                                  .relay = std::move(relay),
-                                                  .identity = {},
-                                                  .pooled = 0,
-                                                  .until = Clock::now() + milliseconds(kLeaderWaitMs),
-                                                  .forwarded_to_us =
-                                                      call->header(kForwardedHeader).has_value()});
+    auto a = std::shared_ptr<Attempt>(
+        new Attempt{.pool = pool_,
+                    .call = call,
+                    .wait_ms = wait_ms,
+                    .serve = std::move(serve),
+                    .relay = std::move(relay),
+                    .identity = {},
+                    .pooled = 0,
+                    .until = Clock::now() + milliseconds(kLeaderWaitMs),
+                    .forwarded_to_us = call->header(kForwardedHeader).has_value()});
     if (given.value()) {
         a->identity = *given.value();
     } else {
@@ -253,7 +253,8 @@ void LeaderPath::try_again(const std::shared_ptr<Attempt>& a, SteadyTime started
     const SteadyTime now = Clock::now();
     // An attempt that lasted (a request held at a leader that then died) starts a new outage:
     // the bound is on how long no leader answers, not on how long the request has run.
-    if (now - started > milliseconds(1000)) a->until = std::max(a->until, now + milliseconds(kLeaderWaitMs));
+    if (now - started > milliseconds(1000))
+        a->until = std::max(a->until, now + milliseconds(kLeaderWaitMs));
     if (now >= a->until)
         return a->call->fail(unavailable(
             "no leader with a quorum answered within " + std::to_string(kLeaderWaitMs / 1000) +

@@ -12,10 +12,10 @@
 // at most one request outstanding and its numbers only grow.
 //
 // Over the replication channel. An op that is proposed as it is and answered from its result
-// alone (run_op: puts, deletes, CAS, linearizable gets, sessions opened and closed, locks, barriers)
-// travels from a follower to the leader as a VR Request from the follower's replication socket,
-// with the same client id and request number, and the leader's core answers it with the Reply:
-// no forwarding thread, no second HTTP request. Without a Reply within kRequestRetransmitMs
+// alone (run_op: puts, deletes, CAS, linearizable gets, sessions opened and closed, locks,
+// barriers) travels from a follower to the leader as a VR Request from the follower's replication
+// socket, with the same client id and request number, and the leader's core answers it with the
+// Reply: no forwarding thread, no second HTTP request. Without a Reply within kRequestRetransmitMs
 // (doubling) the Request goes again with the same identity (the client table executes it at most
 // once); when the view changes it goes to the new leader, or is proposed here if this replica
 // became the leader. After kRequestSends unanswered sends to one leader, and for a payload that

@@ -30,7 +30,10 @@ class Progress {
 public:
     void publish(Revision revision);
     Revision revision() const { return revision_; }
-    void on_change(std::function<void(Revision)> listener) { listeners_.push_back(std::move(listener)); }
+    void on_change(std::function<void(Revision)> listener)
+    {
+        listeners_.push_back(std::move(listener));
+    }
 
 private:
     Revision revision_ = 0;

@@ -192,7 +192,8 @@ void WaitService::heartbeat()
             it = watches_.erase(it);
             continue;
         }
-        if (now - watch.stream->last_push_ms() >= kHeartbeatMs) watch.stream->push(": heartbeat\n\n");
+        if (now - watch.stream->last_push_ms() >= kHeartbeatMs)
+            watch.stream->push(": heartbeat\n\n");
         ++it;
     }
     loop_.after(milliseconds(kHeartbeatMs / 2), [this] { heartbeat(); });

@@ -183,27 +183,24 @@ size_t entries_bytes(const std::vector<Entry>& entries)
 
 size_t body_size(const Message& message)
 {
-    return std::visit(Overloaded{
-                          [](const Request& m) { return VL_REQUEST_FIXED_BYTES + m.payload.size(); },
-                          [](const Reply& m) { return VL_REPLY_FIXED_BYTES + m.result.size(); },
-                          [](const Prepare& m) { return entries_bytes(m.entries); },
-                          [](const PrepareOk&) { return size_t{0}; },
-                          [](const Commit&) { return size_t{0}; },
-                          [](const StartViewChange&) { return size_t{0}; },
-                          [](const DoViewChange&) { return size_t{16}; },
-                          [](const StartView& m) {
-                              return kStateTransferPrefixBytes + entries_bytes(m.entries);
-                          },
-                          [](const Recovery&) { return size_t{8}; },
-                          [](const RecoveryResponse&) { return size_t{17}; },
-                          [](const GetState&) { return size_t{0}; },
-                          [](const NewState& m) {
-                              return kStateTransferPrefixBytes + entries_bytes(m.entries);
-                          },
-                          [](const SnapshotOffer&) { return size_t{1}; },
-                          [](const CommitOk&) { return size_t{0}; },
-                      },
-                      message);
+    return std::visit(
+        Overloaded{
+            [](const Request& m) { return VL_REQUEST_FIXED_BYTES + m.payload.size(); },
+            [](const Reply& m) { return VL_REPLY_FIXED_BYTES + m.result.size(); },
+            [](const Prepare& m) { return entries_bytes(m.entries); },
+            [](const PrepareOk&) { return size_t{0}; },
+            [](const Commit&) { return size_t{0}; },
+            [](const StartViewChange&) { return size_t{0}; },
+            [](const DoViewChange&) { return size_t{16}; },
+            [](const StartView& m) { return kStateTransferPrefixBytes + entries_bytes(m.entries); },
+            [](const Recovery&) { return size_t{8}; },
+            [](const RecoveryResponse&) { return size_t{17}; },
+            [](const GetState&) { return size_t{0}; },
+            [](const NewState& m) { return kStateTransferPrefixBytes + entries_bytes(m.entries); },
+            [](const SnapshotOffer&) { return size_t{1}; },
+            [](const CommitOk&) { return size_t{0}; },
+        },
+        message);
 }
 
 // Parses the body of a message of `type` whose header fields are `h`.
@@ -306,9 +303,9 @@ bool type_has_entries(uint8_t type)
 const char* message_type_name(vl_message_type type)
 {
     static constexpr const char* names[] = {
-        "request",    "reply",    "prepare",           "prepare_ok", "commit",    "start_view_change",
-        "do_view_change", "start_view", "recovery", "recovery_response", "get_state", "new_state",
-        "snapshot_offer", "commit_ok",
+        "request",           "reply",          "prepare",        "prepare_ok", "commit",
+        "start_view_change", "do_view_change", "start_view",     "recovery",   "recovery_response",
+        "get_state",         "new_state",      "snapshot_offer", "commit_ok",
     };
     static_assert(std::size(names) == VL_MSG_TYPE_MAX - VL_MSG_TYPE_MIN + 1);
     static_assert(std::size(names) == std::variant_size_v<Message>);

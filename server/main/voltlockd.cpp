@@ -423,13 +423,13 @@ int check_config(const std::string& path)
         std::printf("%s%s: %s\n", error_line_prefix(), path.c_str(), problem.line().c_str());
     if (!found.empty()) return 1;
     const DaemonConfig& ok = config.value();
-    std::printf("%s: ok: replica %u of %zu in cell %u, udp %s:%u, http %s:%u, replication %s\n",
-                path.c_str(), unsigned{ok.replica}, ok.replicas.size(), ok.cluster_id,
-                ok.self().ip.c_str(), unsigned{ok.self().udp_port}, ok.self().ip.c_str(),
-                unsigned{ok.self().http_port},
-                ok.replication_keys.count > 0
-                    ? (std::to_string(ok.replication_keys.count) + " key(s), MAC-authenticated").c_str()
-                    : "UNAUTHENTICATED (no replication_key_file)");
+    std::printf(
+        "%s: ok: replica %u of %zu in cell %u, udp %s:%u, http %s:%u, replication %s\n",
+        path.c_str(), unsigned{ok.replica}, ok.replicas.size(), ok.cluster_id, ok.self().ip.c_str(),
+        unsigned{ok.self().udp_port}, ok.self().ip.c_str(), unsigned{ok.self().http_port},
+        ok.replication_keys.count > 0
+            ? (std::to_string(ok.replication_keys.count) + " key(s), MAC-authenticated").c_str()
+            : "UNAUTHENTICATED (no replication_key_file)");
     return 0;
 }
 

@@ -197,7 +197,8 @@ Result<AuthTables> parse_auth_tables(std::string_view tokens_text, std::string_v
         if (resource != "*") {
             const size_t colon = resource.find(':');
             const std::string kind = resource.substr(0, colon);
-            if (colon == std::string::npos || (kind != "key" && kind != "lock" && kind != "barrier"))
+            if (colon == std::string::npos ||
+                (kind != "key" && kind != "lock" && kind != "barrier"))
                 return line_error("auth_roles_file", line,
                                   "'" + resource + "' is not a resource: key:PREFIX, lock:PREFIX, "
                                   "barrier:PREFIX or *");

@@ -102,9 +102,9 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
 {
     std::map<std::string, std::string> given;
     static const std::set<std::string> flags = {
-        "--replicas", "--hosts",     "--out",       "--electrode", "--interface",
-        "--durability", "--udp-port", "--http-port", "--cluster-id", "--tls", "--tls-days", "--auth",
-        "--config-dir"};
+        "--replicas",   "--hosts",    "--out",       "--electrode",  "--interface",
+        "--durability", "--udp-port", "--http-port", "--cluster-id", "--tls",
+        "--tls-days",   "--auth",     "--config-dir"};
     for (size_t i = 0; i < args.size(); i++) {
         std::string flag = args[i];
         std::string value;
@@ -367,7 +367,8 @@ std::string cell_instructions(const CellPlan& plan, const std::string& electrode
          << "\n" << kCellKeyFile << " is the cell's replication key: every replica needs the same "
          << "one, and nothing else should have it (docs/security.md says how to rotate it).\n";
     if (plan.tls)
-        text << "Clients trust ca.pem (--cacert). Keep ca-key.pem off the replicas, somewhere safe: it "
+        text << "Clients trust ca.pem (--cacert). Keep ca-key.pem off the replicas, somewhere "
+                "safe: it "
                 "signs new certificates (docs/security-tls.md, Rotating certificates).\n";
     if (plan.auth)
         text << "\nAuth is on. The admin token (shown once, stored only hashed in tokens; keep it "

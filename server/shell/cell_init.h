@@ -58,9 +58,9 @@ Result<std::vector<std::pair<std::string, std::string>>> cell_tls_files(const Ce
 // with auth off.
 std::vector<std::pair<std::string, std::string>> cell_auth_files(const CellPlan& plan);
 
-// Writes the configs (and the TLS and auth files) into plan.out_dir (made if missing), keys readable by
-// the owner only. Refuses, writing nothing, if any of the files exists already: a cell id is
-// never mixed into another cell's directory.
+// Writes the configs (and the TLS and auth files) into plan.out_dir (made if missing), keys
+// readable by the owner only. Refuses, writing nothing, if any of the files exists already: a cell
+// id is never mixed into another cell's directory.
 Result<Ok> write_cell(const CellPlan& plan);
 
 // What to copy to which host, and how to start and check the cell.

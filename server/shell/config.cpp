@@ -154,7 +154,8 @@ Result<DaemonConfig> parse_config_fields(const std::string& json_text)
     std::string durability = "snapshot";
     VL_TRY(reader.string("durability", durability, false));
     auto parsed_durability = parse_durability(durability);
-    if (!parsed_durability.ok()) return field_error("durability", parsed_durability.error().context);
+    if (!parsed_durability.ok())
+        return field_error("durability", parsed_durability.error().context);
     config.durability = parsed_durability.value();
     // At most 2^30: the restart fence (LockMachine::kLostWritesBound) relies on it.
     VL_TRY(reader.integer("snapshot_every_ops", config.snapshot_every_ops, false, 0,
@@ -336,9 +337,11 @@ Result<Ok> load_replication_key(DaemonConfig& config, const std::string& config_
 {
     if (config.replication_key_file.empty()) return Ok{};
     std::filesystem::path key_path(config.replication_key_file);
-    if (key_path.is_relative()) key_path = std::filesystem::path(config_path).parent_path() / key_path;
+    if (key_path.is_relative())
+        key_path = std::filesystem::path(config_path).parent_path() / key_path;
     auto keys = load_replication_keys(key_path.string());
-    if (!keys.ok()) return Error{keys.error().code, "config: replication_key_file: " + keys.error().context};
+    if (!keys.ok())
+        return Error{keys.error().code, "config: replication_key_file: " + keys.error().context};
     config.replication_keys = keys.value();
     return Ok{};
 }

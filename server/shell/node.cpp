@@ -95,7 +95,8 @@ Result<std::unique_ptr<Node>> Node::create(const DaemonConfig& config, Start sta
                                         std::move(storage), std::move(restored)));
     Node* raw = node.get();
     if (raw->electrode_) {
-        if (auto watched = loop.watch(raw->electrode_->ring_fd(), [raw] { raw->on_ring_records(); });
+        if (auto watched =
+                loop.watch(raw->electrode_->ring_fd(), [raw] { raw->on_ring_records(); });
             !watched.ok())
             return watched.error();
     }
@@ -586,7 +587,8 @@ void Node::deliver_reply(const Reply& reply)
         it != proposals_.end()) {
         std::vector<ProposeDone> waiting = std::move(it->second);
         proposals_.erase(it);
-        for (ProposeDone& done : waiting) done(ProposeOutcome{.committed = true, .result = reply.result});
+        for (ProposeDone& done : waiting)
+            done(ProposeOutcome{.committed = true, .result = reply.result});
         return;
     }
     if (const auto arrival = forwarded_arrivals_.find(reply.client_id);

@@ -58,10 +58,10 @@ public:
 
     // `storage`: the data directory (null: state in memory only); `restored`: the snapshot
     // `start` restored from it, which the node serves to peers from the start.
-    static Result<std::unique_ptr<Node>> create(const DaemonConfig& config, Start start,
-                                                EventLoop& loop,
-                                                std::unique_ptr<Storage> storage = nullptr,
-                                                std::shared_ptr<const ServedSnapshot> restored = {});
+    static Result<std::unique_ptr<Node>> create(
+        const DaemonConfig& config, Start start, EventLoop& loop,
+        std::unique_ptr<Storage> storage = nullptr,
+        std::shared_ptr<const ServedSnapshot> restored = {});
     ~Node();
     // A graceful stop (SIGTERM): takes no more requests, makes everything this replica
     // acknowledged durable (Replica's Stop), and returns; the caller exits.
@@ -82,7 +82,10 @@ public:
     // `listener` sees every Reply that reaches this replica from a replica of the cell.
     void on_reply(ReplyListener listener) { reply_listener_ = std::move(listener); }
     // `listener` sees every entry this replica applies, in op order.
-    void on_executed(ExecutedListener listener) { executed_listeners_.push_back(std::move(listener)); }
+    void on_executed(ExecutedListener listener)
+    {
+        executed_listeners_.push_back(std::move(listener));
+    }
     // `listener` runs when the state machine jumped to a snapshot fetched from a peer.
     void on_snapshot_installed(std::function<void()> listener)
     {

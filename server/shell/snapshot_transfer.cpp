@@ -39,8 +39,9 @@ bool header_number(const httplib::Response& response, const char* name, uint64_t
 
 }  // namespace
 
-Result<Bytes> fetch_snapshot(const DaemonConfig& config, const PeerAddress& peer_address, ReplicaIndex peer, Op op,
-                             SnapshotDownload& download, const std::atomic<bool>& stop)
+Result<Bytes> fetch_snapshot(const DaemonConfig& config, const PeerAddress& peer_address,
+                             ReplicaIndex peer, Op op, SnapshotDownload& download,
+                             const std::atomic<bool>& stop)
 {
     const std::string where = "snapshot of op " + std::to_string(op) + " from r" +
                               std::to_string(peer) + " (" + peer_address.ip + ":" +

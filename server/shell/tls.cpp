@@ -197,7 +197,8 @@ std::optional<std::string> TlsClientTrust::refusal(gnutls_session_t session) con
     if (!why) {
         gnutls_typed_vdata_st purpose{};
         purpose.type = GNUTLS_DT_KEY_PURPOSE_OID;
-        purpose.data = reinterpret_cast<unsigned char*>(const_cast<char*>(GNUTLS_KP_TLS_WWW_CLIENT));
+        purpose.data =
+            reinterpret_cast<unsigned char*>(const_cast<char*>(GNUTLS_KP_TLS_WWW_CLIENT));
         unsigned status = 0;
         const int code = gnutls_x509_trust_list_verify_crt2(
             list_, chain.data(), static_cast<unsigned>(chain.size()), &purpose, 1, 0, &status,

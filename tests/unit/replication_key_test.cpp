@@ -110,7 +110,8 @@ TEST_CASE("replication key: the config's replication_key_file is read beside the
 {
     TempDir dir;
     dir.file("cell.key", key_a, 0600);
-    const std::string config = R"({"cluster_id": 7, "replica": 0, "replication_key_file": "cell.key",
+    const std::string config =
+        R"({"cluster_id": 7, "replica": 0, "replication_key_file": "cell.key",
         "replicas": [{"ip": "127.0.0.1", "udp_port": 7400, "http_port": 7480}]})";
     const std::string config_path = dir.file("r0.json", config, 0640);
     auto loaded = load_config(config_path);

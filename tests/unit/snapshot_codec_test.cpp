@@ -335,7 +335,8 @@ TEST_CASE("snapshot: a session's owner round-trips, and a 'VLM1' snapshot (no ow
     Bytes old = unowned.snapshot();
     const size_t name = old.find(Bytes("\x01\x00\x00\x00s", 5));
     REQUIRE(name != Bytes::npos);
-    const size_t owner = name + 5 + 4 + 4 + 8 + 8 + 8;  // after ttl, delay, epoch, deadline, created
+    const size_t owner =
+        name + 5 + 4 + 4 + 8 + 8 + 8;  // after ttl, delay, epoch, deadline, created
     REQUIRE(old.substr(owner, 4) == Bytes(4, '\0'));
     old.erase(owner, 4);
     old[3] = '1';

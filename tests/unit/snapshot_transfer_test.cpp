@@ -204,7 +204,8 @@ TEST_CASE("snapshot transfer: a peer that replaced its snapshot meanwhile makes 
     SnapshotPeer peer(*make_served_snapshot(op, old_bytes));
     peer.tamper_with(fail_once_at(chunk, 503));
     SnapshotDownload download;
-    REQUIRE_FALSE(fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running).ok());
+    REQUIRE_FALSE(
+        fetch_snapshot(kPlainHttp, peer.address(), peer_index, op, download, running).ok());
     REQUIRE(download.bytes.size() == chunk);
 
     peer.serve(*make_served_snapshot(op + 4, new_bytes));
@@ -214,7 +215,8 @@ TEST_CASE("snapshot transfer: a peer that replaced its snapshot meanwhile makes 
     CHECK(download.bytes.empty());
 
     // The core is offered the newer one and asks for it: from byte 0, nothing of the old mixed in.
-    auto fetched = fetch_snapshot(kPlainHttp, peer.address(), peer_index, op + 4, download, running);
+    auto fetched =
+        fetch_snapshot(kPlainHttp, peer.address(), peer_index, op + 4, download, running);
     REQUIRE(fetched.ok());
     CHECK(fetched.value() == new_bytes);
     CHECK(peer.offsets() == std::vector<uint64_t>{0, chunk, chunk, 0, chunk});

@@ -78,7 +78,7 @@ VL_FAST_PATH_FN uint64_t vl_checksum_words(const void *msg, uint32_t len)
     return vl_checksum_final(state, len);
 }
 
-/* ---- Message authentication (wire.h) ---------------------------------------------------------- */
+/* ---- Message authentication (wire.h) --------------------------------------------------------- */
 
 /* vl_mac over `len` bytes at `msg`, read as whole words, under the same contract as
  * vl_checksum_words. Equal to vl_mac(msg, len, key). */

@@ -2,7 +2,8 @@
  * this grant of the lock is the current one.
  *
  *   cc -std=c11 fenced_write.c $(pkg-config --cflags --libs voltlock) -o fenced_write
- *   VOLTLOCK_ENDPOINTS=http://10.77.0.10:7480,http://10.77.0.11:7480 ./fenced_write db/primary config/db 10.0.0.5
+ *   VOLTLOCK_ENDPOINTS=http://10.77.0.10:7480,http://10.77.0.11:7480 \
+ *       ./fenced_write db/primary config/db 10.0.0.5
  */
 #include <stdio.h>
 #include <string.h>

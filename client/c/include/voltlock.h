@@ -87,9 +87,9 @@ typedef enum vl_status {
     VL_ERR_NOT_LEADER = 44,
     VL_ERR_WAIT_OUTCOME_UNKNOWN = 45,
     VL_ERR_NOT_READY = 46,
-    VL_ERR_SERVER_OTHER = 47, /* a code this library does not know; the text says which */
-    VL_ERR_UNAUTHENTICATED = 48,   /* 401: no token (or certificate), or one the cell does not know */
-    VL_ERR_PERMISSION_DENIED = 49  /* 403: the identity lacks the permission (the text says which) */
+    VL_ERR_SERVER_OTHER = 47,    /* a code this library does not know; the text says which */
+    VL_ERR_UNAUTHENTICATED = 48, /* 401: no token (or certificate), or one the cell doesn't know */
+    VL_ERR_PERMISSION_DENIED = 49 /* 403: the identity lacks a permission (the text says which) */
 } vl_status;
 
 /* The stable name of a status: "ok", "key_not_found", "timeout", ... (static storage). */
@@ -123,9 +123,9 @@ typedef struct vl_client_options {
 VL_API void vl_client_options_init(vl_client_options *opts);
 
 /* endpoints: comma-separated base URLs, "http://10.77.0.10:7480,http://10.77.0.11:7480"
- * or "https://..." (a missing scheme is http://; one scheme for all). NULL: $VOLTLOCK_ENDPOINTS (the
- * fallback every Voltlock client shares), else "http://127.0.0.1:7480". Does not connect: the first call
- * does. On failure *out is NULL and the reason is in errstr_out, if given (a buffer of
+ * or "https://..." (a missing scheme is http://; one scheme for all). NULL: $VOLTLOCK_ENDPOINTS
+ * (the fallback every Voltlock client shares), else "http://127.0.0.1:7480". Does not connect: the
+ * first call does. On failure *out is NULL and the reason is in errstr_out, if given (a buffer of
  * errstr_len bytes), since there is no handle to hold it. */
 VL_API vl_status vl_client_open(const char *endpoints, const vl_client_options *opts,
                                 char *errstr_out, size_t errstr_len, vl_client **out);
@@ -345,9 +345,9 @@ VL_API vl_status vl_barrier_leave(vl_session *s, const char *name, uint32_t wait
 VL_API vl_status vl_info_get(vl_client *c, const char *path, int endpoint_index, char **json_out);
 /* Backs up the newest snapshot of one replica (GET /v1/internal/snapshot, docs/lockctl.md):
  * fetched chunk by chunk from endpoint_index (or, with -1, the first endpoint that answers, in
- * list order), every chunk's CRC-32C and the whole snapshot's checked, written to path + ".partial",
- * fsynced and renamed onto path. The file is what `voltlockd --export-snapshot` writes and
- * `voltlockd --import-snapshot` reads. A snapshot replaced during the fetch is fetched again
+ * list order), every chunk's CRC-32C and the whole snapshot's checked, written to path +
+ * ".partial", fsynced and renamed onto path. The file is what `voltlockd --export-snapshot` writes
+ * and `voltlockd --import-snapshot` reads. A snapshot replaced during the fetch is fetched again
  * from the start. On an error nothing is left at path (an older file there stays). The
  * snapshot's op and size come back through op_out and size_out (either may be NULL). A replica
  * with no snapshot yet answers VL_ERR_SERVER_OTHER with "no_snapshot: ..." in the error text. */

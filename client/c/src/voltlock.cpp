@@ -816,7 +816,8 @@ vl_status vl_put(vl_client* c, const char* key, const void* value, size_t value_
         if (opts && opts->check_prev_revision) request["prev_revision"] = opts->prev_revision;
         if (opts && opts->session) {
             if (opts->session->lost.load() != VL_OK)
-                return c->errors.set(VL_ERR_SESSION_LOST, "session_lost: the key's session is lost");
+                return c->errors.set(VL_ERR_SESSION_LOST,
+                                     "session_lost: the key's session is lost");
             request["session"] = opts->session->id;
         } else if (opts && opts->session_id) {
             request["session"] = opts->session_id;
