@@ -542,9 +542,18 @@ def test_a_replica_that_refused_a_damaged_snapshot_goes_on_writing(durability):
         s = wait_until(lambda: check(status(cell, victim)) and caught_up(cell, victim, leader),
                        30, f"r{victim} to recover from its peers")
         written = s["counters"]["snapshots_written"]
-        fill(cell, "damaged/more", 4400, 100)
-        wait_until(lambda: check(status(cell, victim))["counters"]["snapshots_written"]
-                   >= written + 4, 20, f"r{victim} to write four more snapshots")
+        # A snapshot is due every 1,000 ops, but one due while the last is still being written
+        # waits for it, so how many a given number of ops makes depends on the machine: write
+        # in rounds until four more are written.
+        rounds = iter(range(40))
+
+        def four_more_written() -> bool:
+            if check(status(cell, victim))["counters"]["snapshots_written"] >= written + 4:
+                return True
+            fill(cell, f"damaged/more{next(rounds)}", 1100, 100)
+            return False
+
+        wait_until(four_more_written, 120, f"r{victim} to write four more snapshots")
         wait_until(lambda: caught_up(cell, victim, leader), 20, f"r{victim} to keep up")
 
 
