@@ -557,6 +557,20 @@ void restart_all_from_disk(Cluster& cluster)
     for (ReplicaIndex r = 0; r < cluster.replica_count(); r++) cluster.restart_from_disk(r);
 }
 
+// After a whole-cell restart: the cell serves 100 more operations, converges, and still holds
+// every op committed before it, at the same op (the cluster checks every later commit against
+// them too, and every reply a client accepted).
+void require_serves_keeping(Cluster& cluster, const std::vector<CommittedOp>& committed)
+{
+    const size_t completed = cluster.completed_ops();
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; }, 3'000,
+                    "100 more operations after the restart");
+    require_converged(cluster);
+    REQUIRE(cluster.committed().size() >= committed.size());
+    for (Op op = 1; op <= committed.size(); op++)
+        REQUIRE(cluster.committed()[op - 1].entry == committed[op - 1].entry);
+}
+
 }  // namespace
 
 TEST_CASE("§5.2: a follower cut off while the others compact past it catches up by installing "
@@ -636,15 +650,7 @@ TEST_CASE("durability sync: the whole cell loses power; every acknowledged op su
         restart_all_from_disk(cluster);
         require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 3'000,
                         "the cell restarts (§4.2 among the restarting)");
-        const size_t completed = cluster.completed_ops();
-        require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; },
-                        3'000, "100 more operations after the restart");
-        require_converged(cluster);
-        // Everything committed before the cut is still there, at the same op (the cluster checks
-        // every later commit against it too, and every reply a client accepted).
-        REQUIRE(cluster.committed().size() >= committed.size());
-        for (Op op = 1; op <= committed.size(); op++)
-            REQUIRE(cluster.committed()[op - 1].entry == committed[op - 1].entry);
+        require_serves_keeping(cluster, committed);
         CHECK(cluster.storage_counters().acknowledged_ops_lost == 0);
         CHECK(cluster.storage_counters().committed_ops_lost == 0);
         size_t restarted = 0;
@@ -747,13 +753,7 @@ TEST_CASE("a graceful stop of the whole cell (SIGTERM to every replica) and a re
         restart_all_from_disk(cluster);
         require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 3'000,
                         "the cell restarts");
-        const size_t completed = cluster.completed_ops();
-        require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; },
-                        3'000, "100 more operations after the restart");
-        require_converged(cluster);
-        REQUIRE(cluster.committed().size() >= committed.size());
-        for (Op op = 1; op <= committed.size(); op++)
-            REQUIRE(cluster.committed()[op - 1].entry == committed[op - 1].entry);
+        require_serves_keeping(cluster, committed);
         CHECK(cluster.storage_counters().acknowledged_ops_lost == 0);
         CHECK(!cluster.resumed_op().has_value());  // no history was cut
         finish(cluster);
