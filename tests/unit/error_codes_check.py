@@ -15,7 +15,9 @@ import argparse
 import ast
 import pathlib
 import re
+import shutil
 import sys
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 LIST = "server/api/error_codes.txt"
@@ -101,12 +103,30 @@ def check(root):
     return listed, hits
 
 
+def selftest(root):
+    """On a copy of `root` whose server answers cas_failed instead of cas_mismatch, the check
+    must name both the unlisted code and the listed one no longer written."""
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = pathlib.Path(scratch)
+        shutil.copytree(root / "server", copy / "server")
+        (copy / SDK_ERRORS).parent.mkdir(parents=True)
+        shutil.copy(root / SDK_ERRORS, copy / SDK_ERRORS)
+        translate = copy / "server/api/translate.cpp"
+        translate.write_text(translate.read_text().replace('"cas_mismatch"', '"cas_failed"'))
+        listed, hits = check(copy)
+    expected = [f"server/api/translate.cpp: [error-codes] cas_failed is not in {LIST}",
+                f"{LIST}: [error-codes] cas_mismatch is listed but the server never writes it"]
+    return listed, [f"selftest: missing `{line}` in {hits}" for line in expected if line not in hits]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=pathlib.Path, default=ROOT,
                         help="the tree to check (default: this repository)")
+    parser.add_argument("--selftest", action="store_true",
+                        help="check the check: on a copy with a drifted code it must fail")
     args = parser.parse_args()
-    listed, hits = check(args.root)
+    listed, hits = (selftest if args.selftest else check)(args.root)
     for hit in hits:
         print(hit)
     print(f"error_codes_check: {len(listed)} codes listed, {len(hits)} mismatches")
