@@ -7,17 +7,18 @@ partition, ...) run from the host's namespace, where the cell was built.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
-import time
-from typing import Any, Callable, Iterator, List
+from typing import Any, Iterator, List
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+import replication  # noqa: E402
 from cell import Cell, unique_name, voltlockd_available, voltlockd_path  # noqa: E402
 from cellrig.util import entered_netns, entered_netns_fd  # noqa: E402
 
@@ -78,18 +79,9 @@ def cell(cell_once: SdkCell) -> Iterator[SdkCell]:
         yield cell_once
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.05) -> Any:
-    """Polls `condition` until it is true (returned) or `timeout` passes (a failure naming
-    `what`)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+# wait_until(condition, timeout, what): the cell tiers' poll (tests/integration/replication.py),
+# every 50 ms: the SDK's tests time how soon a client notices a change.
+wait_until = functools.partial(replication.wait_until, interval=0.05)
 
 
 def fresh(prefix: str) -> str:
