@@ -766,6 +766,21 @@ vl_status vl_lock_release(vl_session* s, const char* name)
 
 
 
+namespace {
+
+// Sends `request` and makes *out of the answer's body with `build` (nullptr: out of memory).
+template <typename T, typename Build>
+vl_status read_into(vl_client* c, const Request& request, T** out, Build build)
+{
+    Json body;
+    const vl_status status = c->send(c->errors, request, &body);
+    if (status != VL_OK) return status;
+    *out = build(body);
+    return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+}
+
+}  // namespace
+
 vl_status vl_get(vl_client* c, const char* key, int flags, vl_kv** out)
 {
     if (!c) return VL_ERR_INVALID_ARGUMENT;
@@ -775,11 +790,7 @@ vl_status vl_get(vl_client* c, const char* key, int flags, vl_kv** out)
         if (!out) return invalid(c->errors, "out is NULL");
         std::string path = "/v1/kv/" + encode_path_segment(key) + "?encoding=base64";
         if (flags & VL_READ_STALE) path += "&stale=true";
-        Json body;
-        const vl_status status = c->send(c->errors, Request{.path = path}, &body);
-        if (status != VL_OK) return status;
-        *out = kv_from_json(body);
-        return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+        return read_into(c, Request{.path = path}, out, kv_from_json);
     });
 }
 
@@ -796,11 +807,7 @@ vl_status vl_get_prefix(vl_client* c, const char* prefix, const char* after, uin
         if (after && *after) path += "&after=" + encode_query_value(after);
         if (limit) path += "&limit=" + u64(limit);
         if (flags & VL_READ_STALE) path += "&stale=true";
-        Json body;
-        const vl_status status = c->send(c->errors, Request{.path = path}, &body);
-        if (status != VL_OK) return status;
-        *out = kv_list_from_json(body);
-        return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+        return read_into(c, Request{.path = path}, out, kv_list_from_json);
     });
 }
 
@@ -1024,12 +1031,8 @@ vl_status vl_info_get(vl_client* c, const char* path, int endpoint_index, char**
             if (p.starts_with(collection)) slash = std::strlen(collection);
         encoded = slash ? std::string(p.substr(0, slash)) + encode_path_segment(p.substr(slash))
                         : std::string(p);
-        Json body;
-        const vl_status status = c->send(
-            c->errors, Request{.path = encoded, .endpoint_index = endpoint_index}, &body);
-        if (status != VL_OK) return status;
-        *json_out = copy_string(body.dump());
-        return *json_out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+        return read_into(c, Request{.path = encoded, .endpoint_index = endpoint_index}, json_out,
+                         [](const Json& body) { return copy_string(body.dump()); });
     });
 }
 
