@@ -410,22 +410,22 @@ uint64_t StatsDelta::operator[](uint32_t stat) const
     return electrode_.stats()[stat] - before_[stat];
 }
 
-uint64_t StatsDelta::xdp_exits() const
+uint64_t exits_between(const Stats& before, const Stats& after, bool (*is_exit)(uint32_t))
 {
-    const Stats now = electrode_.stats();
     uint64_t n = 0;
     for (uint32_t s = 0; s < VL_STAT_COUNT; s++)
-        if (is_xdp_exit(s)) n += now[s] - before_[s];
+        if (is_exit(s)) n += after[s] - before[s];
     return n;
+}
+
+uint64_t StatsDelta::xdp_exits() const
+{
+    return exits_between(before_, electrode_.stats(), is_xdp_exit);
 }
 
 uint64_t StatsDelta::tc_exits() const
 {
-    const Stats now = electrode_.stats();
-    uint64_t n = 0;
-    for (uint32_t s = 0; s < VL_STAT_COUNT; s++)
-        if (is_tc_exit(s)) n += now[s] - before_[s];
-    return n;
+    return exits_between(before_, electrode_.stats(), is_tc_exit);
 }
 
 std::string StatsDelta::describe() const

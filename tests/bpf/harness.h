@@ -161,6 +161,9 @@ private:
 
 bool is_xdp_exit(uint32_t stat);
 bool is_tc_exit(uint32_t stat);
+// How much the exit counters `is_exit` picks (is_xdp_exit or is_tc_exit) grew from `before` to
+// `after`: one per packet the program ran on.
+uint64_t exits_between(const Stats& before, const Stats& after, bool (*is_exit)(uint32_t));
 
 // ---- Network namespace ---------------------------------------------------------------------
 
