@@ -715,6 +715,25 @@ vl_status vl_sequencer_check(vl_client* c, const vl_sequencer* seq, bool* valid_
     });
 }
 
+namespace {
+
+// A call of session `s` that may wait up to wait_ms in the cell (lock and barrier waits): a wait
+// over an hour is refused, a lost session answers at once, and the outcome is noted in `s`.
+vl_status session_wait_call(vl_session* s, const std::string& path, const Json& request,
+                            uint32_t wait_ms, Json* body)
+{
+    if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
+    if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
+    const vl_status status = s->client->send(
+        s->errors,
+        Request{.method = "POST", .path = path, .body = request.dump(), .mutating = true,
+                .waits = wait_ms > 0},
+        body, milliseconds(wait_ms), &s->calls);
+    return s->after_call(status);
+}
+
+}  // namespace
+
 vl_status vl_lock_acquire(vl_session* s, const char* name, vl_lock_mode mode, uint32_t wait_ms,
                           vl_sequencer** seq_out)
 {
@@ -724,18 +743,13 @@ vl_status vl_lock_acquire(vl_session* s, const char* name, vl_lock_mode mode, ui
         if (!valid_name(name)) return invalid(s->errors, "a lock name is 1 to 512 bytes of text");
         if (mode != VL_LOCK_EXCLUSIVE && mode != VL_LOCK_SHARED)
             return invalid(s->errors, "mode must be VL_LOCK_EXCLUSIVE or VL_LOCK_SHARED");
-        if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
-        if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
-        Json request{{"session", s->id},
-                     {"mode", mode == VL_LOCK_SHARED ? "shared" : "exclusive"},
-                     {"wait_ms", wait_ms}};
         Json body;
-        vl_status status = s->client->send(
-            s->errors,
-            Request{.method = "POST", .path = "/v1/locks/" + encode_path_segment(name) + ":acquire",
-                    .body = request.dump(), .mutating = true, .waits = wait_ms > 0},
-            &body, milliseconds(wait_ms), &s->calls);
-        status = s->after_call(status);
+        const vl_status status = session_wait_call(
+            s, "/v1/locks/" + encode_path_segment(name) + ":acquire",
+            Json{{"session", s->id},
+                 {"mode", mode == VL_LOCK_SHARED ? "shared" : "exclusive"},
+                 {"wait_ms", wait_ms}},
+            wait_ms, &body);
         if (status != VL_OK) return status;
         vl_sequencer* seq = sequencer_from_json(body.at("sequencer"));
         if (!seq) return s->errors.set(VL_ERR_NO_MEMORY, "out of memory");
@@ -977,16 +991,9 @@ vl_status vl_barrier_enter(vl_session* s, const char* name, uint32_t count, uint
     return guarded(s->errors, [&] {
         if (!valid_name(name)) return invalid(s->errors, "a barrier name is 1 to 512 bytes");
         if (count < 1 || count > 1024) return invalid(s->errors, "count must be 1 to 1,024");
-        if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
-        if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
-        const vl_status status = s->client->send(
-            s->errors,
-            Request{.method = "POST",
-                    .path = "/v1/barriers/" + encode_path_segment(name) + ":enter",
-                    .body = Json{{"session", s->id}, {"count", count}, {"wait_ms", wait_ms}}.dump(),
-                    .mutating = true, .waits = wait_ms > 0},
-            nullptr, milliseconds(wait_ms), &s->calls);
-        return s->after_call(status);
+        return session_wait_call(
+            s, "/v1/barriers/" + encode_path_segment(name) + ":enter",
+            Json{{"session", s->id}, {"count", count}, {"wait_ms", wait_ms}}, wait_ms, nullptr);
     });
 }
 
@@ -995,16 +1002,8 @@ vl_status vl_barrier_leave(vl_session* s, const char* name, uint32_t wait_ms)
     if (!s) return VL_ERR_INVALID_ARGUMENT;
     return guarded(s->errors, [&] {
         if (!valid_name(name)) return invalid(s->errors, "a barrier name is 1 to 512 bytes");
-        if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
-        if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
-        const vl_status status = s->client->send(
-            s->errors,
-            Request{.method = "POST",
-                    .path = "/v1/barriers/" + encode_path_segment(name) + ":leave",
-                    .body = Json{{"session", s->id}, {"wait_ms", wait_ms}}.dump(),
-                    .mutating = true, .waits = wait_ms > 0},
-            nullptr, milliseconds(wait_ms), &s->calls);
-        return s->after_call(status);
+        return session_wait_call(s, "/v1/barriers/" + encode_path_segment(name) + ":leave",
+                                 Json{{"session", s->id}, {"wait_ms", wait_ms}}, wait_ms, nullptr);
     });
 }
 
