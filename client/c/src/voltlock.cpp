@@ -324,6 +324,22 @@ void vl_watch::run()
     }
 }
 
+namespace {
+
+// Sends `request` and makes *out of the answer's body with `build` (nullptr: out of memory).
+// Here, not by its callers: a template cannot stand in the extern "C" part below.
+template <typename T, typename Build>
+vl_status read_into(vl_client* c, const Request& request, T** out, Build build)
+{
+    Json body;
+    const vl_status status = c->send(c->errors, request, &body);
+    if (status != VL_OK) return status;
+    *out = build(body);
+    return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+}
+
+}  // namespace
+
 extern "C" {
 
 const char* vl_version(void) { return "0.1.0"; }
@@ -779,21 +795,6 @@ vl_status vl_lock_release(vl_session* s, const char* name)
 // ---- Key-value --------------------------------------------------------------------------------
 
 
-
-namespace {
-
-// Sends `request` and makes *out of the answer's body with `build` (nullptr: out of memory).
-template <typename T, typename Build>
-vl_status read_into(vl_client* c, const Request& request, T** out, Build build)
-{
-    Json body;
-    const vl_status status = c->send(c->errors, request, &body);
-    if (status != VL_OK) return status;
-    *out = build(body);
-    return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
-}
-
-}  // namespace
 
 vl_status vl_get(vl_client* c, const char* key, int flags, vl_kv** out)
 {
