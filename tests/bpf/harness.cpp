@@ -328,16 +328,22 @@ std::vector<std::vector<uint8_t>> Electrode::drain_ring()
     return records;
 }
 
-RunResult Electrode::run_xdp(std::span<const uint8_t> frame) const
+void set_test_run(bpf_test_run_opts& opts, std::span<const uint8_t> frame,
+                  std::vector<uint8_t>& out)
 {
-    std::vector<uint8_t> out(frame.size() + 512);
-    bpf_test_run_opts opts{};
     opts.sz = sizeof opts;
     opts.data_in = frame.data();
     opts.data_size_in = static_cast<uint32_t>(frame.size());
     opts.data_out = out.data();
     opts.data_size_out = static_cast<uint32_t>(out.size());
     opts.repeat = 1;
+}
+
+RunResult Electrode::run_xdp(std::span<const uint8_t> frame) const
+{
+    std::vector<uint8_t> out(frame.size() + 512);
+    bpf_test_run_opts opts{};
+    set_test_run(opts, frame, out);
     const int err = bpf_prog_test_run_opts(xdp_fd(), &opts);
     REQUIRE_MESSAGE(err == 0, "XDP test run of " << frame.size()
                                                  << " bytes: " << std::strerror(errno));
@@ -356,16 +362,11 @@ RunResult Electrode::run_tc(std::span<const uint8_t> frame, uint32_t mark, uint3
     ctx_in.gso_segs = gso_size != 0 ? 2 : 0;
     __sk_buff ctx_out{};
     bpf_test_run_opts opts{};
-    opts.sz = sizeof opts;
-    opts.data_in = frame.data();
-    opts.data_size_in = static_cast<uint32_t>(frame.size());
-    opts.data_out = out.data();
-    opts.data_size_out = static_cast<uint32_t>(out.size());
+    set_test_run(opts, frame, out);
     opts.ctx_in = &ctx_in;
     opts.ctx_size_in = sizeof ctx_in;
     opts.ctx_out = &ctx_out;
     opts.ctx_size_out = sizeof ctx_out;
-    opts.repeat = 1;
     const int err = bpf_prog_test_run_opts(tc_fd(), &opts);
     REQUIRE_MESSAGE(err == 0, "TC test run of " << frame.size()
                                                 << " bytes: " << std::strerror(errno));

@@ -20,6 +20,8 @@
 #include "voltlock/fast_path.h"
 #include "voltlock/wire.h"
 
+struct bpf_test_run_opts;  // libbpf's <bpf/bpf.h>
+
 struct electrode_bpf;
 
 namespace voltlock::bpf_test {
@@ -158,6 +160,11 @@ private:
     const Electrode& electrode_;
     Stats before_;
 };
+
+// The options of one BPF_PROG_TEST_RUN of `frame`, run once, its output frame into `out` (sized
+// by the caller: the program may grow the frame).
+void set_test_run(bpf_test_run_opts& opts, std::span<const uint8_t> frame,
+                  std::vector<uint8_t>& out);
 
 bool is_xdp_exit(uint32_t stat);
 bool is_tc_exit(uint32_t stat);
