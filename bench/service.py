@@ -450,6 +450,9 @@ def main() -> int:
     for note in notes:
         print(f"service: {note}", file=sys.stderr)
 
+    # Ctrl-C raises KeyboardInterrupt even where the shell started us with SIGINT ignored (a
+    # background job); SIGTERM and SIGHUP unwind the same way.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, stop_on_signal)
     signal.signal(signal.SIGHUP, stop_on_signal)
     started = time.time()
@@ -531,4 +534,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (KeyboardInterrupt, Stopped) as stopped:
+        sys.exit(f"service: stopped ({str(stopped) or 'SIGINT'}); what it started is gone")
