@@ -277,6 +277,33 @@ int connect_to(const Endpoint& endpoint)
     return fd;
 }
 
+// Lock workloads end their sessions (etcd: revoke their leases), so no lock this run held or
+// waited for outlives it: the next run finds a quiet server. Each on a fresh connection, since
+// the client's own may still wait for a lock.
+void end_sessions(const Load& load, const std::vector<Client>& all,
+                  const std::vector<Endpoint>& endpoints)
+{
+    for (const Client& c : all) {
+        if (c.owner.empty()) continue;
+        const int fd = connect_to(endpoints[static_cast<size_t>(c.id) % endpoints.size()]);
+        const timeval timeout{5, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+        const std::string out =
+            load.system == System::etcd
+                ? load.request("POST", "/v3/lease/revoke", R"({"ID":")" + c.owner + "\"}")
+                : load.request("DELETE", "/v1/sessions/" + c.owner, "");
+        ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+        std::string in;
+        char buffer[4096];
+        while (!take_response(in)) {
+            const ssize_t got = ::recv(fd, buffer, sizeof buffer, 0);
+            if (got <= 0) break;
+            in.append(buffer, static_cast<size_t>(got));
+        }
+        ::close(fd);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -388,6 +415,8 @@ int main(int argc, char** argv)
     }
     const double elapsed =
         measuring ? std::chrono::duration<double>(Clock::now() - measure_start).count() : 0;
+    for (const Client& c : all) ::close(c.fd);
+    end_sessions(load, all, endpoints);
     std::sort(load.latencies_us.begin(), load.latencies_us.end());
     auto at = [&](double q) -> uint64_t {
         if (load.latencies_us.empty()) return 0;
