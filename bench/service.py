@@ -397,6 +397,44 @@ def replication_lines(replication: dict) -> list:
     return lines
 
 
+def summary_table(results: list, names: list) -> list:
+    """ops/s of every system per point, and each Voltlock column's ratios, one row a point."""
+    voltlocks = [n for n in names if n.startswith("voltlock")]
+    others = [n for n in names if n in ("etcd", "zookeeper")]
+    ratio_names = [f"{v} / {o}" for v in voltlocks for o in others]
+    lines = ["| at | workload | clients | " + " | ".join(names) + " | " +
+             " | ".join(ratio_names) + " |",
+             "|---|---|---|" + "---|" * (len(names) + len(ratio_names))]
+    for row in results:
+        ratios = [fmt_ratio(ratio(row.get(v), row.get(o))) for v in voltlocks for o in others]
+        lines.append(f"| {row['at']} | {row['workload']} | {row['clients']} | " +
+                     " | ".join(fmt_ops(row.get(n)) for n in names) + " | " +
+                     " | ".join(ratios) + " |")
+    return lines
+
+
+def print_report(run: dict) -> None:
+    names, results = run["systems"], run["results"]
+    replication = {(r["mode"], r["clients"]): r for r in run["replication"]}
+    before, after = run["load_before"], run["load_after"]
+    print(f"\nService benchmark, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(run['started']))}, "
+          f"{run['seconds']:g} s points; load average "
+          f"{before[0]:.2f} / {before[1]:.2f} / {before[2]:.2f} at the start, "
+          f"{after[0]:.2f} / {after[1]:.2f} / {after[2]:.2f} at the end")
+    for note in run["notes"]:
+        print(f"Note: {note}")
+    print("\nops/s, and Voltlock's ratios:\n")
+    print("\n".join(summary_table(results, names)))
+    print("\nEvery point:\n")
+    print("\n".join(report_table(results, names)))
+    if replication:
+        print("\nReplication benchmark (bench/run replication, 3 replicas, same run):\n")
+        print("\n".join(replication_lines(replication)))
+    print("\nGoals (issue 12):")
+    print("\n".join(goals(results, names, replication)))
+
+
 # ---- the run ------------------------------------------------------------------------------
 
 def main() -> int:
@@ -419,7 +457,13 @@ def main() -> int:
                         help="a quick check: Voltlock (Electrode off) only, 1 s points, 1 and 16 "
                              "clients, spread, no replication benchmark")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--report", metavar="JSON",
+                        help="measure nothing: print the report of a run saved with --json")
     args = parser.parse_args()
+    if args.report:
+        with open(args.report) as f:
+            print_report(json.load(f))
+        return 0
     if args.smoke:
         args.seconds, args.clients, args.at, args.electrode = 1, "1,16", "all", "off"
         args.no_etcd = args.no_zookeeper = args.no_replication = True
@@ -505,26 +549,15 @@ def main() -> int:
         for root in data_roots:
             shutil.rmtree(root, ignore_errors=True)
 
-    names = [s.name for s in systems]
-    load_after = os.getloadavg()
-    print(f"\nService benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, "
-          f"{args.seconds:g} s points; load average "
-          f"{load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f} at the start, "
-          f"{load_after[0]:.2f} / {load_after[1]:.2f} / {load_after[2]:.2f} at the end")
-    for note in notes:
-        print(f"Note: {note}")
-    print()
-    print("\n".join(report_table(results, names)))
-    if replication:
-        print("\nReplication benchmark (bench/run replication, 3 replicas, same run):\n")
-        print("\n".join(replication_lines(replication)))
-    print("\nGoals (issue 12):")
-    print("\n".join(goals(results, names, replication)))
+    run = {"started": started, "seconds": args.seconds, "notes": notes,
+           "load_before": load_before, "load_after": os.getloadavg(),
+           "systems": [s.name for s in systems], "results": results,
+           "replication": [dict(r, mode=m, clients=c) for (m, c), r in replication.items()]}
+    print_report(run)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"results": results, "load_before": load_before, "load_after": load_after,
-                       "replication": [dict(r, mode=m, clients=c)
-                                       for (m, c), r in replication.items()]}, f, indent=1)
+            json.dump(run, f, indent=1)
+    names = run["systems"]
     # A point that failed, or answered errors, fails the run.
     bad = [(row["workload"], row["clients"], n) for row in results for n in names
            if "error" in row[n] or row[n].get("errors") or not row[n].get("ops")]
