@@ -513,6 +513,16 @@ ApiError op_error(const OpError& e)
                         "a key of " + thousands(e.detail) +
                             " bytes does not fit in one reply datagram",
                         with({{"size_bytes", e.detail}})};
+    case ErrorCode::not_found:
+    case ErrorCode::already_exists: {
+        const char* table = e.detail == 2 ? "role" : e.detail == 3 ? "token" : "user";
+        return e.code == ErrorCode::not_found
+                   ? ApiError{404, "not_found", std::string("no such ") + table,
+                              with({{"kind", table}})}
+                   : ApiError{409, "already_exists", std::string("that ") + table +
+                                                         " exists already",
+                              with({{"kind", table}})};
+    }
     }
     return ApiError{500, "internal", std::string("unexpected machine error ") +
                                          error_code_name(e.code),
@@ -584,6 +594,9 @@ Json result_json(const OpResult& result, ValueEncoding encoding)
                             {"deadline_ms", r.deadline_ms}, {"revision", r.revision}};
             },
             [](const ExpireWaitersResult& r) { return Json{{"revision", r.revision}}; },
+            [](const AuthResult& r) {
+                return Json{{"auth_revision", r.auth_revision}, {"revision", r.revision}};
+            },
         },
         result);
 }

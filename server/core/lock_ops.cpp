@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/assert.h"
+#include "core/auth_state.h"
 #include "core/byte_reader.h"
 #include "core/byte_writer.h"
 #include "core/overloaded.h"
@@ -13,15 +14,15 @@
 
 namespace voltlock {
 
-static_assert(std::variant_size_v<LockOp> == static_cast<size_t>(OpCode::expire_waiters),
+static_assert(std::variant_size_v<LockOp> == static_cast<size_t>(OpCode::auth),
               "LockOp alternatives are the op codes in order");
 static_assert(std::variant_size_v<OpResult> == std::variant_size_v<LockOp> + 1,
               "one result type per op, plus OpError");
 
 namespace {
 
-constexpr uint8_t kMaxOpCode = static_cast<uint8_t>(OpCode::expire_waiters);
-constexpr uint8_t kMaxErrorCode = static_cast<uint8_t>(ErrorCode::too_large);
+constexpr uint8_t kMaxOpCode = static_cast<uint8_t>(OpCode::auth);
+constexpr uint8_t kMaxErrorCode = static_cast<uint8_t>(ErrorCode::already_exists);
 
 // Put flags.
 constexpr uint8_t kPutPrevRevision = 1u << 0;
@@ -55,6 +56,7 @@ public:
     void u32(uint32_t) { size_ += 4; }
     void u64(uint64_t) { size_ += 8; }
     void str(std::string_view s) { size_ += 2 + s.size(); }
+    void bytes(std::string_view s) { size_ += s.size(); }
     size_t size() const { return size_; }
 
 private:
@@ -110,6 +112,7 @@ public:
         return false;
     }
     bool done() const { return in_.done(); }
+    void rest(Bytes& out) { in_.rest(out); }
     // The reason of the first failure, or trailing_bytes if everything read but bytes are left.
     OpDecodeError error() const { return error_.value_or(OpDecodeError::trailing_bytes); }
 
@@ -192,6 +195,11 @@ void write_op(Sink& w, const LockOp& op)
                        w.u32(o.wait_ms);
                    },
                    [](const ExpireWaiters&) {},
+                   [&](const AuthOp& o) {
+                       Bytes body;
+                       encode_auth_op(body, o);
+                       w.bytes(body);
+                   },
                },
                op);
 }
@@ -277,6 +285,7 @@ void write_result(Sink& w, const OpResult& result)
                        w.u64(r.deadline_ms);
                    },
                    [](const ExpireWaitersResult&) {},
+                   [&](const AuthResult& r) { w.u64(r.auth_revision); },
                },
                result);
 }
@@ -397,6 +406,14 @@ bool read_op_body(OpCode code, Reader& r, LockOp& out)
     case OpCode::expire_waiters:
         out = ExpireWaiters{};
         return true;
+    case OpCode::auth: {
+        Bytes body;
+        r.rest(body);
+        auto decoded = decode_auth_op(body);
+        if (!decoded.ok()) return r.fail(decoded.error());
+        out = std::move(decoded.value());
+        return true;
+    }
     }
     return r.fail(OpDecodeError::unknown_op);
 }
@@ -503,6 +520,12 @@ bool read_result_body(OpCode code, Revision revision, Reader& r, OpResult& out)
     case OpCode::expire_waiters:
         out = ExpireWaitersResult{.revision = revision};
         return true;
+    case OpCode::auth: {
+        AuthResult o{.revision = revision};
+        if (!r.u64(o.auth_revision)) return false;
+        out = o;
+        return true;
+    }
     }
     return r.fail(OpDecodeError::unknown_op);
 }
@@ -570,6 +593,7 @@ const char* op_code_name(OpCode code)
     case OpCode::barrier_enter: return "barrier_enter";
     case OpCode::barrier_leave: return "barrier_leave";
     case OpCode::expire_waiters: return "expire_waiters";
+    case OpCode::auth: return "auth";
     }
     return "unknown";
 }
@@ -599,6 +623,8 @@ const char* error_code_name(ErrorCode code)
     case ErrorCode::barrier_in_use: return "barrier_in_use";
     case ErrorCode::not_member: return "not_member";
     case ErrorCode::too_large: return "too_large";
+    case ErrorCode::not_found: return "not_found";
+    case ErrorCode::already_exists: return "already_exists";
     }
     return "unknown";
 }
@@ -619,6 +645,9 @@ const char* violation_name(Violation violation)
     case Violation::value_too_long: return "value_too_long";
     case Violation::prev_revision_with_prefix: return "prev_revision_with_prefix";
     case Violation::after_without_prefix: return "after_without_prefix";
+    case Violation::permissions_invalid: return "permissions_invalid";
+    case Violation::too_many: return "too_many";
+    case Violation::reserved_name: return "reserved_name";
     }
     return "unknown";
 }
@@ -775,6 +804,7 @@ std::optional<Invalid> validate(const LockOp& op)
                                  check_session(o.session), check_wait(o.wait_ms)});
             },
             [](const ExpireWaiters&) { return std::optional<Invalid>{}; },
+            [](const AuthOp& o) { return validate_auth_op(o); },
         },
         op);
 }
@@ -814,6 +844,15 @@ std::string describe(const Invalid& invalid)
         what = "compare-and-set needs a single key, not a prefix";
         break;
     case Violation::after_without_prefix: what = "only for prefix listings"; break;
+    case Violation::permissions_invalid:
+        what = "needs permissions among read, write, lock, watch, admin, and a resource "
+               "key:PREFIX, lock:PREFIX, barrier:PREFIX or *";
+        break;
+    case Violation::too_many:
+        what = "at most " + std::to_string(kMaxRoleGrants) + " grants a role, " +
+               std::to_string(kMaxUserRoles) + " roles a user";
+        break;
+    case Violation::reserved_name: what = "'admin' is built in and cannot be changed"; break;
     }
     return std::string(invalid.field) + ": " + what;
 }
