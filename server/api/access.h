@@ -20,6 +20,7 @@
 #include "core/auth_state.h"
 #include "shell/auth.h"
 #include "shell/config.h"
+#include "shell/peer_auth.h"
 #include "shell/result.h"
 
 namespace voltlock::api {
@@ -49,6 +50,7 @@ private:
 
     const DaemonConfig config_;
     const bool on_;
+    const std::unique_ptr<PeerAuthVerifier> peer_auth_;  // snapshot fetches without mTLS
     // Files and replicated tables joined: users of both, grants of a role from both.
     void join();
 
