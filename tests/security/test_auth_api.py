@@ -313,3 +313,44 @@ def test_peers_fetch_snapshots_by_the_cell_key_and_nothing_else(cell):
     assert peer_get(cell, leader, target, old) == 401
     moved = peer_auth_header(cell, 1, "GET", target).replace("r1 ", "r2 ", 1)
     assert peer_get(cell, leader, target, moved) == 401
+
+
+def test_the_python_sdk_manages_users_roles_and_tokens(cell, admin):
+    every = [r["http"] for r in cell.replicas]
+    script = f"""
+import asyncio, sys
+sys.path.insert(0, {os.path.join(REPO, 'client', 'python', 'src')!r})
+import voltlock, voltlock.aio
+c = voltlock.Client({every!r}, token={admin!r})
+c.put_role("sdk-rw", [{{"permissions": ["read", "write"], "resource": "key:sdk/"}}])
+c.put_user("sdk", ["sdk-rw"])
+made = c.create_token("sdk", ttl=600)
+assert made["user"] == "sdk" and made["token"].startswith("vl_"), made
+assert any(r["name"] == "sdk-rw" for r in c.roles())
+assert any(u["name"] == "sdk" and u["tokens"] == [made["id"]] for u in c.users())
+assert made["token"] not in repr(c.tokens())
+user = voltlock.Client({every!r}, token=made["token"])
+user.put("sdk/k", "1")
+try:
+    user.put_user("sdk", ["admin"])
+    raise SystemExit("a non-admin changed its roles")
+except voltlock.errors.PermissionDenied:
+    pass
+try:
+    c.put_user("sdk", ["no-such-role"])
+    raise SystemExit("an unknown role was accepted")
+except voltlock.errors.NotFound:
+    pass
+async def main():
+    async with voltlock.aio.Client({every!r}, token={admin!r}) as a:
+        await a.revoke_token(made["id"])
+        assert made["id"] not in [t["id"] for t in await a.tokens()]
+        await a.delete_user("sdk")
+        await a.delete_role("sdk-rw")
+        assert not any(r["name"] == "sdk-rw" for r in await a.roles())
+asyncio.run(main())
+print("sdk ok")
+"""
+    done = cell.exec_client(sys.executable, "-c", script, check=False, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sdk ok" in done.stdout
