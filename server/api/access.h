@@ -6,8 +6,9 @@
 // constant time against every hash of auth_token_file and of the replicated tokens) or, with
 // mTLS, the client certificate's CN. The rules are the files' (the bootstrap: how the first admin
 // gets in) joined with the replicated users, roles and tokens (core/auth_state.h) as of the op
-// this replica has applied, so every replica enforces the same rules at the same op. A replica's own certificate ("voltlock cell <id> r<K>", as init-cell makes them) is a
-// peer: peers forward requests the sending replica has already checked, and fetch snapshots.
+// this replica has applied, so every replica enforces the same rules at the same op. A
+// replica's own certificate ("voltlock cell <id> r<K>", as init-cell makes them) is a peer:
+// peers forward requests the sending replica has already checked, and fetch snapshots.
 #pragma once
 
 #include <memory>

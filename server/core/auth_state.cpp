@@ -1,7 +1,6 @@
 #include "core/auth_state.h"
 
 #include <algorithm>
-#include <set>
 
 #include "core/byte_reader.h"
 #include "core/byte_writer.h"
@@ -375,8 +374,9 @@ AuthOutcome apply_auth_op(AuthState& state, const AuthOp& op, uint64_t now_ms)
     return outcome;
 }
 
-void encode_auth_op(Bytes& out, const AuthOp& op)
+Bytes encode_auth_op(const AuthOp& op)
 {
+    Bytes out;
     BodyWriter w(out);
     w.u8(static_cast<uint8_t>(op.change.index() + 1));
     std::visit(Overloaded{
@@ -404,13 +404,7 @@ void encode_auth_op(Bytes& out, const AuthOp& op)
                    [&](const RevokeToken& o) { w.str(o.id); },
                },
                op.change);
-}
-
-size_t encoded_auth_op_size(const AuthOp& op)
-{
-    Bytes out;
-    encode_auth_op(out, op);
-    return out.size();
+    return out;
 }
 
 OpDecodeResult<AuthOp> decode_auth_op(std::string_view body)

@@ -66,8 +66,7 @@ struct AuthOutcome {
 AuthOutcome apply_auth_op(AuthState& state, const AuthOp& op, uint64_t now_ms);
 
 // The op's body, after the op code (auth_ops.h's layout).
-void encode_auth_op(Bytes& out, const AuthOp& op);
-size_t encoded_auth_op_size(const AuthOp& op);
+Bytes encode_auth_op(const AuthOp& op);
 OpDecodeResult<AuthOp> decode_auth_op(std::string_view body);
 
 // The snapshot's auth section: u64 revision, then the three maps in key order, each a u32

@@ -195,11 +195,7 @@ void write_op(Sink& w, const LockOp& op)
                        w.u32(o.wait_ms);
                    },
                    [](const ExpireWaiters&) {},
-                   [&](const AuthOp& o) {
-                       Bytes body;
-                       encode_auth_op(body, o);
-                       w.bytes(body);
-                   },
+                   [&](const AuthOp& o) { w.bytes(encode_auth_op(o)); },
                },
                op);
 }
@@ -292,11 +288,29 @@ void write_result(Sink& w, const OpResult& result)
 
 // ---- Decoding, one op at a time ----------------------------------------------------------------
 
+// The auth op's body is the rest of the payload (core/auth_state.h decodes it).
+bool read_auth_op(Reader& r, LockOp& out)
+{
+    Bytes body;
+    r.rest(body);
+    auto decoded = decode_auth_op(body);
+    if (!decoded.ok()) return r.fail(decoded.error());
+    out = std::move(decoded.value());
+    return true;
+}
+
+bool read_auth_result(Reader& r, Revision revision, OpResult& out)
+{
+    AuthResult o{.revision = revision};
+    if (!r.u64(o.auth_revision)) return false;
+    out = o;
+    return true;
+}
+
 bool read_op_body(OpCode code, Reader& r, LockOp& out)
 {
     switch (code) {
-    case OpCode::none:
-        break;
+    case OpCode::none: break;
     case OpCode::create_session: {
         CreateSession o;
         if (!(r.u32(o.ttl_ms) && r.u32(o.lock_delay_ms) && r.str(o.name) && r.str(o.owner)))
@@ -406,14 +420,7 @@ bool read_op_body(OpCode code, Reader& r, LockOp& out)
     case OpCode::expire_waiters:
         out = ExpireWaiters{};
         return true;
-    case OpCode::auth: {
-        Bytes body;
-        r.rest(body);
-        auto decoded = decode_auth_op(body);
-        if (!decoded.ok()) return r.fail(decoded.error());
-        out = std::move(decoded.value());
-        return true;
-    }
+    case OpCode::auth: return read_auth_op(r, out);
     }
     return r.fail(OpDecodeError::unknown_op);
 }
@@ -427,8 +434,7 @@ bool read_key_value(Reader& r, KeyValue& kv)
 bool read_result_body(OpCode code, Revision revision, Reader& r, OpResult& out)
 {
     switch (code) {
-    case OpCode::none:
-        break;
+    case OpCode::none: break;
     case OpCode::create_session: {
         CreateSessionResult o{.revision = revision};
         if (!(r.u64(o.session) && r.u64(o.lease_epoch) && r.u64(o.deadline_ms))) return false;
@@ -520,12 +526,7 @@ bool read_result_body(OpCode code, Revision revision, Reader& r, OpResult& out)
     case OpCode::expire_waiters:
         out = ExpireWaitersResult{.revision = revision};
         return true;
-    case OpCode::auth: {
-        AuthResult o{.revision = revision};
-        if (!r.u64(o.auth_revision)) return false;
-        out = o;
-        return true;
-    }
+    case OpCode::auth: return read_auth_result(r, revision, out);
     }
     return r.fail(OpDecodeError::unknown_op);
 }
@@ -754,9 +755,7 @@ std::optional<Invalid> validate(const LockOp& op)
             [](const Release& o) {
                 return first_of({check(validate_name(o.lock), "lock"), check_session(o.session)});
             },
-            [](const CheckSequencer& o) {
-                return check(validate_name(o.sequencer.lock), "sequencer.lock");
-            },
+            [](const CheckSequencer& o) { return check_sequencer_field(o.sequencer); },
             [](const Put& o) {
                 return first_of({
                     check(validate_name(o.key), "key"),

@@ -29,8 +29,8 @@ public:
     explicit Driver(LockMachine& machine) : machine_(machine) {}
     OpResult apply(const LockOp& op)
     {
-        const Bytes result = machine_.apply(
-            machine_.last_applied_op() + 1, Entry{.timestamp_ms = now_ms, .payload = encode_op(op)});
+        const Entry entry{.timestamp_ms = now_ms, .payload = encode_op(op)};
+        const Bytes result = machine_.apply(machine_.last_applied_op() + 1, entry);
         const auto decoded = decode_result(result);
         REQUIRE(decoded.ok());
         return decoded.value();
