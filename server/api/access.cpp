@@ -1,5 +1,7 @@
 #include "api/access.h"
 
+#include <chrono>
+
 #include "api/leader_path.h"
 
 namespace voltlock::api {
@@ -34,7 +36,7 @@ bool same_hash(const TokenHash& a, const TokenHash& b)
 }
 
 struct Need {
-    enum class What { nothing, identity, resource, peer } what = What::identity;
+    enum class What { nothing, identity, resource, peer, admin } what = What::identity;
     Permission permission = Permission::read;
     std::vector<ResourceKind> kinds;
     std::string name;
@@ -48,6 +50,7 @@ Need need_of(const Call& call)
     const std::string name = call.match(1);
     if (e == "/healthz" || e == "/readyz" || e == "/ui") return Need{What::nothing, {}, {}, {}};
     if (e == "/v1/internal/snapshot") return Need{What::peer, Permission::admin, {}, {}};
+    if (e.starts_with("/v1/auth/")) return Need{What::admin, Permission::admin, {}, {}};
     if (e == "/v1/locks/{name}:acquire" || e == "/v1/locks/{name}:release")
         return Need{What::resource, Permission::lock, {ResourceKind::lock}, name};
     if (e == "/v1/barriers/{name}:enter" || e == "/v1/barriers/{name}:leave")
@@ -74,17 +77,57 @@ Need need_of(const Call& call)
 
 }  // namespace
 
-Access::Access(const DaemonConfig& config) : config_(config), on_(config.auth()) {}
+Access::Access(const DaemonConfig& config)
+    : config_(config), on_(config.auth()), peer_auth_(std::make_unique<PeerAuthVerifier>(config))
+{
+}
 
 Result<Ok> Access::load()
 {
     if (!on_) return Ok{};
     auto loaded = load_auth_tables(config_);
     if (!loaded.ok()) return loaded.error();
-    auto tables = std::make_shared<const AuthTables>(std::move(*loaded.value()));
     std::lock_guard lock(mutex_);
-    tables_ = std::move(tables);
+    files_ = std::move(*loaded.value());
+    join();
     return Ok{};
+}
+
+void Access::publish(const AuthState& state)
+{
+    std::lock_guard lock(mutex_);
+    if (published_revision_ == state.revision) return;
+    published_revision_ = state.revision;
+    replicated_ = AuthTables{};
+    for (const auto& [name, role] : state.roles)
+        for (const RoleGrant& g : role.grants)
+            replicated_.grants[name].push_back(AuthGrant{
+                .permissions = g.permissions,
+                .kind = g.scope == GrantScope::key    ? std::optional(ResourceKind::key)
+                        : g.scope == GrantScope::lock ? std::optional(ResourceKind::lock)
+                        : g.scope == GrantScope::barrier
+                            ? std::optional(ResourceKind::barrier)
+                            : std::nullopt,
+                .prefix = g.prefix});
+    // A user by its certificate's CN, then one entry per token.
+    for (const auto& [name, user] : state.users)
+        replicated_.users.push_back(AuthUser{.name = name, .roles = user.roles, .token_hash = {}});
+    for (const auto& [id, token] : state.tokens)
+        if (const auto user = state.users.find(token.user); user != state.users.end())
+            replicated_.users.push_back(AuthUser{.name = token.user,
+                                                 .roles = user->second.roles,
+                                                 .token_hash = token.hash,
+                                                 .expires_ms = token.expires_ms});
+    join();
+}
+
+void Access::join()
+{
+    AuthTables joined = files_;
+    for (const AuthUser& user : replicated_.users) joined.users.push_back(user);
+    for (const auto& [role, grants] : replicated_.grants)
+        joined.grants[role].insert(joined.grants[role].end(), grants.begin(), grants.end());
+    tables_ = std::make_shared<const AuthTables>(std::move(joined));
 }
 
 Result<Identity> Access::identify(const Call& call, const AuthTables& tables) const
@@ -101,6 +144,14 @@ Result<Identity> Access::identify(const Call& call, const AuthTables& tables) co
             if (user.token_hash && same_hash(*user.token_hash, presented) && !matched)
                 matched = &user;
         if (!matched) return Error{0, "the token is not known (revoked, or mistyped)"};
+        // The leader's clock set the expiry (the op's timestamp + ttl); the replicas' clocks
+        // agree closely enough for a validity of seconds at least.
+        const auto now_ms = static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count());
+        if (matched->expires_ms != 0 && matched->expires_ms <= now_ms)
+            return Error{0, "the token expired; ask an admin for a new one"};
         return Identity{matched->name, matched->roles, false};
     }
     if (call.exchange && call.exchange->client_certificate_cn) {
@@ -126,6 +177,17 @@ std::optional<ApiError> Access::check(Call& call) const
         std::lock_guard lock(mutex_);
         tables = tables_;
     }
+    // A peer without a client certificate, by the cell's replication key: for snapshots only.
+    if (const auto peer_header = call.header(kPeerAuthHeader)) {
+        if (need.what != Need::What::peer)
+            return unauthenticated(std::string(kPeerAuthHeader) +
+                                   " is believed for the snapshot endpoint only");
+        auto peer = peer_auth_->verify(*peer_header, call.method, call.target, unix_ms());
+        if (!peer.ok()) return unauthenticated(peer.error().message());
+        call.user = "r" + std::to_string(peer.value());
+        call.admin = true;
+        return std::nullopt;
+    }
     auto identity = identify(call, *tables);
     if (!identity.ok()) return unauthenticated(identity.error().message());
     const Identity& who = identity.value();
@@ -140,6 +202,12 @@ std::optional<ApiError> Access::check(Call& call) const
     switch (need.what) {
     case Need::What::nothing:
     case Need::What::identity: return std::nullopt;
+    case Need::What::admin:
+        if (call.admin) return std::nullopt;
+        return ApiError{403, "permission_denied",
+                        "user '" + who.user + "' lacks the admin role: only an admin may "
+                        "change or list users, roles and tokens",
+                        Json{{"permission", "admin"}, {"user", who.user}}};
     case Need::What::peer:
         if (call.admin) return std::nullopt;
         return ApiError{403, "permission_denied",

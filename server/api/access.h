@@ -3,9 +3,12 @@
 // replica that receives the client's request enforces, whichever replica then serves it.
 //
 // An identity is a bearer token's user (`Authorization: Bearer <token>`, compared by SHA-256 in
-// constant time against every hash of auth_token_file) or, with mTLS, the client certificate's
-// CN. A replica's own certificate ("voltlock cell <id> r<K>", as init-cell makes them) is a
-// peer: peers forward requests the sending replica has already checked, and fetch snapshots.
+// constant time against every hash of auth_token_file and of the replicated tokens) or, with
+// mTLS, the client certificate's CN. The rules are the files' (the bootstrap: how the first admin
+// gets in) joined with the replicated users, roles and tokens (core/auth_state.h) as of the op
+// this replica has applied, so every replica enforces the same rules at the same op. A
+// replica's own certificate ("voltlock cell <id> r<K>", as init-cell makes them) is a peer:
+// peers forward requests the sending replica has already checked, and fetch snapshots.
 #pragma once
 
 #include <memory>
@@ -15,8 +18,10 @@
 #include <vector>
 
 #include "api/call.h"
+#include "core/auth_state.h"
 #include "shell/auth.h"
 #include "shell/config.h"
+#include "shell/peer_auth.h"
 #include "shell/result.h"
 
 namespace voltlock::api {
@@ -33,6 +38,9 @@ public:
 
     // Reads the auth files (at start and on SIGHUP); on an error the tables in use stay.
     Result<Ok> load();
+    // The replicated tables, as of the op just applied (loop thread, after every apply and
+    // snapshot install); cheap when they did not change.
+    void publish(const AuthState& state);
     bool on() const { return on_; }
 
     // Nothing when `call` may go on (its identity set), or the 401/403 to answer. Any thread.
@@ -43,7 +51,14 @@ private:
 
     const DaemonConfig config_;
     const bool on_;
+    const std::unique_ptr<PeerAuthVerifier> peer_auth_;  // snapshot fetches without mTLS
+    // Files and replicated tables joined: users of both, grants of a role from both.
+    void join();
+
     mutable std::mutex mutex_;
+    AuthTables files_;
+    AuthTables replicated_;
+    std::optional<uint64_t> published_revision_;  // of the replicated tables
     std::shared_ptr<const AuthTables> tables_;
 };
 

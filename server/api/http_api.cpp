@@ -194,6 +194,14 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
       forwarder_(node.config(), loop, node.config().http_forward_threads),
       leader_(loop, node, service_.get(), pool_, forwarder_),
       admin_(loop, node, machine, service_.get(), counters_, [this] { return api_stats(); }),
+      auth_admin_(
+          machine, node.config().max_message_bytes,
+          [this](const CallPtr& call, const LockOp& op, AuthAdmin::Answer answer) {
+              run_op(call, op, 0, std::move(answer));
+          },
+          [this](const CallPtr& call, std::function<Json()> body) {
+              read_state(call, std::move(body));
+          }),
       access_(node.config()),
       router_(loop, counters_, access_),
       server_(limits_,
@@ -218,6 +226,13 @@ Result<Ok> HttpApi::start(const std::string& ip, uint16_t port)
         if (auto started = service_->start(); !started.ok()) return started.error();
     admin_.start();
     if (auto loaded = access_.load(); !loaded.ok()) return loaded.error();
+    if (machine_) {
+        // The replicated users, roles and tokens, as of every op and snapshot applied here.
+        const auto publish_auth = [this] { access_.publish(machine_->state().auth); };
+        publish_auth();
+        node_.on_executed([publish_auth](const Executed&) { publish_auth(); });
+        node_.on_snapshot_installed(publish_auth);
+    }
     if (!access_.on())
         spdlog::warn("r{}: AUTH IS OFF: any client that reaches {}:{} may read, write, lock and "
                      "close every session; set auth_token_file (docs/security-auth.md)",
@@ -305,6 +320,7 @@ void HttpApi::install_routes()
         [this](auto& c) { get_barriers(c, true); });
 
     admin_.install(router_);
+    auth_admin_.install(add);
     // Every replica's /v1/status as this one gets it (api/replica_statuses.h): the peers are
     // asked over HTTP with a deadline, on a forwarding thread, never on the loop.
     router_.add("GET", "/v1/cluster/replicas", "/v1/cluster/replicas", {}, Where::loop,

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "api/admin.h"
+#include "api/auth_admin.h"
 #include "api/call.h"
 #include "api/http_server.h"
 #include "api/leader_path.h"
@@ -116,6 +117,7 @@ private:
     LeaderPath leader_;
     std::unique_ptr<WaitService> waits_;
     Admin admin_;
+    AuthAdmin auth_admin_;
     Access access_;
     Router router_;
     HttpServer server_;

@@ -453,6 +453,21 @@ std::optional<ApiError> check_name(std::string_view field, std::string_view name
 
 // ---- Results -> responses ----------------------------------------------------------------------
 
+namespace {
+
+// An auth op naming a user, role or token that does not exist, or a token id taken.
+ApiError auth_table_error(const OpError& e)
+{
+    const char* table = e.detail == 2 ? "role" : e.detail == 3 ? "token" : "user";
+    const Json details{{"kind", table}, {"revision", e.revision}};
+    if (e.code == ErrorCode::not_found)
+        return ApiError{404, "not_found", std::string("no such ") + table, details};
+    return ApiError{409, "already_exists", std::string("that ") + table + " exists already",
+                    details};
+}
+
+}  // namespace
+
 ApiError op_error(const OpError& e)
 {
     const Json revision{{"revision", e.revision}};
@@ -463,8 +478,7 @@ ApiError op_error(const OpError& e)
     };
     const bool lock = e.op == OpCode::acquire || e.op == OpCode::release;
     switch (e.code) {
-    case ErrorCode::ok:
-        break;
+    case ErrorCode::ok: break;
     case ErrorCode::malformed:
         return ApiError{400, "malformed", "the op did not decode (a server bug)",
                         with({{"reason", op_decode_error_name(OpDecodeError(e.detail))}})};
@@ -518,6 +532,7 @@ ApiError op_error(const OpError& e)
                         "a key of " + thousands(e.detail) +
                             " bytes does not fit in one reply datagram",
                         with({{"size_bytes", e.detail}})};
+    case ErrorCode::not_found: case ErrorCode::already_exists: return auth_table_error(e);
     }
     return ApiError{500, "internal", std::string("unexpected machine error ") +
                                          error_code_name(e.code),
@@ -589,6 +604,9 @@ Json result_json(const OpResult& result, ValueEncoding encoding)
                             {"deadline_ms", r.deadline_ms}, {"revision", r.revision}};
             },
             [](const ExpireWaitersResult& r) { return Json{{"revision", r.revision}}; },
+            [](const AuthResult& r) {
+                return Json{{"auth_revision", r.auth_revision}, {"revision", r.revision}};
+            },
         },
         result);
 }

@@ -123,7 +123,7 @@ Bytes LockMachine::apply(Op op, const Entry& entry)
     end_apply();
     const uint8_t code = entry.payload.empty() ? 0 : static_cast<uint8_t>(entry.payload[0]);
     const bool known = code >= static_cast<uint8_t>(OpCode::create_session) &&
-                       code <= static_cast<uint8_t>(OpCode::expire_waiters);
+                       code <= static_cast<uint8_t>(OpCode::auth);
     return encode_result(OpError{.op = known ? static_cast<OpCode>(code) : OpCode::none,
                                  .code = ErrorCode::malformed,
                                  .revision = state_.revision,
@@ -153,6 +153,12 @@ OpResult LockMachine::apply_op(Op op, uint64_t timestamp_ms, const LockOp& lock_
                 [&](const BarrierEnter& o) { return on_barrier_enter(o); },
                 [&](const BarrierLeave& o) { return on_barrier_leave(o); },
                 [&](const ExpireWaiters&) { return OpResult{ExpireWaitersResult{}}; },
+                [&](const AuthOp& o) -> OpResult {
+                    const AuthOutcome done = apply_auth_op(state_.auth, o, state_.now_ms);
+                    if (done.code != ErrorCode::ok)
+                        return error(OpCode::auth, done.code, static_cast<uint64_t>(done.table));
+                    return AuthResult{.auth_revision = state_.auth.revision};
+                },
             },
             lock_op);
     }

@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/auth_state.h"
 #include "core/lock_ops.h"
 #include "core/state_machine.h"
 #include "core/types.h"
@@ -208,6 +209,7 @@ struct LockServiceState {
     std::set<TimerRecord> timers;
     std::deque<WatchEvent> history;  // revisions compacted_revision + 1 .. revision, in order
     Revision compacted_revision = 0; // events up to here were dropped
+    AuthState auth;                  // users, roles, tokens (core/auth_state.h)
     bool operator==(const LockServiceState&) const = default;
 };
 
@@ -267,7 +269,7 @@ public:
     // A hash over the whole state (history included); equal on replicas that applied the same ops.
     uint64_t state_digest() const override;
 
-    // Snapshots (StateMachine). The layout: u32 magic "VLM1", then the fields of
+    // Snapshots (StateMachine). The layout: u32 magic "VLM3", then the fields of
     // LockServiceState in declaration order, nested records likewise; integers little-endian
     // (ByteWriter), enums and bools one byte, strings and sequences a u32 count first, maps in
     // key order. Derived data (the timers, the sessions' index sets) is left out and rebuilt by

@@ -112,6 +112,7 @@ uint64_t LockMachine::state_digest() const
         h.u64(e.generation);
         h.u64(static_cast<uint64_t>(e.cause));
     }
+    h.str(encode_auth_state(s.auth));
     // The timers are derived from the records above (check_invariants), so not hashed again.
     return h.digest();
 }

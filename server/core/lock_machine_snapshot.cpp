@@ -15,7 +15,9 @@ namespace voltlock {
 
 namespace {
 
-constexpr uint32_t kSnapshotMagic = 0x324D4C56;  // "VLM2" in little-endian byte order
+constexpr uint32_t kSnapshotMagic = 0x334D4C56;  // "VLM3" in little-endian byte order
+// Snapshots from before the auth tables (core/auth_state.h): read with empty tables.
+constexpr uint32_t kSnapshotMagicWithoutAuth = 0x324D4C56;  // "VLM2"
 // Snapshots from before sessions had owners: read as sessions without one.
 constexpr uint32_t kSnapshotMagicWithoutOwners = 0x314D4C56;  // "VLM1"
 
@@ -96,6 +98,11 @@ public:
 
     bool magic(uint32_t v) { return u32(v); }
     bool session_owners() const { return true; }
+    bool auth(const AuthState& state)
+    {
+        out_.bytes(encode_auth_state(state));
+        return true;
+    }
     bool u32(uint32_t v)
     {
         out_.u32(v);
@@ -163,10 +170,19 @@ public:
     {
         uint32_t v = 0;
         if (!in_.u32(v)) return false;
-        session_owners_ = v == expected;
-        return v == expected || v == kSnapshotMagicWithoutOwners;
+        session_owners_ = v != kSnapshotMagicWithoutOwners;
+        auth_tables_ = v == expected;
+        return v == expected || v == kSnapshotMagicWithoutAuth ||
+               v == kSnapshotMagicWithoutOwners;
     }
     bool session_owners() const { return session_owners_; }
+    // The auth section is the snapshot's last: the rest of the bytes (none before VLM3).
+    bool auth(AuthState& state)
+    {
+        if (!auth_tables_) return true;
+        Bytes section;
+        return in_.rest(section) && decode_auth_state(section, state);
+    }
     bool u32(uint32_t& v) { return in_.u32(v); }
     bool u64(uint64_t& v) { return in_.u64(v); }
     bool boolean(bool& v)
@@ -223,6 +239,7 @@ private:
 
     ByteReader in_;
     bool session_owners_ = true;  // false: a VLM1 snapshot
+    bool auth_tables_ = true;     // false: VLM1 or VLM2
 };
 
 // The layout, one function per record, for both directions: `R` is the record, const when
@@ -294,7 +311,7 @@ bool fields(Io& io, R& r)
     return io.magic(kSnapshotMagic) && io.u64(r.now_ms) && io.u64(r.last_applied_op) &&
            io.u64(r.revision) && io.u64(r.last_generation) && io.map(r.sessions) &&
            io.map(r.locks) && io.map(r.kv) && io.map(r.barriers) && io.sequence(r.history) &&
-           io.u64(r.compacted_revision);
+           io.u64(r.compacted_revision) && io.auth(r.auth);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/assert.h"
+#include "core/auth_state.h"
 #include "core/byte_reader.h"
 #include "core/byte_writer.h"
 #include "core/overloaded.h"
@@ -13,15 +14,15 @@
 
 namespace voltlock {
 
-static_assert(std::variant_size_v<LockOp> == static_cast<size_t>(OpCode::expire_waiters),
+static_assert(std::variant_size_v<LockOp> == static_cast<size_t>(OpCode::auth),
               "LockOp alternatives are the op codes in order");
 static_assert(std::variant_size_v<OpResult> == std::variant_size_v<LockOp> + 1,
               "one result type per op, plus OpError");
 
 namespace {
 
-constexpr uint8_t kMaxOpCode = static_cast<uint8_t>(OpCode::expire_waiters);
-constexpr uint8_t kMaxErrorCode = static_cast<uint8_t>(ErrorCode::too_large);
+constexpr uint8_t kMaxOpCode = static_cast<uint8_t>(OpCode::auth);
+constexpr uint8_t kMaxErrorCode = static_cast<uint8_t>(ErrorCode::already_exists);
 
 // Put flags.
 constexpr uint8_t kPutPrevRevision = 1u << 0;
@@ -55,6 +56,7 @@ public:
     void u32(uint32_t) { size_ += 4; }
     void u64(uint64_t) { size_ += 8; }
     void str(std::string_view s) { size_ += 2 + s.size(); }
+    void bytes(std::string_view s) { size_ += s.size(); }
     size_t size() const { return size_; }
 
 private:
@@ -110,6 +112,7 @@ public:
         return false;
     }
     bool done() const { return in_.done(); }
+    void rest(Bytes& out) { in_.rest(out); }
     // The reason of the first failure, or trailing_bytes if everything read but bytes are left.
     OpDecodeError error() const { return error_.value_or(OpDecodeError::trailing_bytes); }
 
@@ -192,6 +195,7 @@ void write_op(Sink& w, const LockOp& op)
                        w.u32(o.wait_ms);
                    },
                    [](const ExpireWaiters&) {},
+                   [&](const AuthOp& o) { w.bytes(encode_auth_op(o)); },
                },
                op);
 }
@@ -277,17 +281,36 @@ void write_result(Sink& w, const OpResult& result)
                        w.u64(r.deadline_ms);
                    },
                    [](const ExpireWaitersResult&) {},
+                   [&](const AuthResult& r) { w.u64(r.auth_revision); },
                },
                result);
 }
 
 // ---- Decoding, one op at a time ----------------------------------------------------------------
 
+// The auth op's body is the rest of the payload (core/auth_state.h decodes it).
+bool read_auth_op(Reader& r, LockOp& out)
+{
+    Bytes body;
+    r.rest(body);
+    auto decoded = decode_auth_op(body);
+    if (!decoded.ok()) return r.fail(decoded.error());
+    out = std::move(decoded.value());
+    return true;
+}
+
+bool read_auth_result(Reader& r, Revision revision, OpResult& out)
+{
+    AuthResult o{.revision = revision};
+    if (!r.u64(o.auth_revision)) return false;
+    out = o;
+    return true;
+}
+
 bool read_op_body(OpCode code, Reader& r, LockOp& out)
 {
     switch (code) {
-    case OpCode::none:
-        break;
+    case OpCode::none: break;
     case OpCode::create_session: {
         CreateSession o;
         if (!(r.u32(o.ttl_ms) && r.u32(o.lock_delay_ms) && r.str(o.name) && r.str(o.owner)))
@@ -397,6 +420,7 @@ bool read_op_body(OpCode code, Reader& r, LockOp& out)
     case OpCode::expire_waiters:
         out = ExpireWaiters{};
         return true;
+    case OpCode::auth: return read_auth_op(r, out);
     }
     return r.fail(OpDecodeError::unknown_op);
 }
@@ -410,8 +434,7 @@ bool read_key_value(Reader& r, KeyValue& kv)
 bool read_result_body(OpCode code, Revision revision, Reader& r, OpResult& out)
 {
     switch (code) {
-    case OpCode::none:
-        break;
+    case OpCode::none: break;
     case OpCode::create_session: {
         CreateSessionResult o{.revision = revision};
         if (!(r.u64(o.session) && r.u64(o.lease_epoch) && r.u64(o.deadline_ms))) return false;
@@ -503,6 +526,7 @@ bool read_result_body(OpCode code, Revision revision, Reader& r, OpResult& out)
     case OpCode::expire_waiters:
         out = ExpireWaitersResult{.revision = revision};
         return true;
+    case OpCode::auth: return read_auth_result(r, revision, out);
     }
     return r.fail(OpDecodeError::unknown_op);
 }
@@ -570,6 +594,7 @@ const char* op_code_name(OpCode code)
     case OpCode::barrier_enter: return "barrier_enter";
     case OpCode::barrier_leave: return "barrier_leave";
     case OpCode::expire_waiters: return "expire_waiters";
+    case OpCode::auth: return "auth";
     }
     return "unknown";
 }
@@ -599,6 +624,8 @@ const char* error_code_name(ErrorCode code)
     case ErrorCode::barrier_in_use: return "barrier_in_use";
     case ErrorCode::not_member: return "not_member";
     case ErrorCode::too_large: return "too_large";
+    case ErrorCode::not_found: return "not_found";
+    case ErrorCode::already_exists: return "already_exists";
     }
     return "unknown";
 }
@@ -619,6 +646,9 @@ const char* violation_name(Violation violation)
     case Violation::value_too_long: return "value_too_long";
     case Violation::prev_revision_with_prefix: return "prev_revision_with_prefix";
     case Violation::after_without_prefix: return "after_without_prefix";
+    case Violation::permissions_invalid: return "permissions_invalid";
+    case Violation::too_many: return "too_many";
+    case Violation::reserved_name: return "reserved_name";
     }
     return "unknown";
 }
@@ -725,9 +755,7 @@ std::optional<Invalid> validate(const LockOp& op)
             [](const Release& o) {
                 return first_of({check(validate_name(o.lock), "lock"), check_session(o.session)});
             },
-            [](const CheckSequencer& o) {
-                return check(validate_name(o.sequencer.lock), "sequencer.lock");
-            },
+            [](const CheckSequencer& o) { return check_sequencer_field(o.sequencer); },
             [](const Put& o) {
                 return first_of({
                     check(validate_name(o.key), "key"),
@@ -775,6 +803,7 @@ std::optional<Invalid> validate(const LockOp& op)
                                  check_session(o.session), check_wait(o.wait_ms)});
             },
             [](const ExpireWaiters&) { return std::optional<Invalid>{}; },
+            [](const AuthOp& o) { return validate_auth_op(o); },
         },
         op);
 }
@@ -814,6 +843,15 @@ std::string describe(const Invalid& invalid)
         what = "compare-and-set needs a single key, not a prefix";
         break;
     case Violation::after_without_prefix: what = "only for prefix listings"; break;
+    case Violation::permissions_invalid:
+        what = "needs permissions among read, write, lock, watch, admin, and a resource "
+               "key:PREFIX, lock:PREFIX, barrier:PREFIX or *";
+        break;
+    case Violation::too_many:
+        what = "at most " + std::to_string(kMaxRoleGrants) + " grants a role, " +
+               std::to_string(kMaxUserRoles) + " roles a user";
+        break;
+    case Violation::reserved_name: what = "'admin' is built in and cannot be changed"; break;
     }
     return std::string(invalid.field) + ": " + what;
 }

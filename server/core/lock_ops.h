@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/auth_ops.h"
 #include "core/expected.h"
 #include "core/types.h"
 
@@ -67,6 +68,7 @@ enum class OpCode : uint8_t {
     barrier_enter = 11,
     barrier_leave = 12,
     expire_waiters = 13,
+    auth = 14,  // users, roles, tokens: core/auth_ops.h
 };
 const char* op_code_name(OpCode code);  // "unknown" outside the enum
 
@@ -197,7 +199,7 @@ struct ExpireWaiters {
 // Alternatives in OpCode order: index + 1 is the op code.
 using LockOp = std::variant<CreateSession, KeepAlive, CloseSession, ExpireSession, Acquire,
                             Release, CheckSequencer, Put, Delete, Get, BarrierEnter, BarrierLeave,
-                            ExpireWaiters>;
+                            ExpireWaiters, AuthOp>;
 OpCode op_code(const LockOp& op);
 
 // ---- Results ---------------------------------------------------------------------------------
@@ -217,6 +219,8 @@ enum class ErrorCode : uint8_t {
     barrier_in_use = 10,    // the barrier released its members; others wait until all left
     not_member = 11,        // BarrierLeave by a session that did not enter
     too_large = 12,         // Get: one key does not fit in max_result_bytes; detail: its size
+    not_found = 13,         // auth: no such user, role or token (detail: AuthTable)
+    already_exists = 14,    // auth: a token with this id exists (detail: AuthTable)
 };
 const char* error_code_name(ErrorCode code);  // "unknown" outside the enum
 
@@ -235,6 +239,9 @@ enum class Violation : uint8_t {
     value_too_long = 10,
     prev_revision_with_prefix = 11,
     after_without_prefix = 12,
+    permissions_invalid = 13,  // auth: no permission, an unknown one, or a bad resource
+    too_many = 14,             // auth: more grants or roles than kMaxRoleGrants / kMaxUserRoles
+    reserved_name = 15,        // auth: the built-in role `admin` cannot be changed
 };
 const char* violation_name(Violation violation);
 
@@ -372,7 +379,8 @@ struct ExpireWaitersResult {
 using OpResult = std::variant<OpError, CreateSessionResult, KeepAliveResult, CloseSessionResult,
                               ExpireSessionResult, AcquireResult, ReleaseResult,
                               CheckSequencerResult, PutResult, DeleteResult, GetResult,
-                              BarrierEnterResult, BarrierLeaveResult, ExpireWaitersResult>;
+                              BarrierEnterResult, BarrierLeaveResult, ExpireWaitersResult,
+                              AuthResult>;
 // The op a result answers.
 OpCode result_op_code(const OpResult& result);
 // The revision a result carries (every result carries one).

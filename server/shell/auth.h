@@ -39,6 +39,7 @@ struct AuthUser {
     std::string name;
     std::vector<std::string> roles;
     std::optional<TokenHash> token_hash;  // none: a certificate-only user
+    uint64_t expires_ms = 0;  // a replicated token's expiry (wall-clock ms); 0: never
 };
 
 struct AuthGrant {

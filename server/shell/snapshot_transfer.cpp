@@ -3,6 +3,7 @@
 #include <charconv>
 #include <string_view>
 
+#include "shell/peer_auth.h"
 #include "shell/peer_http.h"
 
 #include "core/checksum.h"
@@ -56,7 +57,12 @@ Result<Bytes> fetch_snapshot(const DaemonConfig& config, const PeerAddress& peer
         if (download.op != 0 && offset == download.size) break;
         const std::string path = std::string(kSnapshotPath) + "?offset=" + std::to_string(offset) +
                                  "&op=" + std::to_string(op);
-        const auto response = client->Get(path);
+        // The cell's replication key is this replica's identity, with or without mTLS
+        // (shell/peer_auth.h); signed per request, as each carries a fresh nonce.
+        httplib::Headers headers;
+        if (auto signed_header = sign_peer_request(config, "GET", path, unix_ms()))
+            headers.emplace(kPeerAuthHeader, *signed_header);
+        const auto response = client->Get(path, headers);
         if (!response) return Error{0, where + ": " + httplib::to_string(response.error())};
         if (response->status == 409) {
             download = SnapshotDownload{.peer = peer};

@@ -61,6 +61,10 @@ std::vector<LockOp> sample_ops()
         BarrierEnter{.barrier = "phase/1", .session = 6, .count = 3, .wait_ms = 1000},
         BarrierLeave{.barrier = "phase/1", .session = 6, .wait_ms = 0},
         ExpireWaiters{},
+        AuthOp{PutRole{.role = "reader",
+                       .grants = {RoleGrant{.permissions = 9, .scope = GrantScope::key,
+                                            .prefix = "app/"}}}},
+        AuthOp{CreateToken{.user = "billing", .hash = {}, .ttl_ms = 60'000}},
     };
 }
 
@@ -95,6 +99,7 @@ std::vector<OpResult> sample_results()
         BarrierEnterResult{.revision = 15, .status = BarrierStatus::passed},
         BarrierLeaveResult{.revision = 16, .status = BarrierStatus::passed},
         ExpireWaitersResult{.revision = 17},
+        AuthResult{.revision = 17, .auth_revision = 3},
     };
 }
 
@@ -162,7 +167,7 @@ TEST_CASE("lock ops: the layout is little-endian fields after a one-byte op code
 TEST_CASE("lock ops: an empty payload and unknown op codes are rejected")
 {
     CHECK(decode_op("").error() == OpDecodeError::empty);
-    for (const int code : {0, 14, 0x7F, 0xFF})
+    for (const int code : {0, 15, 0x7F, 0xFF})
         CHECK(decode_op(Bytes(1, static_cast<char>(code))).error() == OpDecodeError::unknown_op);
 }
 
@@ -229,7 +234,7 @@ TEST_CASE("lock ops: a string length beyond the buffer is truncated, not read")
 TEST_CASE("lock ops: malformed results are rejected with their reason")
 {
     CHECK(decode_result("").error() == OpDecodeError::empty);
-    CHECK(decode_result(Bytes(1, '\x0E')).error() == OpDecodeError::unknown_op);
+    CHECK(decode_result(Bytes(1, '\x0F')).error() == OpDecodeError::unknown_op);
 
     for (const OpResult& result : sample_results()) {
         const Bytes bytes = encode_result(result);
@@ -241,7 +246,7 @@ TEST_CASE("lock ops: malformed results are rejected with their reason")
 
     const Bytes ok_check = encode_result(CheckSequencerResult{.revision = 1, .valid = true});
     // An error code beyond the enum, a bool that is neither 0 nor 1.
-    CHECK(decode_result(with_byte(ok_check, 1, 13)).error() == OpDecodeError::bad_enum);
+    CHECK(decode_result(with_byte(ok_check, 1, 15)).error() == OpDecodeError::bad_enum);
     CHECK(decode_result(with_byte(ok_check, 10, 2)).error() == OpDecodeError::bad_enum);
     // Only an error may answer an op without a known code.
     CHECK(decode_result(with_byte(ok_check, 0, 0)).error() == OpDecodeError::unknown_op);

@@ -303,17 +303,18 @@ TEST_CASE("snapshot: map keys out of order or twice, and a wrong magic, are refu
         CHECK_FALSE(target.restore(edited));
     }
     Bytes wrong_magic = snapshot;
-    wrong_magic[3] = '3';  // "VLM3"
+    wrong_magic[3] = '4';  // "VLM4"
     CHECK_FALSE(target.restore(wrong_magic));
     CHECK(target.restore(snapshot));
 }
 
-TEST_CASE("snapshot: 'VLM2', then the state's fields in order, little-endian")
+TEST_CASE("snapshot: 'VLM3', then the state's fields in order, little-endian")
 {
     const Bytes snapshot = LockMachine(kConfig).snapshot();
-    // magic, four u64 counters, four empty maps, an empty history, compacted_revision.
-    CHECK(snapshot.size() == 4 + 4 * 8 + 4 * 4 + 4 + 8);
-    CHECK(snapshot.substr(0, 4) == "VLM2");
+    // magic, four u64 counters, four empty maps, an empty history, compacted_revision, and the
+    // auth tables (u64 revision, three empty maps).
+    CHECK(snapshot.size() == 4 + 4 * 8 + 4 * 4 + 4 + 8 + 8 + 3 * 4);
+    CHECK(snapshot.substr(0, 4) == "VLM3");
 }
 
 TEST_CASE("snapshot: a session's owner round-trips, and a 'VLM1' snapshot (no owners) restores")
@@ -328,7 +329,8 @@ TEST_CASE("snapshot: a session's owner round-trips, and a 'VLM1' snapshot (no ow
     CHECK(target.state().sessions.at(owned).owner == "alice");
     CHECK(target.state_digest() == source.state_digest());
 
-    // The same state as a replica before owners wrote it: magic VLM1, no owner field.
+    // The same state as a replica before owners wrote it: magic VLM1, no owner field, no auth
+    // tables.
     LockMachine unowned(kConfig);
     Driver u(unowned);
     const SessionId id = u.session();
@@ -339,6 +341,7 @@ TEST_CASE("snapshot: a session's owner round-trips, and a 'VLM1' snapshot (no ow
         name + 5 + 4 + 4 + 8 + 8 + 8;  // after ttl, delay, epoch, deadline, created
     REQUIRE(old.substr(owner, 4) == Bytes(4, '\0'));
     old.erase(owner, 4);
+    old.erase(old.size() - (8 + 3 * 4));
     old[3] = '1';
     LockMachine restored(kConfig);
     REQUIRE(restored.restore(old));

@@ -433,6 +433,22 @@ class Protocol:
                                                budget=self.budget(timeout)))
         return dict(answer)
 
+    # --- users, roles and tokens (admin; docs/security-auth.md) ---------------------------------
+
+    def auth_write(self, method: str, path: str, body: Optional[Dict[str, Any]],
+                   timeout: Optional[float]) -> Plan[Dict[str, Any]]:
+        """A change under /v1/auth (through the log, so retried safely with the client id)."""
+        answer = yield from self.exchange(Call(method, path, body=body, write=True,
+                                               budget=self.budget(timeout)))
+        return dict(answer)
+
+    def create_token(self, user: str, ttl: Optional[float],
+                     timeout: Optional[float]) -> Plan[Dict[str, Any]]:
+        body: Dict[str, Any] = {"user": user}
+        if ttl is not None:
+            body["ttl_s"] = check_int(int(ttl), "ttl", 1)
+        return (yield from self.auth_write("POST", "/v1/auth/tokens", body, timeout))
+
     # --- locks ----------------------------------------------------------------------------------
 
     def acquire(self, name: str, session: int, shared: bool, wait: Optional[float],

@@ -7,8 +7,8 @@ import socket
 import ssl
 import threading
 import time
-from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar,
-                    Union)
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 from . import _protocol as p
 from . import errors
@@ -278,6 +278,61 @@ class Client(ClientBase[HttpTransport]):
     def cluster(self, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """``GET /v1/cluster`` of the replica in use: members, leader, view, counters."""
         return self._run(self._protocol.read("/v1/cluster", timeout))
+
+    # --- users, roles and tokens (the admin role; docs/security-auth.md) -------------------------
+
+    def put_role(self, name: str, grants: Sequence[Mapping[str, Any]], *,
+                 timeout: Optional[float] = None) -> int:
+        """Creates the role or replaces its grants, each ``{"permissions": ["read", ...],
+        "resource": "key:app/"}`` (resource: key:, lock:, barrier: PREFIX, or "*"). Returns the
+        auth revision."""
+        answer = self._run(self._protocol.auth_write(
+            "PUT", f"/v1/auth/roles/{p.quote_name(name)}", {"grants": [dict(g) for g in grants]},
+            timeout))
+        return int(answer["auth_revision"])
+
+    def delete_role(self, name: str, *, timeout: Optional[float] = None) -> int:
+        """Removes the role (and takes it from its users); NotFound if there is none."""
+        answer = self._run(self._protocol.auth_write(
+            "DELETE", f"/v1/auth/roles/{p.quote_name(name)}", None, timeout))
+        return int(answer["auth_revision"])
+
+    def roles(self, *, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+        """Every replicated role: ``{name, grants}``."""
+        return list((self._run(self._protocol.read("/v1/auth/roles", timeout)))["roles"])
+
+    def put_user(self, name: str, roles: Sequence[str], *,
+                 timeout: Optional[float] = None) -> int:
+        """Creates the user or replaces its roles ("admin" or roles that exist)."""
+        answer = self._run(self._protocol.auth_write(
+            "PUT", f"/v1/auth/users/{p.quote_name(name)}", {"roles": list(roles)}, timeout))
+        return int(answer["auth_revision"])
+
+    def delete_user(self, name: str, *, timeout: Optional[float] = None) -> int:
+        """Removes the user and revokes its tokens."""
+        answer = self._run(self._protocol.auth_write(
+            "DELETE", f"/v1/auth/users/{p.quote_name(name)}", None, timeout))
+        return int(answer["auth_revision"])
+
+    def users(self, *, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+        """Every replicated user: ``{name, roles, tokens}`` (token ids)."""
+        return list((self._run(self._protocol.read("/v1/auth/users", timeout)))["users"])
+
+    def create_token(self, user: str, *, ttl: Optional[float] = None,
+                     timeout: Optional[float] = None) -> Dict[str, Any]:
+        """A new token for `user`, expiring after ``ttl`` seconds (None: never):
+        ``{token, id, user, ttl_s, ...}``. The only time the token is shown."""
+        return self._run(self._protocol.create_token(user, ttl, timeout))
+
+    def revoke_token(self, token_id: str, *, timeout: Optional[float] = None) -> int:
+        """Revokes a token by its id: every replica refuses it once it has applied this."""
+        answer = self._run(self._protocol.auth_write(
+            "DELETE", f"/v1/auth/tokens/{p.quote_name(token_id)}", None, timeout))
+        return int(answer["auth_revision"])
+
+    def tokens(self, *, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+        """Every replicated token: ``{id, user, created_ms, expires_ms}``; never the token."""
+        return list((self._run(self._protocol.read("/v1/auth/tokens", timeout)))["tokens"])
 
 
 class Session(SessionBase[Client]):
