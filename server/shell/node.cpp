@@ -279,10 +279,10 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
     }
     counters_.messages_in[message_type(message)] += 1;
     if (const auto* reply = std::get_if<Reply>(&message)) {
-        // The answer to a request this replica sent for its API (send_request); the core does
-        // not act on replies.
+        // The answer to a request this replica sent for its API (send_request); the core then
+        // learns the leader's commit number from it. The listener first: a read waiting for
+        // that commit point is registered before the core applies up to it.
         if (reply_listener_) reply_listener_(*reply);
-        return;
     }
     step(Receive{.message = std::move(message), .flags = decoded.value().flags});
 }
