@@ -3,7 +3,8 @@
 daemon of another build (--old, e.g. main's) and etcd 3.4 (Debian's etcd-server: 3 members on
 loopback, data on tmpfs), all driven by the same closed-loop client on kept-alive connections
 (build/vl_http_load): put, linearizable get, stale (serializable) get, lock+unlock uncontended,
-at 1/16/64/256 clients spread over the three replicas. Points are interleaved (new, old, etcd
+and (Voltlock only) keepalive and a linearizable read of a held lock (lock_read), at 1/16/64/256
+clients spread over the three replicas. Points are interleaved (new, old, etcd
 for each workload and client count), so a noisy machine hurts all three alike. Needs root.
 
     sudo .venv/bin/python bench/service.py --old /work/base/voltlockd --seconds 3
@@ -24,6 +25,9 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 from cell import Cell  # noqa: E402
 
 LOAD = os.path.join(REPO, "build", "vl_http_load")
+# Workloads with no etcd twin here: a session's keepalive (etcd's is a gRPC stream), and a
+# linearizable read of a held lock's state.
+VOLTLOCK_ONLY = ("keepalive", "lock_read")
 
 
 def run_load(namespace, targets, system, workload, clients, seconds) -> dict:
@@ -110,7 +114,7 @@ def forwarding_counters(namespace, targets) -> dict:
         except (ValueError, KeyError):
             continue
         for name in ("forwarded", "forwarded_as_requests", "request_retransmits",
-                     "request_fallbacks"):
+                     "request_fallbacks", "keepalives_as_requests", "reads_at_commit_point"):
             if name in api:
                 totals[name] = totals.get(name, 0) + api[name]
     return totals
@@ -159,6 +163,8 @@ def main() -> int:
             for n in clients:
                 row = {"workload": workload, "clients": n}
                 for name, (namespace, targets, system, pids) in systems.items():
+                    if system == "etcd" and workload in VOLTLOCK_ONLY:
+                        continue
                     leader = [leader_pids[name]] if name in leader_pids else []
                     counted = system == "voltlock"
                     forwarding_before = forwarding_counters(namespace, targets) if counted else {}

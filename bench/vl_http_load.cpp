@@ -4,10 +4,11 @@
 // Speaks Voltlock's API and etcd 3.4's JSON gateway (/v3/...), so both are measured the same way.
 //
 //   vl_http_load --targets 10.77.0.10:7480,10.77.0.11:7480 --clients 64 --seconds 5
-//                --workload put|get|stale_get|lock [--system voltlock|etcd]
+//                --workload put|get|stale_get|lock|keepalive|lock_read [--system voltlock|etcd]
 //
 // Prints one JSON object: ops, ops_per_s, p50_us, p99_us, max_us, errors, reconnects (a server
-// that closed a connection). A lock op is one acquire and its release.
+// that closed a connection). A lock op is one acquire and its release. keepalive (a session's
+// keepalive) and lock_read (a linearizable GET of a lock the client holds) are Voltlock's only.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -74,7 +75,7 @@ std::optional<std::string> json_field(const std::string& body, const std::string
 }
 
 enum class System { voltlock, etcd };
-enum class Workload { put, get, stale_get, lock };
+enum class Workload { put, get, stale_get, lock, keepalive, lock_read };
 
 struct Client {
     int id = 0;
@@ -117,7 +118,11 @@ struct Load {
     {
         const bool etcd = system == System::etcd;
         if (!c.setup_done) {
-            if (workload == Workload::lock)
+            if (workload == Workload::lock_read && !c.owner.empty())  // then a lock to read
+                return request("POST", "/v1/locks/bench-lock-" + c.owner + ":acquire",
+                               R"({"session":)" + c.owner + "}");
+            if (workload == Workload::lock || workload == Workload::keepalive ||
+                workload == Workload::lock_read)
                 return etcd ? request("POST", "/v3/lease/grant", R"({"TTL": 120})")
                             : request("POST", "/v1/sessions", R"({"ttl_ms": 120000})");
             // Reads need the key to be there: one put first.
@@ -141,6 +146,10 @@ struct Load {
                                    (stale ? R"(,"serializable":true)" : "") + "}");
             return request("GET", "/v1/kv/" + key(first) + (stale ? "?stale=true" : ""), "");
         }
+        case Workload::keepalive:
+            return request("POST", "/v1/sessions/" + c.owner + ":keepalive", "");
+        case Workload::lock_read:
+            return request("GET", "/v1/locks/bench-lock-" + c.owner, "");
         case Workload::lock: {
             // Named after the session (lease), so a lock left held by an earlier run against
             // the same cell (its session still alive) is never this client's: uncontended.
@@ -168,10 +177,16 @@ struct Load {
             if (errors <= 3) std::fprintf(stderr, "vl_http_load: %d %s\n", status, body.c_str());
         }
         if (!c.setup_done) {
-            if (workload == Workload::lock) {
+            if (workload == Workload::lock_read && !c.owner.empty()) {  // the lock, acquired
+                c.setup_done = ok;
+                return false;
+            }
+            if (workload == Workload::lock || workload == Workload::keepalive ||
+                workload == Workload::lock_read) {
                 auto owner = json_field(body, system == System::etcd ? "ID" : "session");
                 if (!owner) return false;
                 c.owner = *owner;
+                if (workload == Workload::lock_read) return false;
             }
             c.setup_done = ok;
             return false;
@@ -270,12 +285,21 @@ int main(int argc, char** argv)
             load.workload = value == "get" ? Workload::get
                             : value == "stale_get" ? Workload::stale_get
                             : value == "lock" ? Workload::lock
+                            : value == "keepalive" ? Workload::keepalive
+                            : value == "lock_read" ? Workload::lock_read
                                               : Workload::put;
         }
     }
+    const bool voltlock_only =
+        load.workload == Workload::keepalive || load.workload == Workload::lock_read;
+    if (voltlock_only && load.system == System::etcd) {
+        std::fprintf(stderr, "vl_http_load: keepalive and lock_read are Voltlock's only\n");
+        return 2;
+    }
     if (endpoints.empty()) {
         std::fprintf(stderr, "usage: vl_http_load --targets IP:PORT[,...] --clients N "
-                             "--seconds S --workload put|get|stale_get|lock [--system etcd]\n");
+                             "--seconds S --workload put|get|stale_get|lock|keepalive|lock_read "
+                             "[--system etcd]\n");
         return 2;
     }
 
