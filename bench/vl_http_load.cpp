@@ -238,6 +238,24 @@ std::optional<std::pair<int, std::string>> take_response(std::string& in)
     return std::make_pair(status, body);
 }
 
+Workload workload_named(const std::string& name)
+{
+    return name == "get"         ? Workload::get
+           : name == "stale_get" ? Workload::stale_get
+           : name == "lock"      ? Workload::lock
+           : name == "keepalive" ? Workload::keepalive
+           : name == "lock_read" ? Workload::lock_read
+                                 : Workload::put;
+}
+
+int usage()
+{
+    std::fprintf(stderr, "usage: vl_http_load --targets IP:PORT[,...] --clients N --seconds S "
+                         "--workload put|get|stale_get|lock|keepalive|lock_read [--system etcd]"
+                         "\n(keepalive and lock_read: Voltlock only)\n");
+    return 2;
+}
+
 int connect_to(const Endpoint& endpoint)
 {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -282,26 +300,12 @@ int main(int argc, char** argv)
         } else if (flag == "--system") {
             load.system = value == "etcd" ? System::etcd : System::voltlock;
         } else if (flag == "--workload") {
-            load.workload = value == "get" ? Workload::get
-                            : value == "stale_get" ? Workload::stale_get
-                            : value == "lock" ? Workload::lock
-                            : value == "keepalive" ? Workload::keepalive
-                            : value == "lock_read" ? Workload::lock_read
-                                              : Workload::put;
+            load.workload = workload_named(value);
         }
     }
     const bool voltlock_only =
         load.workload == Workload::keepalive || load.workload == Workload::lock_read;
-    if (voltlock_only && load.system == System::etcd) {
-        std::fprintf(stderr, "vl_http_load: keepalive and lock_read are Voltlock's only\n");
-        return 2;
-    }
-    if (endpoints.empty()) {
-        std::fprintf(stderr, "usage: vl_http_load --targets IP:PORT[,...] --clients N "
-                             "--seconds S --workload put|get|stale_get|lock|keepalive|lock_read "
-                             "[--system etcd]\n");
-        return 2;
-    }
+    if (endpoints.empty() || (voltlock_only && load.system == System::etcd)) return usage();
 
     const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
     std::vector<Client> all(static_cast<size_t>(clients));

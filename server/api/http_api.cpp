@@ -457,12 +457,12 @@ void HttpApi::read_at_commit_point(const CallPtr& call, std::function<Json()> sn
             call->answer_headers = headers;
             send_snapshot(*call, snapshot());
         };
-        leader_.when_applied(proposed.commit, Clock::now() + std::chrono::milliseconds(kLeaderWaitMs),
-                             std::move(ready), [call] {
-                                 call->fail(unavailable(
-                                     "this replica did not apply the leader's commit point in "
-                                     "time: read from the leader, or with stale=true"));
-                             });
+        auto late = [call] {
+            call->fail(unavailable("this replica did not apply the leader's commit point in "
+                                   "time: read from the leader, or with stale=true"));
+        };
+        const SteadyTime until = Clock::now() + std::chrono::milliseconds(kLeaderWaitMs);
+        leader_.when_applied(proposed.commit, until, std::move(ready), std::move(late));
     };
     leader_.run_op(call, encode_op(ExpireWaiters{}), 0, std::move(finish));
 }
@@ -561,8 +561,8 @@ void HttpApi::keep_alive(const CallPtr& call)
     if (auto refused = foreign_session(*call, id)) return call->fail(*refused);
     auto serve = [this, call, id](const LeaderPath::AtLeader& at,
                                   LeaderPath::NotLeader not_leader) {
-        renew_at_leader(id, at, [call](HttpResponse response) { call->answer(std::move(response)); },
-                        std::move(not_leader));
+        auto answer = [call](HttpResponse response) { call->answer(std::move(response)); };
+        renew_at_leader(id, at, std::move(answer), std::move(not_leader));
     };
     // A session this replica has not applied: the leader checks its owner with the client's
     // credentials, which travel over HTTP only.
