@@ -4,13 +4,16 @@
 // Speaks Voltlock's API and etcd 3.4's JSON gateway (/v3/...), so both are measured the same way.
 //
 //   vl_http_load --targets 10.77.0.10:7480,10.77.0.11:7480 --clients 64 --seconds 5
-//                --workload put|get|stale_get|lock|lock_one [--system voltlock|etcd]
+//                --workload put|get|stale_get|lock|lock_one|keepalive|lock_read
+//                [--system voltlock|etcd]
 //                [--lock-name NAME]
 //
 // Prints one JSON object: ops, ops_per_s, p50_us, p99_us, max_us, errors, reconnects (a server
 // that closed a connection). A lock op is one acquire and its release: `lock` on a lock of its
 // own per client (uncontended), `lock_one` with every client on the lock --lock-name (contended:
-// Voltlock's acquire waits with wait_ms, etcd's /v3/lock/lock waits by itself).
+// Voltlock's acquire waits with wait_ms, etcd's /v3/lock/lock waits by itself). keepalive (a
+// session's keepalive) and lock_read (a linearizable GET of a lock the client holds) are
+// Voltlock's only.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -77,7 +80,7 @@ std::optional<std::string> json_field(const std::string& body, const std::string
 }
 
 enum class System { voltlock, etcd };
-enum class Workload { put, get, stale_get, lock, lock_one };
+enum class Workload { put, get, stale_get, lock, lock_one, keepalive, lock_read };
 
 struct Client {
     int id = 0;
@@ -102,6 +105,11 @@ struct Load {
     uint64_t errors = 0;
 
     bool locks() const { return workload == Workload::lock || workload == Workload::lock_one; }
+    // Workloads whose client opens a session (an etcd lease) first.
+    bool has_session() const
+    {
+        return locks() || workload == Workload::keepalive || workload == Workload::lock_read;
+    }
 
     std::string request(const std::string& method, const std::string& path,
                         const std::string& body) const
@@ -123,7 +131,10 @@ struct Load {
     {
         const bool etcd = system == System::etcd;
         if (!c.setup_done) {
-            if (locks())
+            if (workload == Workload::lock_read && !c.owner.empty())  // then a lock to read
+                return request("POST", "/v1/locks/bench-lock-" + c.owner + ":acquire",
+                               R"({"session":)" + c.owner + "}");
+            if (has_session())
                 return etcd ? request("POST", "/v3/lease/grant", R"({"TTL": 120})")
                             : request("POST", "/v1/sessions", R"({"ttl_ms": 120000})");
             // Reads need the key to be there: one put first.
@@ -147,6 +158,10 @@ struct Load {
                                    (stale ? R"(,"serializable":true)" : "") + "}");
             return request("GET", "/v1/kv/" + key(first) + (stale ? "?stale=true" : ""), "");
         }
+        case Workload::keepalive:
+            return request("POST", "/v1/sessions/" + c.owner + ":keepalive", "");
+        case Workload::lock_read:
+            return request("GET", "/v1/locks/bench-lock-" + c.owner, "");
         case Workload::lock:
         case Workload::lock_one: {
             // Uncontended: named after the session (lease), so a lock left held by an earlier
@@ -180,10 +195,15 @@ struct Load {
             if (errors <= 3) std::fprintf(stderr, "vl_http_load: %d %s\n", status, body.c_str());
         }
         if (!c.setup_done) {
-            if (locks()) {
+            if (workload == Workload::lock_read && !c.owner.empty()) {  // the lock, acquired
+                c.setup_done = ok;
+                return false;
+            }
+            if (has_session()) {
                 auto owner = json_field(body, system == System::etcd ? "ID" : "session");
                 if (!owner) return false;
                 c.owner = *owner;
+                if (workload == Workload::lock_read) return false;
             }
             c.setup_done = ok;
             return false;
@@ -261,6 +281,8 @@ std::optional<Workload> parse_workload(const std::string& name)
     if (name == "stale_get") return Workload::stale_get;
     if (name == "lock") return Workload::lock;
     if (name == "lock_one") return Workload::lock_one;
+    if (name == "keepalive") return Workload::keepalive;
+    if (name == "lock_read") return Workload::lock_read;
     return std::nullopt;
 }
 
@@ -335,7 +357,7 @@ int main(int argc, char** argv)
     }
     if (endpoints.empty()) {
         std::fprintf(stderr, "usage: vl_http_load --targets IP:PORT[,...] --clients N "
-                             "--seconds S --workload put|get|stale_get|lock|lock_one "
+                             "--seconds S --workload put|get|stale_get|lock|lock_one|keepalive|lock_read "
                              "[--system etcd] [--lock-name NAME]\n");
         return 2;
     }

@@ -216,6 +216,10 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
             loop, *machine_, progress_, limits_.max_streams,
             [this](const std::string& lock, SessionId session) { withdraw(lock, session); });
     install_routes();
+    if (service_)
+        node_.take_requests([this](const Request& request) {
+            return take_keepalive_request(request);
+        });
 }
 
 HttpApi::~HttpApi() { stop(); }
@@ -253,6 +257,9 @@ Json HttpApi::api_stats() const
                 {"forwarded_as_requests", leader_.forwarded_as_requests()},
                 {"request_retransmits", leader_.request_retransmits()},
                 {"request_fallbacks", leader_.request_fallbacks()},
+                {"keepalives_as_requests", keepalives_as_requests_},
+                {"keepalive_requests_served", keepalive_requests_served_},
+                {"reads_at_commit_point", leader_.reads_at_commit_point()},
                 {"watchers", waits_ ? waits_->watchers() : 0},
                 {"waiters", waits_ ? waits_->waiters() : 0},
                 {"client_ids", pool_.size()},
@@ -445,11 +452,43 @@ void HttpApi::read_at_leader(const CallPtr& call, std::function<Json()> snapshot
     });
 }
 
-void HttpApi::read_state(const CallPtr& call, std::function<Json()> snapshot)
+void HttpApi::read_at_commit_point(const CallPtr& call, std::function<Json()> snapshot)
+{
+    // Linearizable: the no-op is appended after this read began, so its commit point is at or
+    // past every write acknowledged before; this replica answers once it has applied that far,
+    // from a state at least that new.
+    auto finish = [this, call, snapshot = std::move(snapshot)](const ClientIdentity& identity,
+                                                                Proposed proposed) {
+        switch (proposed.kind) {
+        case Proposed::Kind::not_leader:  // the leader path tries again; never here
+        case Proposed::Kind::timed_out:
+            return call->fail(unavailable("the read could not be confirmed by a quorum in time"));
+        case Proposed::Kind::stale:
+            return call->fail(stale_request_error(identity, proposed.latest));
+        case Proposed::Kind::committed:
+            break;
+        }
+        // The leader's name, set for the answer made now, goes on the one made when applied.
+        auto ready = [call, snapshot, headers = call->answer_headers] {
+            call->answer_headers = headers;
+            send_snapshot(*call, snapshot());
+        };
+        auto late = [call] {
+            call->fail(unavailable("this replica did not apply the leader's commit point in "
+                                   "time: read from the leader, or with stale=true"));
+        };
+        const SteadyTime until = Clock::now() + std::chrono::milliseconds(kLeaderWaitMs);
+        leader_.when_applied(proposed.commit, until, std::move(ready), std::move(late));
+    };
+    leader_.run_op(call, encode_op(ExpireWaiters{}), 0, std::move(finish));
+}
+
+void HttpApi::read_state(const CallPtr& call, ReadAt at, std::function<Json()> snapshot)
 {
     auto stale = bool_param(*call, "stale");
     if (!stale.ok()) return call->fail(stale.error());
-    if (!stale.value()) return read_at_leader(call, std::move(snapshot));
+    if (!stale.value() && at == ReadAt::leader) return read_at_leader(call, std::move(snapshot));
+    if (!stale.value()) return read_at_commit_point(call, std::move(snapshot));
     Json body = snapshot();
     if (!body.contains("code")) body["stale"] = staleness_json(node_, machine_);
     send_snapshot(*call, body);
@@ -536,43 +575,109 @@ void HttpApi::keep_alive(const CallPtr& call)
     if (!session.ok()) return call->fail(session.error());
     const SessionId id = session.value();
     if (auto refused = foreign_session(*call, id)) return call->fail(*refused);
-    leader_.at_leader(call, 0, [this, call, id](const LeaderPath::AtLeader& at,
-                                                LeaderPath::NotLeader not_leader) {
-        const LockService::KeepAliveAnswer answer = service_->keep_alive(id);
-        if (!answer.leader) return not_leader();
-        if (!answer.known)
-            return call->fail(op_error(OpError{.op = OpCode::keep_alive,
-                                               .code = ErrorCode::unknown_session}));
-        const LeaseTracker::Renewal& renewal = answer.renewal;
-        Json body{{"session", id}, {"ttl_ms", renewal.ttl_ms},
-                  {"lease_deadline_ms", renewal.deadline_ms},
-                  {"lease_epoch", renewal.lease_epoch}, {"replicated", false}};
-        if (!renewal.replicate) return call->answer_json(200, body);
-        leader_.propose(
-            at.identity, encode_op(KeepAlive{.session = id}), at.until, {},
-            [call, body, not_leader, identity = at.identity](Proposed proposed) mutable {
-                switch (proposed.kind) {
-                case Proposed::Kind::not_leader: return not_leader();
-                case Proposed::Kind::stale:
-                    return call->fail(stale_request_error(identity, proposed.latest));
-                case Proposed::Kind::timed_out:
-                    return call->fail(unavailable("the keepalive was not committed in time"));
-                case Proposed::Kind::committed: break;
-                }
-                auto decoded = decode_result(proposed.result);
-                if (!decoded.ok())
-                    return call->fail(
-                        ApiError{500, "internal", "the result did not decode", Json::object()});
-                if (const auto* error = std::get_if<OpError>(&decoded.value()))
-                    return call->fail(op_error(*error));
-                if (const auto* renewed = std::get_if<KeepAliveResult>(&decoded.value())) {
-                    body["lease_epoch"] = renewed->lease_epoch;
-                    body["revision"] = renewed->revision;
-                }
-                body["replicated"] = true;
-                call->answer_json(200, body);
-            });
-    });
+    auto serve = [this, call, id](const LeaderPath::AtLeader& at,
+                                  LeaderPath::NotLeader not_leader) {
+        auto answer = [call](HttpResponse response) { call->answer(std::move(response)); };
+        renew_at_leader(id, at, std::move(answer), std::move(not_leader));
+    };
+    // A session this replica has not applied: the leader checks its owner with the client's
+    // credentials, which travel over HTTP only.
+    if (owner_unknown_here(*call, id)) return leader_.at_leader(call, 0, std::move(serve));
+    // From a follower: a Request that the leader's API takes and answers (take_keepalive_request)
+    // with the very answer it gives at its own front end.
+    leader_.run_request(
+        call, encode_op(KeepAlive{.session = id}), std::move(serve),
+        [this, call](const ClientIdentity& identity, Proposed proposed) {
+            switch (proposed.kind) {
+            case Proposed::Kind::not_leader:  // the leader path tries again; never here
+            case Proposed::Kind::timed_out:
+                return call->fail(unavailable("the keepalive was not committed in time"));
+            case Proposed::Kind::stale:
+                return call->fail(stale_request_error(identity, proposed.latest));
+            case Proposed::Kind::committed:
+                break;
+            }
+            std::optional<HttpResponse> answer = decode_answer(proposed.result);
+            if (!answer)  // a leader that does not take keepalive Requests proposed it as an op
+                return call->fail(ApiError{502, "bad_gateway",
+                                           "the leader answered the keepalive with an op result "
+                                           "(a replica of an older version?): retry at the leader",
+                                           Json::object()});
+            keepalives_as_requests_ += 1;
+            call->answer(std::move(*answer));
+        });
+}
+
+void HttpApi::renew_at_leader(SessionId id, const LeaderPath::AtLeader& at,
+                              std::function<void(HttpResponse)> answer,
+                              LeaderPath::NotLeader not_leader)
+{
+    const LockService::KeepAliveAnswer renewal_answer = service_->keep_alive(id);
+    if (!renewal_answer.leader) return not_leader();
+    if (!renewal_answer.known)
+        return answer(error_response(
+            op_error(OpError{.op = OpCode::keep_alive, .code = ErrorCode::unknown_session})));
+    const LeaseTracker::Renewal& renewal = renewal_answer.renewal;
+    Json body{{"session", id}, {"ttl_ms", renewal.ttl_ms},
+              {"lease_deadline_ms", renewal.deadline_ms},
+              {"lease_epoch", renewal.lease_epoch}, {"replicated", false}};
+    if (!renewal.replicate) return answer(json_response(200, body));
+    leader_.propose(
+        at.identity, encode_op(KeepAlive{.session = id}), at.until, {},
+        [answer = std::move(answer), body, not_leader,
+         identity = at.identity](Proposed proposed) mutable {
+            switch (proposed.kind) {
+            case Proposed::Kind::not_leader: return not_leader();
+            case Proposed::Kind::stale:
+                return answer(error_response(stale_request_error(identity, proposed.latest)));
+            case Proposed::Kind::timed_out:
+                return answer(
+                    error_response(unavailable("the keepalive was not committed in time")));
+            case Proposed::Kind::committed: break;
+            }
+            auto decoded = decode_result(proposed.result);
+            if (!decoded.ok())
+                return answer(error_response(
+                    ApiError{500, "internal", "the result did not decode", Json::object()}));
+            if (const auto* error = std::get_if<OpError>(&decoded.value()))
+                return answer(error_response(op_error(*error)));
+            if (const auto* renewed = std::get_if<KeepAliveResult>(&decoded.value())) {
+                body["lease_epoch"] = renewed->lease_epoch;
+                body["revision"] = renewed->revision;
+            }
+            body["replicated"] = true;
+            answer(json_response(200, body));
+        });
+}
+
+bool HttpApi::take_keepalive_request(const Request& request)
+{
+    if (request.payload.empty() ||
+        static_cast<uint8_t>(request.payload.front()) != static_cast<uint8_t>(OpCode::keep_alive))
+        return false;
+    auto op = decode_op(request.payload);
+    if (!op.ok() || !std::holds_alternative<KeepAlive>(op.value())) return false;
+    keepalive_requests_served_ += 1;
+    const ClientIdentity identity{request.client_id, request.request_number};
+    const LeaderPath::AtLeader at{identity,
+                                  Clock::now() + std::chrono::milliseconds(kLeaderWaitMs)};
+    // Not the leader (or no leader lease): no answer, as VR gives none (§4.1); the follower
+    // sends again, to the next leader once the view changed.
+    renew_at_leader(
+        std::get<KeepAlive>(op.value()).session, at,
+        [this, identity](HttpResponse response) {
+            Bytes answer = encode_answer(response);
+            // What cannot travel in one datagram is not sent: the follower falls back to HTTP.
+            if (answer.size() > max_entry_payload_bytes(max_message_bytes_)) return;
+            node_.answer_request(Reply{.view = node_.replica().view(),
+                                       .replica = node_.config().replica,
+                                       .client_id = identity.client_id,
+                                       .request_number = identity.request_number,
+                                       .commit = node_.replica().commit(),
+                                       .result = std::move(answer)});
+        },
+        [] {});
+    return true;
 }
 
 void HttpApi::close_session(const CallPtr& call)
@@ -594,7 +699,7 @@ void HttpApi::get_sessions(const CallPtr& call, bool one)
     }
     LockMachine* machine = machine_;
     LockService* service = service_.get();
-    read_state(call, [machine, service, id, one] {
+    read_state(call, ReadAt::leader, [machine, service, id, one] {
         const auto& sessions = machine->state().sessions;
         if (one) {
             const auto it = sessions.find(id);
@@ -646,7 +751,7 @@ void HttpApi::get_locks(const CallPtr& call, bool one)
     if (one)
         if (auto bad = check_name("lock", name, false)) return call->fail(*bad);
     LockMachine* machine = machine_;
-    read_state(call, [machine, name, one] {
+    read_state(call, ReadAt::commit_point, [machine, name, one] {
         const auto& locks = machine->state().locks;
         if (one) {
             const auto it = locks.find(name);
@@ -788,7 +893,7 @@ void HttpApi::get_barriers(const CallPtr& call, bool one)
     if (one)
         if (auto bad = check_name("barrier", name, false)) return call->fail(*bad);
     LockMachine* machine = machine_;
-    read_state(call, [machine, name, one] {
+    read_state(call, ReadAt::commit_point, [machine, name, one] {
         const auto& barriers = machine->state().barriers;
         if (one) {
             const auto it = barriers.find(name);

@@ -75,8 +75,23 @@ private:
     // A linearizable read of state the ops do not return (sessions, locks, barriers): a no-op
     // through the log, then `snapshot` on the leader right after it is applied.
     void read_at_leader(const CallPtr& call, std::function<Json()> snapshot);
-    // Through the leader (linearizable), or with ?stale=true from this replica's applied state.
-    void read_state(const CallPtr& call, std::function<Json()> snapshot);
+    // A linearizable read here (etcd's ReadIndex): a no-op through the log, whose Reply names
+    // the leader's commit number, then `snapshot` here once this replica has applied that far.
+    // At the leader the same as read_at_leader.
+    void read_at_commit_point(const CallPtr& call, std::function<Json()> snapshot);
+    // Where a linearizable read is answered: here at the leader's commit point, or by the
+    // leader (sessions: their lease deadlines are the leader's alone).
+    enum class ReadAt { commit_point, leader };
+    // Linearizable (where `at` says), or with ?stale=true from this replica's applied state.
+    void read_state(const CallPtr& call, ReadAt at, std::function<Json()> snapshot);
+    // A keepalive at the leader: the lease tracker renews, and a KeepAlive is proposed when the
+    // machine's idea of the lease needs it; `answer` gets the HTTP answer.
+    void renew_at_leader(SessionId session, const LeaderPath::AtLeader& at,
+                         std::function<void(HttpResponse)> answer,
+                         LeaderPath::NotLeader not_leader);
+    // A follower's keepalive Request, taken from the socket at the leader (Node::take_requests);
+    // false for any other Request, which the core gets.
+    bool take_keepalive_request(const Request& request);
     // Waits for the outcome of a wait, here; or answers 503 when too many are held.
     void await_outcome(const CallPtr& call, WaitKind kind, const std::string& name,
                        SessionId session, Revision after, uint64_t deadline_ms);
@@ -103,6 +118,10 @@ private:
     void get_barriers(const CallPtr& call, bool one);
 
     Json api_stats() const;
+    // Keepalives this follower sent the leader as VR Requests and got the leader's answer for.
+    uint64_t keepalives_as_requests_ = 0;
+    // Keepalive Requests from followers this replica answered as the leader.
+    uint64_t keepalive_requests_served_ = 0;
 
     EventLoop& loop_;
     Node& node_;

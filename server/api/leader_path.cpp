@@ -163,6 +163,8 @@ LeaderPath::LeaderPath(EventLoop& loop, Node& node, LockService* service, Client
     : loop_(loop), node_(node), service_(service), pool_(pool), forwarder_(forwarder)
 {
     node_.on_reply([this](const Reply& reply) { on_reply(reply); });
+    node_.on_executed([this](const Executed&) { on_applied(); });
+    node_.on_snapshot_installed([this] { on_applied(); });
 }
 
 void LeaderPath::run_op(const CallPtr& call, Bytes payload, uint32_t wait_ms, Finish finish,
@@ -175,6 +177,19 @@ void LeaderPath::run_op(const CallPtr& call, Bytes payload, uint32_t wait_ms, Fi
                     finish(identity, std::move(proposed));
                 });
     };
+    start_request(call, std::move(payload), wait_ms, std::move(serve), std::move(finish),
+                  std::move(relay), route);
+}
+
+void LeaderPath::run_request(const CallPtr& call, Bytes payload, Serve serve, Finish finish)
+{
+    start_request(call, std::move(payload), 0, std::move(serve), std::move(finish), {},
+                  Route::any);
+}
+
+void LeaderPath::start_request(const CallPtr& call, Bytes payload, uint32_t wait_ms, Serve serve,
+                               Finish finish, Relay relay, Route route)
+{
     if (auto a = start_attempt(call, wait_ms, std::move(serve), std::move(relay))) {
         a->payload = std::move(payload);
         a->finish = std::move(finish);
@@ -379,9 +394,90 @@ void LeaderPath::on_reply(const Reply& reply)
         // The leader's name goes on the answer made now, as on one forwarded over HTTP; not
         // on the one a wait makes later at this replica.
         a->call->answer_headers = {{"X-Voltlock-Leader", std::to_string(reply.replica)}};
-        a->finish(a->identity, Proposed{.kind = Proposed::Kind::committed, .result = reply.result});
+        a->finish(a->identity, Proposed{.kind = Proposed::Kind::committed,
+                                        .result = reply.result,
+                                        .commit = reply.commit});
         a->call->answer_headers.clear();
     }
+}
+
+// ---- Reads at a commit point (ReadIndex) -------------------------------------------------------
+
+void LeaderPath::when_applied(Op commit, SteadyTime until, std::function<void()> ready,
+                              std::function<void()> late)
+{
+    // The core applies to the machine in its step, before the shell runs the effects: what it
+    // committed is in the state already.
+    if (node_.replica().commit() >= commit) {
+        if (commit != 0) reads_at_commit_point_ += 1;
+        return ready();
+    }
+    auto done = std::make_shared<bool>(false);
+    applied_waits_.emplace(commit, AppliedWait{std::move(ready), done});
+    const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+    loop_.after(std::max(left, milliseconds(0)), [this, commit, done, late = std::move(late)] {
+        if (std::exchange(*done, true)) return;
+        const auto [first, last] = applied_waits_.equal_range(commit);
+        for (auto it = first; it != last; ++it)
+            if (it->second.done == done) {
+                applied_waits_.erase(it);
+                break;
+            }
+        late();
+    });
+}
+
+void LeaderPath::on_applied()
+{
+    const Op commit = node_.replica().commit();
+    while (!applied_waits_.empty() && applied_waits_.begin()->first <= commit) {
+        AppliedWait wait = std::move(applied_waits_.begin()->second);
+        applied_waits_.erase(applied_waits_.begin());
+        if (std::exchange(*wait.done, true)) continue;
+        reads_at_commit_point_ += 1;
+        wait.ready();
+    }
+}
+
+// ---- An answer made at the leader, carried in a Reply ------------------------------------------
+
+namespace {
+
+// A first byte that no op result starts with (results start with their op code, 1-127).
+constexpr char kAnswerTag = static_cast<char>(0xA5);
+
+}  // namespace
+
+Bytes encode_answer(const HttpResponse& response)
+{
+    Json headers = Json::array();
+    for (const auto& [name, value] : response.headers) headers.push_back({name, value});
+    return kAnswerTag + Json{{"status", response.status},
+                             {"content_type", response.content_type},
+                             {"headers", headers},
+                             {"body", response.body}}
+                            .dump();
+}
+
+std::optional<HttpResponse> decode_answer(std::string_view bytes)
+{
+    if (bytes.empty() || bytes.front() != kAnswerTag) return std::nullopt;
+    const Json json = Json::parse(bytes.substr(1), nullptr, false);
+    if (!json.is_object() || !json.contains("status") || !json["status"].is_number_integer() ||
+        !json.contains("body") || !json["body"].is_string() || !json.contains("headers") ||
+        !json["headers"].is_array())
+        return std::nullopt;
+    HttpResponse response;
+    response.status = json["status"].get<int>();
+    response.content_type = json.value("content_type", response.content_type);
+    response.body = json["body"].get<std::string>();
+    for (const Json& header : json["headers"]) {
+        if (!header.is_array() || header.size() != 2 || !header[0].is_string() ||
+            !header[1].is_string())
+            return std::nullopt;
+        response.set_header(header[0].get<std::string>(), header[1].get<std::string>());
+    }
+    return response;
 }
 
 // ---- Proposing at the leader -------------------------------------------------------------------

@@ -22,9 +22,12 @@
 // does not fit one datagram, the op falls back to HTTP forwarding (below) with the same identity:
 // a leader drops without an answer a request below its client's latest number, which HTTP
 // answers with 409. A wait continues at the follower from the result (the op's revision), as
-// with X-Voltlock-Wait-Here. Keepalives (the leader's lease tracker answers them) and the
-// linearizable reads of sessions, locks and barriers (a snapshot of the leader's state) are
-// forwarded over HTTP.
+// with X-Voltlock-Wait-Here. A keepalive travels the same way (run_request), but the leader's
+// API takes it from the socket (Node::take_requests) and answers it from its lease tracker: its
+// Reply carries the HTTP answer itself (encode_answer). A linearizable read of sessions, locks
+// or barriers is etcd's ReadIndex: a no-op goes the same way, its Reply carries the leader's
+// commit number, and the read is answered from this replica's state once it has applied that
+// far (when_applied).
 //
 // A lock or barrier wait forwarded from a follower is not held at the leader: the follower asks
 // (X-Voltlock-Wait-Here) to be told as soon as the op committed that it waits (202 with
@@ -133,6 +136,9 @@ public:
         enum class Kind { committed, not_leader, timed_out, stale } kind = Kind::timed_out;
         RequestNumber latest = 0;  // stale: the client's latest request number
         Bytes result;
+        // committed at a follower: the leader's commit number in its Reply (0 at the leader,
+        // where the op is applied already)
+        Op commit = 0;
         Json snapshot;  // what `snapshot` returned right after the commit
     };
 
@@ -153,6 +159,13 @@ public:
     enum class Route { any, http };
     void run_op(const CallPtr& call, Bytes payload, uint32_t wait_ms, Finish finish,
                 Relay relay = {}, Route route = Route::any);
+    // As run_op, but at the leader `serve` answers the call (not a proposal of `payload`), and a
+    // follower's Request is answered by the leader's API, which takes it from the socket.
+    void run_request(const CallPtr& call, Bytes payload, Serve serve, Finish finish);
+    // Runs `ready` once this replica has applied every op up to `commit` (at once if it has),
+    // or `late` if it has not by `until`. Loop thread.
+    void when_applied(Op commit, SteadyTime until, std::function<void()> ready,
+                      std::function<void()> late);
     // Proposes `payload`; `done` runs once, on the loop: committed (with `snapshot` taken right
     // after the apply), not the leader, stale, or timed out at `until`.
     void propose(const ClientIdentity& identity, Bytes payload, SteadyTime until,
@@ -166,6 +179,8 @@ public:
     uint64_t request_retransmits() const { return request_retransmits_; }
     // Ops that could have travelled as a Request and were forwarded over HTTP instead.
     uint64_t request_fallbacks() const { return request_fallbacks_; }
+    // Reads answered here after waiting for the leader's commit point (ReadIndex).
+    uint64_t reads_at_commit_point() const { return reads_at_commit_point_; }
 
 private:
     struct Attempt;
@@ -179,6 +194,9 @@ private:
     void forget_request(const std::shared_ptr<Attempt>& attempt);
     void fall_back_to_http(const std::shared_ptr<Attempt>& attempt, ReplicaIndex leader);
     void on_reply(const Reply& reply);
+    void on_applied();
+    void start_request(const CallPtr& call, Bytes payload, uint32_t wait_ms, Serve serve,
+                       Finish finish, Relay relay, Route route);
     void try_again(const std::shared_ptr<Attempt>& attempt, SteadyTime started);
     void forward(const std::shared_ptr<Attempt>& attempt, ReplicaIndex leader,
                  SteadyTime started);
@@ -192,11 +210,24 @@ private:
     uint64_t forwarded_as_requests_ = 0;
     uint64_t request_retransmits_ = 0;
     uint64_t request_fallbacks_ = 0;
+    uint64_t reads_at_commit_point_ = 0;
+    // Reads waiting for this replica to apply up to a commit point, by that commit point.
+    struct AppliedWait {
+        std::function<void()> ready;
+        std::shared_ptr<bool> done;  // shared with the deadline's timer
+    };
+    std::multimap<Op, AppliedWait> applied_waits_;
     // This replica's Requests waiting for the leader's Reply, by VR identity (a client may send
     // the same identity twice, say a retry while its first try is still on its way).
     std::map<RequestKey, std::vector<std::shared_ptr<Attempt>>> requests_;
 };
 
 std::optional<std::string> response_header(const HttpResponse& response, std::string_view name);
+
+// An HTTP answer made at the leader for a follower's Request, as the Reply's result: what the
+// follower answers its client with, unchanged. nullopt: not such an answer (a leader that
+// proposed the op as it is).
+Bytes encode_answer(const HttpResponse& response);
+std::optional<HttpResponse> decode_answer(std::string_view bytes);
 
 }  // namespace voltlock::api

@@ -66,6 +66,26 @@ std::string group_label(const std::string& group)
     return "kind";
 }
 
+// /v1/cluster's api counters, each as voltlock_api_<name>_total.
+constexpr std::pair<const char*, const char*> kApiCounters[] = {
+    {"forwarded", "Requests this replica forwarded to the leader."},
+    {"forwarded_as_requests",
+     "Ops this replica forwarded to the leader as VR Requests, answered by its Reply."},
+    {"request_retransmits", "VR Requests to the leader sent again for want of a Reply."},
+    {"request_fallbacks",
+     "Ops that could travel as VR Requests and were forwarded over HTTP instead."},
+    {"keepalives_as_requests", "Keepalives sent to the leader as VR Requests, answered."},
+    {"keepalive_requests_served", "Followers' keepalive Requests answered as the leader."},
+    {"reads_at_commit_point", "Linearizable reads answered here at the leader's commit."},
+    {"expiries_proposed", "ExpireSession ops this replica proposed as the leader."},
+    {"expire_waiters_proposed", "ExpireWaiters ops this replica proposed as the leader."},
+    {"connections_refused", "Connections answered 503 for being over a connection limit."},
+    {"connections_timed_out", "Connections closed for headers, body or idle time running out."},
+    {"clients_hung_up", "Clients that hung up while their request waited."},
+    {"slow_readers_cut", "Watch streams cut for reading too slowly."},
+    {"waits_withdrawn", "Lock waits withdrawn because their client hung up."},
+};
+
 }  // namespace
 
 std::string render_metrics(const Json& cluster,
@@ -153,22 +173,7 @@ std::string render_metrics(const Json& cluster,
         w.family(name, "gauge", help);
         w.sample(name, "", number(api[field]));
     }
-    const std::pair<const char*, const char*> api_counters[] = {
-        {"forwarded", "Requests this replica forwarded to the leader."},
-        {"forwarded_as_requests",
-         "Ops this replica forwarded to the leader as VR Requests, answered by its Reply."},
-        {"request_retransmits", "VR Requests to the leader sent again for want of a Reply."},
-        {"request_fallbacks",
-         "Ops that could travel as VR Requests and were forwarded over HTTP instead."},
-        {"expiries_proposed", "ExpireSession ops this replica proposed as the leader."},
-        {"expire_waiters_proposed", "ExpireWaiters ops this replica proposed as the leader."},
-        {"connections_refused", "Connections answered 503 for being over a connection limit."},
-        {"connections_timed_out", "Connections closed for headers, body or idle time running out."},
-        {"clients_hung_up", "Clients that hung up while their request waited."},
-        {"slow_readers_cut", "Watch streams cut for reading too slowly."},
-        {"waits_withdrawn", "Lock waits withdrawn because their client hung up."},
-    };
-    for (const auto& [field, help] : api_counters) {
+    for (const auto& [field, help] : kApiCounters) {
         if (!api.contains(field)) continue;
         const std::string name = std::string("voltlock_api_") + field + "_total";
         w.family(name, "counter", help);

@@ -96,7 +96,7 @@ HeaderFields header_fields(const Message& message)
     return std::visit(
         Overloaded{
             [](const Request& m) { return HeaderFields{VL_CLIENT_SENDER, m.view, 0, 0, 0}; },
-            [](const Reply& m) { return HeaderFields{m.replica, m.view, 0, 0, 0}; },
+            [](const Reply& m) { return HeaderFields{m.replica, m.view, 0, m.commit, 0}; },
             [](const Prepare& m) {
                 return HeaderFields{m.replica, m.view, m.op, m.commit,
                                     static_cast<uint16_t>(m.entries.size())};
@@ -214,7 +214,7 @@ bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& 
         return true;
     }
     case VL_MSG_REPLY: {
-        Reply m{.view = h.view, .replica = h.replica};
+        Reply m{.view = h.view, .replica = h.replica, .commit = h.commit};
         if (!(r.u64(m.client_id) && r.u64(m.request_number) && r.rest(m.result))) return false;
         out = std::move(m);
         return true;

@@ -30,6 +30,9 @@ struct Reply {
     ReplicaIndex replica = 0;
     ClientId client_id = 0;
     RequestNumber request_number = 0;
+    // The leader's commit number when it answered: the request's own op is at or below it. A
+    // follower that sent the request reads at this commit point (docs/frontend.md, ReadIndex).
+    Op commit = 0;
     Bytes result;
     bool operator==(const Reply&) const = default;
 };

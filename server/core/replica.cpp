@@ -189,7 +189,7 @@ void Replica::on_receive(const Receive& receive)
         return ignore(__func__, Ignored::unknown_sender);
     std::visit(Overloaded{
                    [](const Request&) {},
-                   [](const Reply&) {},  // replicas do not act on replies
+                   [&](const Reply& m) { on_reply(m); },
                    [&](const Prepare& m) { on_prepare(m, receive.flags & VL_FLAG_KERNEL_ACK); },
                    [&](const PrepareOk& m) {
                        on_prepare_ok(m, receive.flags & VL_FLAG_QUORUM);
@@ -401,6 +401,21 @@ void Replica::on_commit(const Commit& m)
     send(leader(), CommitOk{.view = view_, .replica = config_.replica, .heartbeat = m.heartbeat});
 }
 
+// A Reply to a Request this replica sent for its API: the leader of m.view had committed every op
+// up to m.commit when it answered. A follower of that view learns the commit number from it as
+// from a Commit (§4.1 step 7), so that what it applies catches up with the answer at once, not
+// at the next Prepare or heartbeat: a linearizable read at this replica waits for exactly that.
+// Ops it does not hold yet are left to the Prepares and heartbeats (no fetch from here).
+void Replica::on_reply(const Reply& m)
+{
+    if (status_ == Status::recovering) return ignore(__func__, Ignored::recovering, m.commit);
+    if (status_ != Status::normal || m.view != view_)
+        return ignore(__func__, Ignored::other_view, m.commit);
+    if (m.replica != leader()) return ignore(__func__, Ignored::not_from_leader, m.commit);
+    if (is_leader()) return ignore(__func__, Ignored::own_view, m.commit);
+    commit_to(std::min(m.commit, op()));
+}
+
 void Replica::send_heartbeat()
 {
     last_heartbeat_tick_ = tick_;
@@ -530,6 +545,7 @@ void Replica::reply(ClientId client_id, const ClientSession& session)
                                     .replica = config_.replica,
                                     .client_id = client_id,
                                     .request_number = session.request_number,
+                                    .commit = commit_,
                                     .result = session.result}});
 }
 

@@ -378,6 +378,7 @@ private:
     void on_prepare(const Prepare& m, bool kernel_acked);
     void on_prepare_ok(const PrepareOk& m, bool quorum_marked);
     void on_commit(const Commit& m);
+    void on_reply(const Reply& m);
     void on_start_view_change(const StartViewChange& m);
     void on_do_view_change(const DoViewChange& m);
     void on_start_view(const StartView& m);

@@ -265,6 +265,10 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
             return same_address(peer, from);
         });
         if (from_replica) {
+            if (request_taker_ && request_taker_(*request)) {
+                counters_.messages_in[message_type(message)] += 1;
+                return;
+            }
             auto& arrival = forwarded_arrivals_[request->client_id];
             if (arrival.first != request->request_number)  // a retransmit keeps the first time
                 arrival = {request->request_number, std::chrono::steady_clock::now()};
@@ -279,10 +283,10 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
     }
     counters_.messages_in[message_type(message)] += 1;
     if (const auto* reply = std::get_if<Reply>(&message)) {
-        // The answer to a request this replica sent for its API (send_request); the core does
-        // not act on replies.
+        // The answer to a request this replica sent for its API (send_request); the core then
+        // learns the leader's commit number from it. The listener first: a read waiting for
+        // that commit point is registered before the core applies up to it.
         if (reply_listener_) reply_listener_(*reply);
-        return;
     }
     step(Receive{.message = std::move(message), .flags = decoded.value().flags});
 }
@@ -571,6 +575,14 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
 void Node::send_request(ReplicaIndex leader, const Request& request)
 {
     send_message(peers_.at(leader), request);
+    socket_.flush();
+}
+
+void Node::answer_request(const Reply& reply)
+{
+    const auto client = clients_.find(reply.client_id);
+    if (client == clients_.end()) return;  // the follower asks again
+    send_message(client->second, reply);
     socket_.flush();
 }
 

@@ -81,6 +81,14 @@ public:
     void send_request(ReplicaIndex leader, const Request& request);
     // `listener` sees every Reply that reaches this replica from a replica of the cell.
     void on_reply(ReplyListener listener) { reply_listener_ = std::move(listener); }
+    // `taker` sees every Request that a replica of the cell sent (its API forwarding for a
+    // client) before the core does; a Request it takes (returns true) never reaches the core,
+    // and the taker answers it, or not, with answer_request. For requests the API serves at the
+    // leader from more than the log (a keepalive: the lease tracker).
+    using RequestTaker = std::function<bool(const Request&)>;
+    void take_requests(RequestTaker taker) { request_taker_ = std::move(taker); }
+    // Sends `reply` to the address its client's latest Request came from.
+    void answer_request(const Reply& reply);
     // `listener` sees every entry this replica applies, in op order.
     void on_executed(ExecutedListener listener)
     {
@@ -170,6 +178,7 @@ private:
     std::map<std::pair<ClientId, RequestNumber>, std::vector<ProposeDone>> proposals_;
     std::vector<ExecutedListener> executed_listeners_;
     ReplyListener reply_listener_;
+    RequestTaker request_taker_;
     std::vector<std::function<void()>> installed_listeners_;
 
     // Storage. Calls into `storage_` hold storage_mutex_: the loop persists the log while the

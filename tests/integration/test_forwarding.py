@@ -2,7 +2,9 @@
 to a follower travels to the leader as a VR Request carrying the client's identity and comes
 back in the Reply. Every op kind through a follower; a Reply lost on the way is sent again and
 the op applied once; a leader killed (SIGKILL) while ops are forwarded, with each op retried
-under its identity across the failover, applies every put and lock acquire once."""
+under its identity across the failover, applies every put and lock acquire once. Keepalives
+travel as Requests too, answered by the leader's lease tracker; linearizable reads of locks and
+barriers at a follower wait for the leader's commit point (ReadIndex) and are never stale."""
 import secrets
 import threading
 import time
@@ -83,20 +85,39 @@ def test_every_op_kind_travels_as_a_request_through_a_follower(cell):
     assert at_f("POST", f"{barrier}:enter", {"session": s, "count": 1})["passed"] is True
     assert at_f("POST", f"{barrier}:leave", {"session": s})["passed"] is True
     at_f("DELETE", f"/v1/kv/{key}")
-    # A keepalive is answered by the leader's lease tracker: forwarded over HTTP.
-    at_f("POST", f"/v1/sessions/{s}:keepalive")
+    # Linearizable reads of locks and barriers: a no-op's Reply gives the commit point, and
+    # the follower answers from its own state once it has applied that far (ReadIndex).
+    assert at_f("GET", lock)["holders"] == []
+    assert at_f("GET", barrier, expect=404)["code"] == "barrier_not_found"  # all left
+    # A keepalive: a Request that the leader's API answers from its lease tracker, with the
+    # answer it gives at its own front end.
+    leader_before = api_counters(cell, leader)
+    kept = at_f("POST", f"/v1/sessions/{s}:keepalive")
+    at_leader = call(cell, leader, "POST", f"/v1/sessions/{s}:keepalive")
+    assert at_leader.status == 200 and set(kept.body) == set(at_leader.body), (kept, at_leader)
+    assert kept["session"] == s and kept["ttl_ms"] == 30_000
+    assert kept["lease_deadline_ms"] <= at_leader["lease_deadline_ms"]
+    missing = call(cell, f, "POST", "/v1/sessions/999999999:keepalive")
+    assert missing.status == 404 and missing["code"] == "unknown_session", missing
+    leader_after = api_counters(cell, leader)
     at_f("DELETE", f"/v1/sessions/{s}")
     at_f("DELETE", f"/v1/sessions/{other}")
 
     assert all(r.headers.get("X-Voltlock-Leader") == str(leader) for r in answers), answers
     after = api_counters(cell, f)
     as_requests = after["forwarded_as_requests"] - before["forwarded_as_requests"]
-    # Every answer above but the keepalive, and the CAS mismatch.
+    # Every answer above (the CAS mismatch and the unknown session's keepalive too).
     assert as_requests >= len(answers), (before, after)
     assert after["request_fallbacks"] == before["request_fallbacks"]
-    assert after["forwarded"] - before["forwarded"] == as_requests + 1  # + the keepalive
+    assert after["forwarded"] - before["forwarded"] == as_requests  # nothing over HTTP
+    assert after["keepalives_as_requests"] - before["keepalives_as_requests"] == 2
+    assert after["reads_at_commit_point"] - before["reads_at_commit_point"] == 2
+    served = "keepalive_requests_served"
+    assert leader_after[served] - leader_before[served] == 2, (leader_before, leader_after)
     metrics = call(cell, f, "GET", "/metrics").body
-    for name in ("forwarded_as_requests", "request_retransmits", "request_fallbacks"):
+    for name in ("forwarded_as_requests", "request_retransmits", "request_fallbacks",
+                 "keepalives_as_requests", "keepalive_requests_served",
+                 "reads_at_commit_point"):
         assert f"voltlock_api_{name}_total " in metrics
 
 
@@ -145,6 +166,111 @@ def test_a_lost_reply_is_sent_again_and_the_op_applied_once(cell):
         call(cell, f, "GET", "/v1/status")["counters"])
     got = call(cell, cell.wait_for_leader(), "GET", f"/v1/kv/{key}")
     assert got["version"] == puts and got["value"] == str(puts - 1), got
+
+
+def test_keepalives_through_a_lossy_follower_keep_the_session(cell):
+    """A third of what reaches the follower is lost (its Replies among it): each keepalive is
+    sent again until the leader's answer comes, and the session outlives its TTL many times."""
+    leader = cell.wait_for_leader()
+    f = followers(cell)[0]
+    # Long enough for the rare keepalive whose four Requests all went unanswered (1.5 s) and
+    # that then went over HTTP on the same lossy link (TCP retransmits).
+    ttl_ms = 6_000
+    s = call(cell, leader, "POST", "/v1/sessions", {"ttl_ms": ttl_ms})["session"]
+    before = api_counters(cell, f)
+    client = Client(cell, timeout=30)
+    kept = 0
+    cell.netem(f, "loss 33%", direction="in")
+    try:
+        end = time.monotonic() + 2.5 * ttl_ms / 1000
+        while time.monotonic() < end:
+            r = client(f, "POST", f"/v1/sessions/{s}:keepalive")
+            assert r.status == 200 and r["session"] == s, r
+            kept += 1
+            time.sleep(0.3)
+    finally:
+        cell.heal()
+        client.close()
+    after = api_counters(cell, f)
+    counters = ("keepalives_as_requests", "request_retransmits", "request_fallbacks")
+    moved = {k: after[k] - before[k] for k in counters}
+    # Four Replies in a row lost (1 in 81) sends a keepalive over HTTP: rare, not never.
+    assert moved["keepalives_as_requests"] + moved["request_fallbacks"] == kept, moved
+    assert moved["keepalives_as_requests"] >= kept * 3 // 4, moved
+    assert moved["request_retransmits"] > 0, moved
+    alive = call(cell, cell.wait_for_leader(), "GET", f"/v1/sessions/{s}")
+    assert alive.status == 200 and alive["session"] == s, alive
+    call(cell, cell.leader, "DELETE", f"/v1/sessions/{s}")
+
+
+def check_reads_see_acknowledged_writes(cell, leader: int, f: int, rounds: int) -> None:
+    s = call(cell, leader, "POST", "/v1/sessions", {"ttl_ms": 30_000})["session"]
+    lock = f"/v1/locks/{fresh('rd-lock')}"
+    for i in range(rounds):
+        # Acknowledged at the leader, then read at once at the follower.
+        if i % 2 == 0:
+            assert call(cell, leader, "POST", f"{lock}:acquire", {"session": s})["granted"]
+            got = call(cell, f, "GET", lock)
+            assert got.status == 200 and [h["session"] for h in got["holders"]] == [s], got
+        else:
+            call(cell, leader, "POST", f"{lock}:release", {"session": s})
+            got = call(cell, f, "GET", lock)
+            assert got.status == 200 and got["holders"] == [], got
+        barrier = f"/v1/barriers/{fresh('rd-barrier')}"
+        # Passed at once (a count of one), and a member until it leaves.
+        r = call(cell, leader, "POST", f"{barrier}:enter", {"session": s, "count": 1})
+        assert r.status == 200 and r["passed"] is True, r
+        got = call(cell, f, "GET", barrier)
+        assert got.status == 200 and [m["session"] for m in got["members"]] == [s], got
+        listed = call(cell, f, "GET", "/v1/barriers")
+        assert any(b["name"] == barrier.rsplit("/", 1)[1] for b in listed["barriers"]), listed
+        call(cell, leader, "POST", f"{barrier}:leave", {"session": s})
+        t = call(cell, leader, "POST", "/v1/sessions", {"ttl_ms": 30_000})["session"]
+        got = call(cell, f, "GET", f"/v1/sessions/{t}")
+        assert got.status == 200 and got["session"] == t, got
+        assert any(x["session"] == t for x in call(cell, f, "GET", "/v1/sessions")["sessions"])
+        call(cell, leader, "DELETE", f"/v1/sessions/{t}")
+    call(cell, leader, "DELETE", f"/v1/sessions/{s}")
+
+
+def test_a_read_at_a_follower_sees_every_write_acknowledged_before_it(cell):
+    leader = cell.wait_for_leader()
+    f = followers(cell)[0]
+    before = api_counters(cell, f)
+    check_reads_see_acknowledged_writes(cell, leader, f, 20)
+    # The follower slowed: what reaches it (Prepares, Commits, Replies) 30 ms late, so it
+    # applies the leader's writes well after the leader acknowledged them.
+    cell.netem(f, "delay 30ms", direction="in")
+    try:
+        check_reads_see_acknowledged_writes(cell, leader, f, 20)
+    finally:
+        cell.heal()
+    after = api_counters(cell, f)
+    # A lock read and two barrier reads a round (sessions are read at the leader).
+    assert after["reads_at_commit_point"] - before["reads_at_commit_point"] >= 40 * 3
+    assert after["request_fallbacks"] == before["request_fallbacks"]
+
+
+def test_a_read_at_a_follower_cut_off_from_the_leader_is_never_stale(cell):
+    leader = cell.wait_for_leader()
+    f = followers(cell)[0]
+    s = call(cell, leader, "POST", "/v1/sessions", {"ttl_ms": 60_000})["session"]
+    lock = f"/v1/locks/{fresh('rd-cut')}"
+    assert call(cell, f, "GET", lock)["holders"] == []
+    cell.partition(f, peers=[r for r in range(3) if r != f])
+    try:
+        # Acknowledged by the leader and the other follower; the cut-off follower never hears.
+        assert call(cell, leader, "POST", f"{lock}:acquire", {"session": s})["granted"]
+        got = call(cell, f, "GET", lock, timeout=90)
+        assert got.status == 503, got  # no quorum to confirm a commit point: no answer
+        stale = call(cell, f, "GET", f"{lock}?stale=true")
+        assert stale.status == 200 and stale["holders"] == [], stale  # what it would have said
+    finally:
+        cell.heal()
+    cell.wait_for_leader()
+    got = call(cell, f, "GET", lock, timeout=30)
+    assert got.status == 200 and [h["session"] for h in got["holders"]] == [s], got
+    call(cell, cell.leader, "DELETE", f"/v1/sessions/{s}")
 
 
 def test_a_leader_killed_while_ops_are_forwarded_applies_each_op_once(cell):

@@ -230,3 +230,46 @@ TEST_CASE("Electrode §4.3: a PrepareOK the kernel marked as completing a quorum
     CHECK(leader->commit() == 2);
     CHECK(leader.effects_of<SendReply>().size() == 2);
 }
+
+TEST_CASE("ReadIndex: the leader's Reply carries its commit number, also when from the table")
+{
+    TestReplica leader(test_config(0, 3));
+    prepare_ops(leader, 2);
+    leader.receive(PrepareOk{.view = 0, .replica = 1, .op = 2});
+    const auto replies = leader.effects_of<SendReply>();
+    REQUIRE(replies.size() == 2);
+    CHECK(replies[0].reply.commit == 1);  // each op's Reply leaves as it executes
+    CHECK(replies[1].reply.commit == 2);
+
+    prepare_ops(leader, 1, 200);  // op 3, of another client
+    leader.receive(PrepareOk{.view = 0, .replica = 1, .op = 3});
+    leader.receive(request(100, 1));  // a retransmit of op 1: answered from the client table
+    const auto again = leader.effects_of<SendReply>();
+    REQUIRE(again.size() == 1);
+    CHECK(again[0].reply.request_number == 1);
+    CHECK(again[0].reply.commit == 3);  // the commit number now, past the op itself
+}
+
+TEST_CASE("ReadIndex: a follower learns the commit number from its leader's Reply")
+{
+    TestReplica follower(test_config(1, 3));
+    follower.receive(Prepare{.view = 0, .replica = 0, .op = 2, .commit = 0,
+                             .entries = {entry(1, 1, "Wa"), entry(2, 1, "Wb")}});
+    REQUIRE(follower->commit() == 0);
+
+    // From a replica that does not lead the view: nothing.
+    follower.receive(Reply{.view = 0, .replica = 2, .client_id = 9, .request_number = 1,
+                           .commit = 2, .result = {}});
+    CHECK(follower->commit() == 0);
+    // From another view: nothing.
+    follower.receive(Reply{.view = 2, .replica = 2, .client_id = 9, .request_number = 1,
+                           .commit = 2, .result = {}});
+    CHECK(follower->commit() == 0);
+
+    // The leader's: applied at once, as far as the log goes (no fetch for the rest).
+    follower.receive(Reply{.view = 0, .replica = 0, .client_id = 9, .request_number = 1,
+                           .commit = 5, .result = {}});
+    CHECK(follower->commit() == 2);
+    CHECK(follower.effects_of<Executed>().size() == 2);
+    CHECK(follower.sent_to<GetState>(0).empty());
+}

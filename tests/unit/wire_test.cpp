@@ -867,7 +867,6 @@ TEST_CASE("decode rejects header fields the type does not carry unless they are 
         {sample_request(), offsetof(vl_header, op), "op"},
         {sample_request(), offsetof(vl_header, commit), "commit"},
         {Reply{.view = 1, .result = {}}, offsetof(vl_header, op), "op"},
-        {Reply{.view = 1, .result = {}}, offsetof(vl_header, commit), "commit"},
         {PrepareOk{.view = 1, .op = 1}, offsetof(vl_header, commit), "commit"},
         {CommitOk{.view = 1, .heartbeat = 1}, offsetof(vl_header, commit), "commit"},
         {StartViewChange{.view = 1}, offsetof(vl_header, op), "op"},

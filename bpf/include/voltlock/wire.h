@@ -144,7 +144,8 @@ VL_STATIC_ASSERT(offsetof(struct vl_header, checksum) == 48, "checksum offset");
  *     u8  payload[payload_len]
  *
  * Request:          u64 client_id, u64 request_number, u8 payload[rest]
- * Reply:            u64 client_id, u64 request_number, u8 result[rest]
+ * Reply:            u64 client_id, u64 request_number, u8 result[rest] (header.commit: the
+ *                   leader's commit number when it answered, the request's op at or below it)
  * Prepare:          entries for ops (op - batch_count, op]
  * PrepareOK:        empty: acknowledges every op up to header.op in header.view
  * Commit:           empty (header.op: the leader's tick when it sent this heartbeat)
