@@ -200,7 +200,7 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
               run_op(call, op, 0, std::move(answer));
           },
           [this](const CallPtr& call, std::function<Json()> body) {
-              read_state(call, std::move(body));
+              read_state(call, ReadAt::commit_point, std::move(body));
           }),
       access_(node.config()),
       router_(loop, counters_, access_),
