@@ -169,6 +169,7 @@ Json Admin::cluster_json() const
                 {"members", members},
                 {"electrode", config.electrode == ElectrodeMode::on ? "on" : "off"},
                 {"counters", status["counters"]},
+                {"event_loop", status["event_loop"]},
                 {"api", api}};
 }
 
