@@ -9,6 +9,7 @@ import json
 import os
 import resource
 import secrets
+import signal
 import socket
 import statistics
 import threading
@@ -515,3 +516,60 @@ def test_a_follower_loop_never_waits_for_its_snapshot_write():
         assert "voltlock_event_loop_longest_turn_seconds " in metrics
         slowest = max(elapsed for _, elapsed in statuses)
         assert slowest < 5.0, slowest
+
+
+def replica_pid(c: Cell, replica: int) -> int:
+    state = json.load(open(os.path.join(c.endpoints["state_dir"], "cell.json")))
+    return state["replicas"][replica]["process"]["pid"]
+
+
+def seen_down(c: Cell, asked: int) -> list:
+    """The replicas `asked`'s /v1/cluster marks down."""
+    cluster = call(c, asked, "GET", "/v1/cluster")
+    assert cluster.status == 200, cluster
+    return sorted(m["replica"] for m in cluster["members"] if m.get("role") == "down")
+
+
+@pytest.mark.parametrize("how", ["SIGSTOP", "SIGKILL"])
+def test_a_follower_that_stopped_answering_is_down_at_the_leader_and_the_other_follower(how):
+    with Cell(replicas=3) as c:
+        leader = c.leader
+        gone, other = [r for r in range(3) if r != leader]
+        assert seen_down(c, leader) == [] and seen_down(c, other) == []
+        pid = replica_pid(c, gone)
+        if how == "SIGSTOP":
+            os.kill(pid, signal.SIGSTOP)
+        else:
+            c.kill(gone)
+        try:
+            # The leader asks for a no-op when asked and nothing is in flight: no writes needed.
+            wait_until(lambda: seen_down(c, leader) == [gone], timeout=10,
+                       what=f"r{gone} down at the leader")
+            wait_until(lambda: seen_down(c, other) == [gone], timeout=10,
+                       what=f"r{gone} down at the other follower")
+            cluster = call(c, other, "GET", "/v1/cluster")
+            assert cluster["members_seen_by"] == leader, cluster.body
+            assert call(c, leader, "GET", "/readyz").status == 200  # a quorum is left
+            assert max(healthz_latencies(c, leader, samples=5)) < HEALTHZ_WORST_S
+        finally:
+            if how == "SIGSTOP":
+                os.kill(pid, signal.SIGCONT)
+        if how == "SIGKILL":
+            c.start(gone)
+        wait_until(lambda: seen_down(c, leader) == [] and seen_down(c, other) == [],
+                   timeout=20, what=f"r{gone} up again everywhere")
+
+
+def test_a_leader_that_stopped_answering_is_down_as_seen_from_a_follower():
+    with Cell(replicas=3) as c:
+        leader = c.leader
+        follower = next(r for r in range(3) if r != leader)
+        pid = replica_pid(c, leader)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # Until the followers elect another leader it is down as the follower sees it (it
+            # does not answer); after, the new leader marks it down.
+            wait_until(lambda: leader in seen_down(c, follower), timeout=15,
+                       what=f"the stopped leader r{leader} down at r{follower}")
+        finally:
+            os.kill(pid, signal.SIGCONT)
