@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <shared_mutex>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -402,6 +403,7 @@ Result<Ok> Storage::recover_from_failed_write(const std::string& what)
     // assertions abort on the next append. Reopening replays the WAL up to the failed record
     // and starts a new one. The store's extent is read again: a write that failed after its
     // record reached the WAL takes effect now.
+    std::unique_lock closing(db_lifetime_);  // no flush_unlogged() under way
     db_.reset();  // one process cannot hold the database open twice
     auto db = VL_TRY(open_database(path_, identity_, what + ": reopening after a failed write"));
     auto attached = attach(std::move(db));
@@ -555,6 +557,7 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
     uint64_t generation = 0;
     {
         std::lock_guard lock(mutex_);
+        VL_TRY(recover_from_failed_write(what));  // first, so that `generation` is the one used
         same_op = op == snapshot_op_;
         generation = reopens_;
     }
@@ -605,33 +608,25 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
 
 Result<Ok> Storage::flush_unlogged(uint64_t generation, const std::string& what)
 {
-    const auto reopened = [&] {
-        return error(what, "the database was reopened after a failed write meanwhile, which "
-                           "dropped the chunks written without the WAL");
-    };
+    // Waited for without mutex_, so that the loop's writes go on meanwhile; db_lifetime_ keeps
+    // a reopen (after a failed write of the loop's) from closing the database under it.
+    std::shared_lock alive(db_lifetime_);
     {
         std::lock_guard lock(mutex_);
-        if (reopens_ != generation || !db_) return reopened();
-        rocksdb::FlushOptions flush;
-        flush.wait = false;  // waited for below, without mutex_: the loop's writes go on
-        if (const auto started = db_->Flush(flush); !started.ok())
-            return error(what + ": flushing its chunks", started.ToString());
+        if (reopens_ != generation || !db_)
+            return error(what, "the database was reopened after a failed write meanwhile, "
+                               "which dropped the chunks written without the WAL");
     }
     // Until the flush is installed (its SST files synced), the chunks are in memory only: the
     // manifest that names them must not be written before.
-    while (true) {
-        {
-            std::lock_guard lock(mutex_);
-            if (reopens_ != generation || !db_) return reopened();
-            uint64_t immutable = 1, pending = 1;
-            if (!db_->GetIntProperty(rocksdb::DB::Properties::kNumImmutableMemTable,
-                                     &immutable) ||
-                !db_->GetIntProperty(rocksdb::DB::Properties::kMemTableFlushPending, &pending))
-                return error(what, "reading the flush's progress");
-            if (immutable == 0 && pending == 0) return Ok{};
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    rocksdb::FlushOptions flush;
+    flush.wait = true;
+    if (const auto flushed = db_->Flush(flush); !flushed.ok()) {
+        std::lock_guard lock(mutex_);
+        last_write_failed_ = true;  // the next write reopens it, as after a failed WAL write
+        return error(what + ": flushing its chunks", flushed.ToString());
     }
+    return Ok{};
 }
 
 void Storage::wait_for_memtable_room()

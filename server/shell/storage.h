@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,9 @@ private:
     // Held by each write (a log batch, one snapshot chunk, a snapshot's final batch) and by what
     // it reads and changes above: write() and write_snapshot() may run on two threads.
     std::mutex mutex_;
+    // Shared by flush_unlogged() while it waits for a flush without mutex_; exclusive to close
+    // and reopen db_ (recover_from_failed_write, under mutex_).
+    std::shared_mutex db_lifetime_;
 };
 
 // The key layout, for tests that damage stored values. Ops are big-endian so keys sort by op.
