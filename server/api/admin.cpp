@@ -59,12 +59,13 @@ Json staleness_json(const Node& node, const LockMachine* machine)
 }
 
 Admin::Admin(EventLoop& loop, Node& node, LockMachine* machine, LockService* service,
-             RequestCounters& counters, std::function<Json()> api_stats)
+             RequestCounters& counters, Forwarder& forwarder, std::function<Json()> api_stats)
     : loop_(loop),
       node_(node),
       machine_(machine),
       service_(service),
       counters_(counters),
+      forwarder_(forwarder),
       api_stats_(std::move(api_stats))
 {
 }
@@ -169,7 +170,56 @@ Json Admin::cluster_json() const
                 {"members", members},
                 {"electrode", config.electrode == ElectrodeMode::on ? "on" : "off"},
                 {"counters", status["counters"]},
+                {"event_loop", status["event_loop"]},
                 {"api", api}};
+}
+
+void Admin::cluster_at_follower(const CallPtr& call)
+{
+    const Replica& r = node_.replica();
+    const ReplicaIndex leader = r.leader();
+    const View view = r.view();
+    Forwarder::Request request{.leader = leader,
+                               .method = "GET",
+                               .target = "/v1/cluster",
+                               .body = {},
+                               .headers = {{kLocalViewHeader, "1"}},
+                               .read_timeout_ms = kLeaderViewDeadlineMs};
+    if (auto authorization = call->header("Authorization"))
+        request.headers.emplace_back("Authorization", *authorization);
+    forwarder_.send(std::move(request), [this, call, leader, view](Forwarder::Outcome outcome) {
+        if (call->gone()) return;
+        Json answer = cluster_json();
+        const ReplicaIndex self = node_.config().replica;
+        Json seen = outcome.reached && outcome.response.status == 200
+                        ? Json::parse(outcome.response.body, nullptr, false)
+                        : Json();
+        // Its look is worth taking only while it still leads the view we are in.
+        const bool leads = seen.is_object() && seen.value("is_leader", false) &&
+                           seen.value("view", View{0}) == view && seen.contains("members") &&
+                           seen["members"].size() == answer["members"].size();
+        // Not reached: refused (killed), or no answer by the deadline (stopped, cut off).
+        const bool answered = outcome.reached;
+        for (Json& member : answer["members"]) {
+            const auto i = member["replica"].get<ReplicaIndex>();
+            if (i == self) {
+                member["reachable"] = true;
+            } else if (leads) {
+                const Json& theirs = seen["members"][i];
+                member["reachable"] = theirs.value("reachable", true);
+                if (theirs.contains("acked_op")) member["acked_op"] = theirs["acked_op"];
+                if (theirs.contains("lag_ops")) member["lag_ops"] = theirs["lag_ops"];
+                if (!member["reachable"].get<bool>()) member["role"] = "down";
+            } else if (i == leader && !answered) {
+                member["reachable"] = false;
+                member["role"] = "down";
+                member["error"] = "the leader did not answer within " +
+                                  std::to_string(kLeaderViewDeadlineMs) + " ms";
+            }
+        }
+        answer["members_seen_by"] = leads ? Json(leader) : Json(self);
+        call->answer_json(200, answer);
+    });
 }
 
 void Admin::install(Router& router)
@@ -187,7 +237,10 @@ void Admin::install(Router& router)
                });
     router.add("GET", "/v1/cluster", "/v1/cluster", {}, Where::loop, [this](const CallPtr& call) {
         probe_wanted_ = true;
-        call->answer_json(200, cluster_json());
+        const Replica& r = node_.replica();
+        if (r.is_leader() || r.status() != Status::normal || call->header(kLocalViewHeader))
+            return call->answer_json(200, cluster_json());
+        cluster_at_follower(call);
     });
     router.add("GET", "/metrics", "/metrics", {}, Where::loop, [this](const CallPtr& call) {
         HttpResponse response;

@@ -7,7 +7,10 @@
 // followers (VR's heartbeats are not answered), so a /readyz or /v1/cluster that finds nothing
 // in flight asks for a no-op (at most one per kProbeMs): an idle cell's log grows only while it
 // is being asked. On the leader, /v1/cluster marks a follower that left an op unacknowledged for
-// kQuorumLostMs as "down" (role "down", "reachable": false).
+// kQuorumLostMs as "down" (role "down", "reachable": false). A follower hears only from the
+// leader, so its /v1/cluster asks the leader's (kLocalViewHeader: the leader answers from its own
+// look, never asking on) within kLeaderViewDeadlineMs and shows who the leader sees down; a
+// leader that does not answer in time is itself "down" there.
 #pragma once
 
 #include <atomic>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "api/call.h"
+#include "api/leader_path.h"
 #include "api/lock_service.h"
 #include "api/router.h"
 #include "core/lock_machine.h"
@@ -27,6 +31,8 @@ namespace voltlock::api {
 
 inline constexpr uint64_t kQuorumLostMs = 2'000;
 inline constexpr uint64_t kProbeMs = 500;
+inline constexpr uint64_t kLeaderViewDeadlineMs = 800;
+inline constexpr const char* kLocalViewHeader = "X-Voltlock-Local-View";
 
 // This replica's state as of the loop's last look, for any thread.
 class RoleBoard {
@@ -52,8 +58,9 @@ Json staleness_json(const Node& node, const LockMachine* machine);
 class Admin {
 public:
     // `api_stats`: the API's own figures for /v1/cluster's "api" (loop thread).
+    // `forwarder`: a follower's way to the leader's /v1/cluster.
     Admin(EventLoop& loop, Node& node, LockMachine* machine, LockService* service,
-          RequestCounters& counters, std::function<Json()> api_stats);
+          RequestCounters& counters, Forwarder& forwarder, std::function<Json()> api_stats);
 
     void install(Router& router);
     // Starts the loop's look at the role and the followers every 100 ms.
@@ -62,12 +69,15 @@ public:
 private:
     void look();  // loop thread
     Json cluster_json() const;
+    // A follower's /v1/cluster: cluster_json() with the members' liveness as `leader` sees it.
+    void cluster_at_follower(const CallPtr& call);
 
     EventLoop& loop_;
     Node& node_;
     LockMachine* machine_;
     LockService* service_;
     RequestCounters& counters_;
+    Forwarder& forwarder_;
     std::function<Json()> api_stats_;
     RoleBoard board_;
     // Loop thread: the leader's view of its quorum and followers.

@@ -193,7 +193,8 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
                        : nullptr),
       forwarder_(node.config(), loop, node.config().http_forward_threads),
       leader_(loop, node, service_.get(), pool_, forwarder_),
-      admin_(loop, node, machine, service_.get(), counters_, [this] { return api_stats(); }),
+      admin_(loop, node, machine, service_.get(), counters_, forwarder_,
+             [this] { return api_stats(); }),
       auth_admin_(
           machine, node.config().max_message_bytes,
           [this](const CallPtr& call, const LockOp& op, AuthAdmin::Answer answer) {

@@ -5,6 +5,8 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cerrno>
 
@@ -121,11 +123,36 @@ void EventLoop::run()
     while (running_) {
         const int n = ::epoll_wait(epoll_.get(), events, max_events, -1);
         if (n < 0 && errno == EINTR) continue;
+        const auto turn_started = Clock::now();
         for (int i = 0; i < n; i++) {
             const auto it = handlers_.find(events[i].data.fd);
             if (it != handlers_.end()) it->second();
         }
+        count_turn(Clock::now() - turn_started);
     }
+}
+
+void EventLoop::count_turn(Clock::duration took)
+{
+    const auto us = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+    turns_.fetch_add(1, std::memory_order_relaxed);
+    if (us > longest_turn_us_.load(std::memory_order_relaxed))
+        longest_turn_us_.store(us, std::memory_order_relaxed);  // only this thread writes it
+    if (took < kSlowTurn) return;
+    turns_over_100ms_.fetch_add(1, std::memory_order_relaxed);
+    if (took >= std::chrono::seconds(1)) turns_over_1s_.fetch_add(1, std::memory_order_relaxed);
+    // Nothing else runs on the loop meanwhile: every request, timer and datagram waited this long.
+    spdlog::warn("event loop: one turn took {} ms (requests, timers and replication waited)",
+                 us / 1000);
+}
+
+EventLoop::TurnStats EventLoop::turn_stats() const
+{
+    return TurnStats{.turns = turns_.load(std::memory_order_relaxed),
+                     .longest_turn_us = longest_turn_us_.load(std::memory_order_relaxed),
+                     .turns_over_100ms = turns_over_100ms_.load(std::memory_order_relaxed),
+                     .turns_over_1s = turns_over_1s_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace voltlock

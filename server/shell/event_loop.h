@@ -2,6 +2,7 @@
 // an eventfd; everything that touches the replica runs on the loop's thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -48,6 +49,18 @@ public:
     void run();
     void stop() { running_ = false; }
 
+    // How long the loop's turns take (from epoll_wait's return to its next call: every handler
+    // of one wake-up), so that a stall shows in /metrics and the log. Readable from any thread.
+    struct TurnStats {
+        uint64_t turns = 0;
+        uint64_t longest_turn_us = 0;  // since start
+        uint64_t turns_over_100ms = 0;
+        uint64_t turns_over_1s = 0;
+    };
+    TurnStats turn_stats() const;
+    // A turn at least this long is logged as a warning, with its length.
+    static constexpr std::chrono::milliseconds kSlowTurn{100};
+
 private:
     using Clock = std::chrono::steady_clock;
     EventLoop(FileDescriptor epoll, FileDescriptor wakeup, FileDescriptor timer);
@@ -63,6 +76,11 @@ private:
     std::mutex posted_mutex_;
     std::vector<Handler> posted_;
     bool running_ = false;
+    std::atomic<uint64_t> turns_{0};
+    std::atomic<uint64_t> longest_turn_us_{0};
+    std::atomic<uint64_t> turns_over_100ms_{0};
+    std::atomic<uint64_t> turns_over_1s_{0};
+    void count_turn(Clock::duration took);
 };
 
 }  // namespace voltlock

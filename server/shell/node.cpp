@@ -334,7 +334,6 @@ void Node::persist(StorageBatch& batch)
 {
     if (batch.empty()) return;
     VL_ASSERT(storage_ != nullptr, "the core persists the log only with a data directory");
-    std::lock_guard lock(storage_mutex_);
     if (auto written = storage_->write(batch, /*sync=*/true); !written.ok())
         fail_stop(written.error());
     batch = StorageBatch{};
@@ -379,7 +378,7 @@ void Node::write_snapshot(Op op, Bytes bytes, bool before_next_effect)
         return;
     }
     if (before_next_effect) {
-        std::lock_guard lock(storage_mutex_);
+        std::lock_guard lock(snapshot_write_mutex_);
         if (auto written = storage_->write_snapshot(op, snapshot->bytes); !written.ok())
             fail_stop(written.error());
         newest_snapshot_written_ = op;
@@ -423,7 +422,7 @@ void Node::snapshot_writer_thread()
         }
         const auto encoded_at = std::chrono::steady_clock::now();
         if (written.ok() && storage_) {
-            std::lock_guard lock(storage_mutex_);
+            std::lock_guard lock(snapshot_write_mutex_);
             // With the log persisted, a snapshot the loop wrote meanwhile (before_next_effect)
             // has the log after it on disk; an older one would drop that log.
             if (replica_.config().persist_log && op < newest_snapshot_written_)
@@ -675,6 +674,17 @@ nlohmann::json Node::storage_status() const
     };
 }
 
+nlohmann::json Node::event_loop_status() const
+{
+    const EventLoop::TurnStats turns = loop_.turn_stats();
+    return nlohmann::json{
+        {"turns", turns.turns},
+        {"longest_turn_us", turns.longest_turn_us},
+        {"turns_over_100ms", turns.turns_over_100ms},
+        {"turns_over_1s", turns.turns_over_1s},
+    };
+}
+
 nlohmann::json Node::status(bool with_digest) const
 {
     using Json = nlohmann::json;
@@ -730,6 +740,7 @@ nlohmann::json Node::status(bool with_digest) const
           {"snapshots_refused", core.snapshots_refused},
           {"cell_restarts", core.cell_restarts}}},
         {"commit_latency_us", commit_latency_.json()},
+        {"event_loop", event_loop_status()},
         {"storage", storage_status()},
         {"electrode", electrode_ ? electrode_->status() : nlohmann::json{{"mode", "off"}}},
         {"replication_auth", wire_.authenticated() ? "siphash-2-4" : "none"},

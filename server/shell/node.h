@@ -111,6 +111,8 @@ public:
     // every status), so only who asks for it pays.
     nlohmann::json status(bool with_digest = false) const;
     nlohmann::json storage_status() const;
+    // The loop's turn lengths (EventLoop::TurnStats): a stall shows here and in /metrics.
+    nlohmann::json event_loop_status() const;
 
 private:
     Node(const DaemonConfig& config, Start start, EventLoop& loop, UdpSocket socket,
@@ -181,12 +183,14 @@ private:
     RequestTaker request_taker_;
     std::vector<std::function<void()>> installed_listeners_;
 
-    // Storage. Calls into `storage_` hold storage_mutex_: the loop persists the log while the
-    // writer thread writes a snapshot.
+    // Storage (thread-safe itself). The loop persists the log while the writer thread writes a
+    // snapshot; snapshot writes, from either thread, hold snapshot_write_mutex_, never taken by
+    // persist(): a snapshot's write lasts a while, and the loop waits only for the chunk of it
+    // being written (Storage::write_snapshot).
     EventLoop& loop_;
     std::unique_ptr<Storage> storage_;
-    std::mutex storage_mutex_;
-    Op newest_snapshot_written_ = 0;  // under storage_mutex_
+    std::mutex snapshot_write_mutex_;
+    Op newest_snapshot_written_ = 0;  // under snapshot_write_mutex_
     std::string last_storage_error_;  // loop thread
     mutable std::mutex served_mutex_;
     std::shared_ptr<const ServedSnapshot> served_;

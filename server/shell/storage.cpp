@@ -4,15 +4,19 @@
 #include <rocksdb/env.h>
 #include <rocksdb/iterator.h>
 #include <rocksdb/options.h>
+#include <rocksdb/rate_limiter.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <shared_mutex>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "core/byte_reader.h"
@@ -37,6 +41,7 @@ namespace {
 
 constexpr uint32_t format_version = 1;
 constexpr uint32_t snapshot_chunk_bytes = 1 << 20;
+constexpr int64_t kBackgroundWriteBytesPerSecond = 64 << 20;
 
 const Bytes identity_key = "identity";
 const Bytes view_key = "view";
@@ -244,6 +249,12 @@ rocksdb::Options database_options(const std::string& path, const CellIdentity& i
     // Each snapshot deletes the previous one; compacting after two L0 files rather than four
     // reclaims that space sooner.
     options.level0_file_num_compaction_trigger = 2;
+    // A snapshot is flushed and compacted in the background while the loop fsyncs each step's
+    // log (durability sync): background writes go out a MiB at a time and at most
+    // kBackgroundWriteBytesPerSecond, so that they never queue a burst of tens of MiB on the
+    // disk ahead of the loop's small sync (docs/frontend.md, "The loop around a snapshot").
+    options.bytes_per_sync = 1 << 20;
+    options.rate_limiter.reset(rocksdb::NewGenericRateLimiter(kBackgroundWriteBytesPerSecond));
     return options;
 }
 
@@ -392,11 +403,13 @@ Result<Ok> Storage::recover_from_failed_write(const std::string& what)
     // assertions abort on the next append. Reopening replays the WAL up to the failed record
     // and starts a new one. The store's extent is read again: a write that failed after its
     // record reached the WAL takes effect now.
+    std::unique_lock closing(db_lifetime_);  // no flush_unlogged() under way
     db_.reset();  // one process cannot hold the database open twice
     auto db = VL_TRY(open_database(path_, identity_, what + ": reopening after a failed write"));
     auto attached = attach(std::move(db));
     if (!attached.ok()) return attached;
     last_write_failed_ = false;
+    reopens_ += 1;
     return Ok{};
 }
 
@@ -523,39 +536,121 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
 {
     const std::string what = "writing snapshot op " + std::to_string(op) + " (" +
                              std::to_string(snapshot.size()) + " bytes)";
-    auto recovered = recover_from_failed_write(what);
-    if (!recovered.ok()) return recovered;
     if (op == 0) return error(what, "ops are numbered from 1");
 
     const SnapshotManifest manifest = make_manifest(op, snapshot);
+    const auto chunk_count = static_cast<uint32_t>(manifest.chunk_crcs.size());
+    const std::string_view bytes = snapshot;
+    const auto chunk = [&](uint32_t index) {
+        const std::string_view piece =
+            bytes.substr(size_t{index} * snapshot_chunk_bytes, snapshot_chunk_bytes);
+        return rocksdb::Slice(piece.data(), piece.size());
+    };
+    // One synced write per chunk, each holding mutex_ for its own length only: as one batch, a
+    // snapshot of tens of MiB held every write() of the loop (durability sync: each step's log)
+    // for the whole of its write and fsync, 0.3-0.6 s at 34 MiB (docs/frontend.md). The chunks
+    // go under their own op's keys, which no manifest names until the final batch below: a
+    // crash before it restarts from the stored snapshot, and the next snapshot drops them. The
+    // stored snapshot's own op again (snapshot_write_mutex_ in Node keeps these calls in turn)
+    // would rewrite chunks its manifest names: that one goes whole in the final batch.
+    bool same_op = false;
+    uint64_t generation = 0;
+    {
+        std::lock_guard lock(mutex_);
+        VL_TRY(recover_from_failed_write(what));  // first, so that `generation` is the one used
+        same_op = op == snapshot_op_;
+        generation = reopens_;
+    }
+    if (!same_op) {
+        // Not through the WAL: the chunks reach the disk once, in the SST files the flush below
+        // writes and syncs, and the loop's synced log writes meanwhile sync only their own
+        // records, not tens of MiB of chunks queued before them.
+        rocksdb::WriteOptions unlogged;
+        unlogged.disableWAL = true;
+        for (uint32_t index = 0; index < chunk_count; index++) {
+            wait_for_memtable_room();
+            std::lock_guard lock(mutex_);
+            VL_TRY(recover_from_failed_write(what));
+            rocksdb::WriteBatch batch;
+            batch.Put(storage_keys::snapshot_chunk(op, index), chunk(index));
+            VL_TRY(commit(batch, unlogged, what));
+        }
+        VL_TRY(flush_unlogged(generation, what));
+    }
+
+    std::lock_guard lock(mutex_);
+    VL_TRY(recover_from_failed_write(what));
     rocksdb::WriteBatch batch;
-    // Drop every stored snapshot and the log entries this one covers, in the batch that writes
-    // it, so that no crash separates the two. An older snapshot than the stored one (a replica
-    // that discarded its state for its cell's) replaces everything: the whole log goes too.
+    // Drop every other stored snapshot and the log entries this one covers, in the batch that
+    // makes it the stored one, so that no crash separates the two. An older snapshot than the
+    // stored one (a replica that discarded its state for its cell's) replaces everything: the
+    // whole log goes too.
     batch.DeleteRange(manifest_prefix, prefix_end(manifest_prefix));
-    batch.DeleteRange(chunk_prefix, prefix_end(chunk_prefix));
+    if (same_op) {
+        batch.DeleteRange(chunk_prefix, prefix_end(chunk_prefix));
+        for (uint32_t index = 0; index < chunk_count; index++)
+            batch.Put(storage_keys::snapshot_chunk(op, index), chunk(index));
+    } else {
+        // op_key(chunk_prefix, op) sorts before op's chunks, op_key(chunk_prefix, op + 1) after.
+        batch.DeleteRange(chunk_prefix, op_key(chunk_prefix, op));
+        batch.DeleteRange(op_key(chunk_prefix, op + 1), prefix_end(chunk_prefix));
+    }
     const bool older = op < snapshot_op_;
     batch.DeleteRange(log_prefix, older ? prefix_end(log_prefix)
                                         : key_after(storage_keys::log_entry(op)));
-    const std::string_view bytes = snapshot;
-    for (uint32_t index = 0; index < manifest.chunk_crcs.size(); index++) {
-        const std::string_view chunk = bytes.substr(size_t{index} * snapshot_chunk_bytes,
-                                                    snapshot_chunk_bytes);
-        batch.Put(storage_keys::snapshot_chunk(op, index), rocksdb::Slice(chunk.data(),
-                                                                          chunk.size()));
-    }
     batch.Put(op_key(manifest_prefix, op), encode_manifest(manifest));
 
-    auto committed = commit(batch, true, what);
-    if (!committed.ok()) return committed;
+    VL_TRY(commit(batch, true, what));
     snapshot_op_ = op;
     last_op_ = older ? op : std::max(last_op_, op);
     return Ok{};
 }
 
+Result<Ok> Storage::flush_unlogged(uint64_t generation, const std::string& what)
+{
+    // Waited for without mutex_, so that the loop's writes go on meanwhile; db_lifetime_ keeps
+    // a reopen (after a failed write of the loop's) from closing the database under it.
+    std::shared_lock alive(db_lifetime_);
+    {
+        std::lock_guard lock(mutex_);
+        if (reopens_ != generation || !db_)
+            return error(what, "the database was reopened after a failed write meanwhile, "
+                               "which dropped the chunks written without the WAL");
+    }
+    // Until the flush is installed (its SST files synced), the chunks are in memory only: the
+    // manifest that names them must not be written before.
+    rocksdb::FlushOptions flush;
+    flush.wait = true;
+    if (const auto flushed = db_->Flush(flush); !flushed.ok()) {
+        std::lock_guard lock(mutex_);
+        last_write_failed_ = true;  // the next write reopens it, as after a failed WAL write
+        return error(what + ": flushing its chunks", flushed.ToString());
+    }
+    return Ok{};
+}
+
+void Storage::wait_for_memtable_room()
+{
+    // A chunk that found the memtables full (max_write_buffer_number) would stall every writer
+    // until a flush ends; the writer thread waits here instead while a memtable is still being
+    // flushed (a few MiB at the rate limit below: a fraction of a second), up to 10 s, after
+    // which the write goes ahead and RocksDB's own stall applies.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    const auto flushing = [this] {
+        std::lock_guard lock(mutex_);
+        uint64_t immutable = 0;
+        return db_ &&
+               db_->GetIntProperty(rocksdb::DB::Properties::kNumImmutableMemTable, &immutable) &&
+               immutable > 0;
+    };
+    while (flushing() && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 Result<Ok> Storage::write(const StorageBatch& batch, bool sync)
 {
     if (batch.empty()) return Ok{};
+    std::lock_guard lock(mutex_);
     const std::string what = "writing the log and view";
     auto recovered = recover_from_failed_write(what);
     if (!recovered.ok()) return recovered;
@@ -604,6 +699,13 @@ Result<Ok> Storage::commit(rocksdb::WriteBatch& batch, bool sync, const std::str
 {
     rocksdb::WriteOptions options;
     options.sync = sync;
+    return commit(batch, options, what);
+}
+
+Result<Ok> Storage::commit(rocksdb::WriteBatch& batch, const rocksdb::WriteOptions& options,
+                           const std::string& what)
+{
+    if (!db_) return error(what, "closed: reopening it after a failed write failed");
     const auto status = db_->Write(options, &batch);
     if (!status.ok()) {
         last_write_failed_ = true;

@@ -23,7 +23,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,7 @@
 namespace rocksdb {
 class DB;
 class WriteBatch;
+struct WriteOptions;
 }  // namespace rocksdb
 
 namespace voltlock {
@@ -102,7 +105,10 @@ public:
     // a missing or garbled log entry after the snapshot is.
     Result<StoredState> load() const;
     // Stores the snapshot reflecting ops 1..op, replacing the stored one and dropping the log
-    // entries it covers (all of them if it is older than the stored one); synced.
+    // entries it covers (all of them if it is older than the stored one); synced. Its chunks go
+    // in one synced write each, so a write() from another thread meanwhile waits for one chunk
+    // at most, not for the whole snapshot; the snapshot replaces the stored one only with its
+    // last, small write (the manifest), so a crash before leaves the old one whole.
     Result<Ok> write_snapshot(Op op, const Bytes& snapshot);
     // `sync`: fsync before returning, for the changes that must survive a crash of the machine.
     Result<Ok> write(const StorageBatch& batch, bool sync);
@@ -116,6 +122,14 @@ private:
     Result<std::optional<std::string>> read_snapshot(Op op, Bytes& out) const;
     Result<std::vector<Entry>> read_log(Op after) const;
     Result<Ok> commit(rocksdb::WriteBatch& batch, bool sync, const std::string& what);
+    Result<Ok> commit(rocksdb::WriteBatch& batch, const rocksdb::WriteOptions& options,
+                      const std::string& what);
+    // Waits (off the loop: write_snapshot's thread) until the memtables a chunk goes into have
+    // room, so that the chunks never stall RocksDB's writes, the loop's among them.
+    void wait_for_memtable_room();
+    // Flushes the memtables and waits until the flush is installed; an error if the database
+    // was reopened since `generation` (reopens_), which lost what was written without the WAL.
+    Result<Ok> flush_unlogged(uint64_t generation, const std::string& what);
     Error error(const std::string& what, const std::string& reason) const;
 
     std::string path_;
@@ -126,6 +140,13 @@ private:
     Op last_op_ = 0;      // the last op the stored state reaches: the log's last entry, or the
                           // snapshot's
     bool last_write_failed_ = false;  // the database must be reopened before the next write
+    uint64_t reopens_ = 0;            // times recover_from_failed_write reopened it
+    // Held by each write (a log batch, one snapshot chunk, a snapshot's final batch) and by what
+    // it reads and changes above: write() and write_snapshot() may run on two threads.
+    std::mutex mutex_;
+    // Shared by flush_unlogged() while it waits for a flush without mutex_; exclusive to close
+    // and reopen db_ (recover_from_failed_write, under mutex_).
+    std::shared_mutex db_lifetime_;
 };
 
 // The key layout, for tests that damage stored values. Ops are big-endian so keys sort by op.

@@ -9,6 +9,7 @@ import json
 import os
 import resource
 import secrets
+import signal
 import socket
 import statistics
 import threading
@@ -433,3 +434,154 @@ def test_a_leader_cut_off_from_its_quorum_is_not_ready_and_sees_followers_down()
             c.heal()
         wait_until(lambda: call(c, leader, "GET", "/readyz").status == 200, timeout=20,
                    what="ready again")
+
+
+# ---- The event loop around a snapshot ----------------------------------------------------------
+
+# Before the fix a snapshot of this test's state (about 58 MiB) held a follower's loop with
+# durability sync for the whole of its write, 1-2 s on this machine; now the loop waits for one
+# 1 MiB chunk's memtable insert at most. On 2 shared cores a turn can still be preempted for a few
+# hundred ms, so the bound is the one the symptom broke: no turn of a second or more.
+STALL_VALUE_BYTES = 6_000
+STALL_KEYS = 5_000
+
+
+def fill_pipelined(c: Cell, replica: int, prefix: str, keys: int, value: str, connections: int):
+    """PUTs `keys` keys, pipelined 200 at a time on each of a few kept-alive connections."""
+    body = json.dumps({"value": value}).encode()
+    errors = []
+
+    def worker(first: int):
+        sock = raw_socket(c, replica, timeout=60)
+        try:
+            for start in range(first, keys, connections * 200):
+                indexes = range(start, min(keys, start + connections * 200), connections)
+                sock.sendall(b"".join(
+                    f"PUT /v1/kv/{prefix}/{i:06d} HTTP/1.1\r\nHost: x\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                    .encode() + body for i in indexes))
+                errors.extend(s for s, _ in read_responses(sock, len(indexes), timeout=60)
+                              if s != 200)
+        finally:
+            sock.close()
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:10]
+
+
+def test_a_follower_loop_never_waits_for_its_snapshot_write():
+    # Durability sync: the loop writes every step's log to RocksDB while the writer thread
+    # writes the snapshot. MTU 9000 for large values, so that the state is big quickly.
+    with Cell(replicas=3, durability="sync", mtu=9000, snapshot_every_ops=2_000,
+              snapshot_every_seconds=1) as c:
+        prefix = fresh("stall")
+        fill_pipelined(c, c.leader, prefix, STALL_KEYS, "v" * STALL_VALUE_BYTES, connections=4)
+        follower = next(r for r in range(3) if r != c.wait_for_leader())
+
+        def snapshots_written():
+            return call(c, follower, "GET", "/v1/status")["counters"]["snapshots_written"]
+        wait_until(lambda: call(c, follower, "GET", "/v1/status")["storage"]["snapshot_bytes"]
+                   > STALL_KEYS * STALL_VALUE_BYTES, timeout=60,
+                   what="the follower's snapshot holding the whole state")
+        # Caught up first: a follower that falls behind the leader's log fetches and installs a
+        # snapshot, which it writes on its loop by design (docs/frontend.md: not fixed here).
+        leader = c.leader
+        wait_until(lambda: call(c, follower, "GET", "/v1/status")["commit"]
+                   >= call(c, leader, "GET", "/v1/status")["commit"], timeout=60,
+                   what="the follower caught up")
+        written_before = snapshots_written()
+        before = call(c, follower, "GET", "/v1/status")
+        long_turns_before = before["event_loop"]["turns_over_1s"]
+        installed_before = before["counters"]["snapshots_installed"]
+        # Puts through the follower from a few clients until it has written 3 more snapshots.
+        statuses, stop = [], threading.Event()
+
+        def putter(n: int):
+            client = Client(c, timeout=30)
+            i = 0
+            while not stop.is_set():
+                r = client(follower, "PUT", f"/v1/kv/{prefix}/p{n}-{i % 50}", {"value": "x"})
+                statuses.append((r.status, r.elapsed))
+                i += 1
+            client.close()
+        threads = [threading.Thread(target=putter, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        try:
+            wait_until(lambda: snapshots_written() >= written_before + 3, timeout=90,
+                       what="3 more snapshots written at the follower under load")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        after = call(c, follower, "GET", "/v1/status")
+        loop = after["event_loop"]
+        metrics = call(c, follower, "GET", "/metrics").body
+        assert not [s for s, _ in statuses if s != 200], sorted(set(s for s, _ in statuses))
+        if after["counters"]["snapshots_installed"] != installed_before:
+            pytest.skip("the follower fell behind under load and installed a snapshot, which it "
+                        "writes on its loop (docs/frontend.md); its own snapshots were not alone")
+        assert loop["turns_over_1s"] == long_turns_before, loop
+        assert "voltlock_event_loop_longest_turn_seconds " in metrics
+        slowest = max(elapsed for _, elapsed in statuses)
+        assert slowest < 5.0, slowest
+
+
+def replica_pid(c: Cell, replica: int) -> int:
+    state = json.load(open(os.path.join(c.endpoints["state_dir"], "cell.json")))
+    return state["replicas"][replica]["process"]["pid"]
+
+
+def seen_down(c: Cell, asked: int) -> list:
+    """The replicas `asked`'s /v1/cluster marks down."""
+    cluster = call(c, asked, "GET", "/v1/cluster")
+    assert cluster.status == 200, cluster
+    return sorted(m["replica"] for m in cluster["members"] if m.get("role") == "down")
+
+
+@pytest.mark.parametrize("how", ["SIGSTOP", "SIGKILL"])
+def test_a_follower_that_stopped_answering_is_down_at_the_leader_and_the_other_follower(how):
+    with Cell(replicas=3) as c:
+        leader = c.leader
+        gone, other = [r for r in range(3) if r != leader]
+        assert seen_down(c, leader) == [] and seen_down(c, other) == []
+        pid = replica_pid(c, gone)
+        if how == "SIGSTOP":
+            os.kill(pid, signal.SIGSTOP)
+        else:
+            c.kill(gone)
+        try:
+            # The leader asks for a no-op when asked and nothing is in flight: no writes needed.
+            wait_until(lambda: seen_down(c, leader) == [gone], timeout=10,
+                       what=f"r{gone} down at the leader")
+            wait_until(lambda: seen_down(c, other) == [gone], timeout=10,
+                       what=f"r{gone} down at the other follower")
+            cluster = call(c, other, "GET", "/v1/cluster")
+            assert cluster["members_seen_by"] == leader, cluster.body
+            assert call(c, leader, "GET", "/readyz").status == 200  # a quorum is left
+            assert max(healthz_latencies(c, leader, samples=5)) < HEALTHZ_WORST_S
+        finally:
+            if how == "SIGSTOP":
+                os.kill(pid, signal.SIGCONT)
+        if how == "SIGKILL":
+            c.start(gone)
+        wait_until(lambda: seen_down(c, leader) == [] and seen_down(c, other) == [],
+                   timeout=20, what=f"r{gone} up again everywhere")
+
+
+def test_a_leader_that_stopped_answering_is_down_as_seen_from_a_follower():
+    with Cell(replicas=3) as c:
+        leader = c.leader
+        follower = next(r for r in range(3) if r != leader)
+        pid = replica_pid(c, leader)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # Until the followers elect another leader it is down as the follower sees it (it
+            # does not answer); after, the new leader marks it down.
+            wait_until(lambda: leader in seen_down(c, follower), timeout=15,
+                       what=f"the stopped leader r{leader} down at r{follower}")
+        finally:
+            os.kill(pid, signal.SIGCONT)
