@@ -174,6 +174,15 @@ Json Admin::cluster_json() const
                 {"api", api}};
 }
 
+void Admin::serve_cluster(const CallPtr& call)
+{
+    probe_wanted_ = true;
+    const Replica& r = node_.replica();
+    if (r.is_leader() || r.status() != Status::normal || call->header(kLocalViewHeader))
+        return call->answer_json(200, cluster_json());
+    cluster_at_follower(call);
+}
+
 void Admin::cluster_at_follower(const CallPtr& call)
 {
     const Replica& r = node_.replica();
@@ -235,13 +244,8 @@ void Admin::install(Router& router)
                    }
                    call->answer_json(200, node_.status(digest));
                });
-    router.add("GET", "/v1/cluster", "/v1/cluster", {}, Where::loop, [this](const CallPtr& call) {
-        probe_wanted_ = true;
-        const Replica& r = node_.replica();
-        if (r.is_leader() || r.status() != Status::normal || call->header(kLocalViewHeader))
-            return call->answer_json(200, cluster_json());
-        cluster_at_follower(call);
-    });
+    router.add("GET", "/v1/cluster", "/v1/cluster", {}, Where::loop,
+               [this](const CallPtr& call) { serve_cluster(call); });
     router.add("GET", "/metrics", "/metrics", {}, Where::loop, [this](const CallPtr& call) {
         HttpResponse response;
         response.content_type = "text/plain; version=0.0.4; charset=utf-8";

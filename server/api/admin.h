@@ -69,6 +69,8 @@ public:
 private:
     void look();  // loop thread
     Json cluster_json() const;
+    // GET /v1/cluster: this replica's look, at a follower with the leader's (below).
+    void serve_cluster(const CallPtr& call);
     // A follower's /v1/cluster: cluster_json() with the members' liveness as `leader` sees it.
     void cluster_at_follower(const CallPtr& call);
 

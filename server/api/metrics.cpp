@@ -86,6 +86,24 @@ constexpr std::pair<const char*, const char*> kApiCounters[] = {
     {"waits_withdrawn", "Lock waits withdrawn because their client hung up."},
 };
 
+// The replica's event loop: one long turn delays every request, timer and datagram.
+void write_event_loop(Writer& w, const Json& loop)
+{
+    if (!loop.contains("longest_turn_us")) return;
+    w.family("voltlock_event_loop_longest_turn_seconds", "gauge",
+             "The longest turn of the replica's event loop since it started.");
+    w.sample("voltlock_event_loop_longest_turn_seconds", "",
+             std::to_string(loop["longest_turn_us"].get<double>() / 1e6));
+    w.family("voltlock_event_loop_turns_total", "counter", "Turns of the event loop.");
+    w.sample("voltlock_event_loop_turns_total", "", number(loop["turns"]));
+    w.family("voltlock_event_loop_slow_turns_total", "counter",
+             "Turns of the event loop at least 0.1 s and 1 s long.");
+    w.sample("voltlock_event_loop_slow_turns_total", label("over_seconds", "0.1"),
+             number(loop["turns_over_100ms"]));
+    w.sample("voltlock_event_loop_slow_turns_total", label("over_seconds", "1"),
+             number(loop["turns_over_1s"]));
+}
+
 }  // namespace
 
 std::string render_metrics(const Json& cluster,
@@ -153,22 +171,7 @@ std::string render_metrics(const Json& cluster,
         }
     }
 
-    // The replica's event loop: one long turn delays every request, timer and datagram.
-    const Json& loop = cluster.contains("event_loop") ? cluster["event_loop"] : kNoCounters;
-    if (loop.contains("longest_turn_us")) {
-        w.family("voltlock_event_loop_longest_turn_seconds", "gauge",
-                 "The longest turn of the replica's event loop since it started.");
-        w.sample("voltlock_event_loop_longest_turn_seconds", "",
-                 std::to_string(loop["longest_turn_us"].get<double>() / 1e6));
-        w.family("voltlock_event_loop_turns_total", "counter", "Turns of the event loop.");
-        w.sample("voltlock_event_loop_turns_total", "", number(loop["turns"]));
-        w.family("voltlock_event_loop_slow_turns_total", "counter",
-                 "Turns of the event loop at least 0.1 s and 1 s long.");
-        w.sample("voltlock_event_loop_slow_turns_total", label("over_seconds", "0.1"),
-                 number(loop["turns_over_100ms"]));
-        w.sample("voltlock_event_loop_slow_turns_total", label("over_seconds", "1"),
-                 number(loop["turns_over_1s"]));
-    }
+    if (cluster.contains("event_loop")) write_event_loop(w, cluster["event_loop"]);
 
     const Json& api = cluster.contains("api") ? cluster["api"] : kNoCounters;
     const std::pair<const char*, const char*> api_gauges[] = {

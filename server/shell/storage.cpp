@@ -41,6 +41,14 @@ namespace {
 
 constexpr uint32_t format_version = 1;
 constexpr uint32_t snapshot_chunk_bytes = 1 << 20;
+
+// Chunk `index` of a snapshot's bytes, as RocksDB takes a value.
+rocksdb::Slice chunk_of(std::string_view snapshot, uint32_t index)
+{
+    const std::string_view piece =
+        snapshot.substr(size_t{index} * snapshot_chunk_bytes, snapshot_chunk_bytes);
+    return rocksdb::Slice(piece.data(), piece.size());
+}
 constexpr int64_t kBackgroundWriteBytesPerSecond = 64 << 20;
 
 const Bytes identity_key = "identity";
@@ -540,12 +548,6 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
 
     const SnapshotManifest manifest = make_manifest(op, snapshot);
     const auto chunk_count = static_cast<uint32_t>(manifest.chunk_crcs.size());
-    const std::string_view bytes = snapshot;
-    const auto chunk = [&](uint32_t index) {
-        const std::string_view piece =
-            bytes.substr(size_t{index} * snapshot_chunk_bytes, snapshot_chunk_bytes);
-        return rocksdb::Slice(piece.data(), piece.size());
-    };
     // One synced write per chunk, each holding mutex_ for its own length only: as one batch, a
     // snapshot of tens of MiB held every write() of the loop (durability sync: each step's log)
     // for the whole of its write and fsync, 0.3-0.6 s at 34 MiB (docs/frontend.md). The chunks
@@ -561,22 +563,7 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
         same_op = op == snapshot_op_;
         generation = reopens_;
     }
-    if (!same_op) {
-        // Not through the WAL: the chunks reach the disk once, in the SST files the flush below
-        // writes and syncs, and the loop's synced log writes meanwhile sync only their own
-        // records, not tens of MiB of chunks queued before them.
-        rocksdb::WriteOptions unlogged;
-        unlogged.disableWAL = true;
-        for (uint32_t index = 0; index < chunk_count; index++) {
-            wait_for_memtable_room();
-            std::lock_guard lock(mutex_);
-            VL_TRY(recover_from_failed_write(what));
-            rocksdb::WriteBatch batch;
-            batch.Put(storage_keys::snapshot_chunk(op, index), chunk(index));
-            VL_TRY(commit(batch, unlogged, what));
-        }
-        VL_TRY(flush_unlogged(generation, what));
-    }
+    if (!same_op) VL_TRY(write_chunks_unlogged(op, snapshot, chunk_count, generation, what));
 
     std::lock_guard lock(mutex_);
     VL_TRY(recover_from_failed_write(what));
@@ -589,7 +576,7 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
     if (same_op) {
         batch.DeleteRange(chunk_prefix, prefix_end(chunk_prefix));
         for (uint32_t index = 0; index < chunk_count; index++)
-            batch.Put(storage_keys::snapshot_chunk(op, index), chunk(index));
+            batch.Put(storage_keys::snapshot_chunk(op, index), chunk_of(snapshot, index));
     } else {
         // op_key(chunk_prefix, op) sorts before op's chunks, op_key(chunk_prefix, op + 1) after.
         batch.DeleteRange(chunk_prefix, op_key(chunk_prefix, op));
@@ -604,6 +591,25 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
     snapshot_op_ = op;
     last_op_ = older ? op : std::max(last_op_, op);
     return Ok{};
+}
+
+Result<Ok> Storage::write_chunks_unlogged(Op op, const Bytes& snapshot, uint32_t chunk_count,
+                                          uint64_t generation, const std::string& what)
+{
+    // Not through the WAL: the chunks reach the disk once, in the SST files the flush below
+    // writes and syncs, and the loop's synced log writes meanwhile sync only their own records,
+    // not tens of MiB of chunks queued before them.
+    rocksdb::WriteOptions unlogged;
+    unlogged.disableWAL = true;
+    for (uint32_t index = 0; index < chunk_count; index++) {
+        wait_for_memtable_room();
+        std::lock_guard lock(mutex_);
+        VL_TRY(recover_from_failed_write(what));
+        rocksdb::WriteBatch batch;
+        batch.Put(storage_keys::snapshot_chunk(op, index), chunk_of(snapshot, index));
+        VL_TRY(commit(batch, unlogged, what));
+    }
+    return flush_unlogged(generation, what);
 }
 
 Result<Ok> Storage::flush_unlogged(uint64_t generation, const std::string& what)

@@ -127,6 +127,9 @@ private:
     // Waits (off the loop: write_snapshot's thread) until the memtables a chunk goes into have
     // room, so that the chunks never stall RocksDB's writes, the loop's among them.
     void wait_for_memtable_room();
+    // write_snapshot's chunks, each a write of its own past the WAL, then flushed to disk.
+    Result<Ok> write_chunks_unlogged(Op op, const Bytes& snapshot, uint32_t chunk_count,
+                                     uint64_t generation, const std::string& what);
     // Flushes the memtables and waits until the flush is installed; an error if the database
     // was reopened since `generation` (reopens_), which lost what was written without the WAL.
     Result<Ok> flush_unlogged(uint64_t generation, const std::string& what);
