@@ -336,15 +336,21 @@ Result<Op> last_op_under(rocksdb::DB& db, const std::string& path, const Bytes& 
     options.iterate_lower_bound = &lower;
     options.iterate_upper_bound = &upper;
     std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(options));
-    it->SeekToLast();
+    // Forward from the prefix, not SeekToLast: that reads the last block of every file below
+    // the bound, such as a file of snapshot chunks alone (write_chunks_unlogged), and a damaged
+    // chunk there would fail this instead of the snapshot that holds it (refused, recovered from
+    // peers).
+    Op last = 0;
+    for (it->Seek(lower); it->Valid(); it->Next()) {
+        const auto op = key_op(view_of(it->key()), prefix);
+        if (!op) return Error{0, data_directory_error(path, "finding the last " + prefix + " key",
+                                                      "garbled key")};
+        last = *op;
+    }
     if (!it->status().ok())
         return Error{0, data_directory_error(path, "finding the last " + prefix + " key",
                                              it->status().ToString())};
-    if (!it->Valid()) return Op{0};
-    const auto op = key_op(view_of(it->key()), prefix);
-    if (!op) return Error{0, data_directory_error(path, "finding the last " + prefix + " key",
-                                                  "garbled key")};
-    return *op;
+    return last;
 }
 
 }  // namespace
