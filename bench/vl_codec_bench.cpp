@@ -39,6 +39,30 @@ double ns_per_call(size_t calls, Body body)
 // Keeps a result alive so the optimizer does not drop the work.
 volatile size_t sink;
 
+// Snapshot, restore and digest of a lock machine of `keys` keys; whether the restored machine
+// has the same digest.
+bool bench_snapshot(size_t keys)
+{
+    LockMachine machine;
+    uint64_t op = 0;
+    for (size_t i = 0; i < keys; i++) {
+        char key[33];
+        std::snprintf(key, sizeof key, "bench/key/%022zu", i);
+        machine.apply(++op, Entry{.timestamp_ms = 1'700'000'000'000,
+                                  .payload = encode_op(Put{.key = key, .value = Bytes(64, 'v')})});
+    }
+    Bytes snapshot;
+    const double encode_ns = ns_per_call(1, [&] { snapshot = machine.snapshot(); });
+    LockMachine restored;
+    const double restore_ns = ns_per_call(1, [&] { sink = restored.restore(snapshot); });
+    const double digest_ns = ns_per_call(1, [&] { sink = machine.state_digest(); });
+    std::printf("%-28s %10.1f ms (%zu keys, %.1f MiB)\n", "lock machine snapshot", encode_ns / 1e6,
+                keys, static_cast<double>(snapshot.size()) / (1 << 20));
+    std::printf("%-28s %10.1f ms\n", "lock machine restore", restore_ns / 1e6);
+    std::printf("%-28s %10.1f ms\n", "lock machine state_digest", digest_ns / 1e6);
+    return restored.state_digest() == machine.state_digest();
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -103,22 +127,5 @@ int main(int argc, char** argv)
             sink = decode_result(encoded_get).ok();
         }));
 
-    LockMachine machine;
-    uint64_t op = 0;
-    for (size_t i = 0; i < keys; i++) {
-        char key[33];
-        std::snprintf(key, sizeof key, "bench/key/%022zu", i);
-        machine.apply(++op, Entry{.timestamp_ms = 1'700'000'000'000,
-                                  .payload = encode_op(Put{.key = key, .value = Bytes(64, 'v')})});
-    }
-    Bytes snapshot;
-    const double encode_ns = ns_per_call(1, [&] { snapshot = machine.snapshot(); });
-    LockMachine restored;
-    const double restore_ns = ns_per_call(1, [&] { sink = restored.restore(snapshot); });
-    const double digest_ns = ns_per_call(1, [&] { sink = machine.state_digest(); });
-    std::printf("%-28s %10.1f ms (%zu keys, %.1f MiB)\n", "lock machine snapshot", encode_ns / 1e6,
-                keys, static_cast<double>(snapshot.size()) / (1 << 20));
-    std::printf("%-28s %10.1f ms\n", "lock machine restore", restore_ns / 1e6);
-    std::printf("%-28s %10.1f ms\n", "lock machine state_digest", digest_ns / 1e6);
-    return restored.state_digest() == machine.state_digest() ? 0 : 1;
+    return bench_snapshot(keys) ? 0 : 1;
 }

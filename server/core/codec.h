@@ -1,0 +1,361 @@
+// One description of a layout, four uses. A type's layout is a function template
+//
+//     template <typename Io, MaybeConst<T> R> bool fields(Io& io, R& value)
+//
+// that names the fields in the order they are stored (`io.u64(value.op) && io.str<uint16_t>(...)`).
+// Run on a Writer it appends them, on a Counter it measures them, on a Hasher it digests them
+// (R const), and on a Reader it reads and checks them (R mutable). Every call answers whether it
+// succeeded; only a Reader, or a Writer out of room, ever answers no.
+//
+// The formats under it, everywhere in the core: integers little-endian and fixed width (wire.h
+// asserts a little-endian host, so they are copied in place); a bool is one byte, 0 or 1; an enum
+// one byte that must be one of its values; a string or sequence carries its length or count first,
+// at the width the format gives it. Readers never trust a length: every read is bounded by the
+// bytes left, and a count allocates nothing until its items decode.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "voltlock/wire.h"
+
+namespace voltlock::codec {
+
+// R is T, or const T when the layout is written, measured or hashed.
+template <typename R, typename T>
+concept MaybeConst = std::same_as<std::remove_const_t<R>, T>;
+
+// Why a Reader stopped.
+enum class ReadError : uint8_t {
+    truncated,  // a field runs past the end
+    bad_enum,   // an enum or bool out of range
+    bad_flags,  // flag bits the layout does not define
+    bad_value,  // a value the layout refuses (a length too long, keys out of order, ...)
+};
+
+// Appends fields into a buffer of a known size (measure with a Counter first); refuses anything
+// that does not fit it, or a string longer than its length field, and remembers that.
+class Writer {
+public:
+    explicit Writer(std::span<uint8_t> out) : out_(out) {}
+    explicit Writer(std::string& out)
+        : out_(reinterpret_cast<uint8_t*>(out.data()), out.size())
+    {
+    }
+
+    bool u8(uint8_t v) { return put(&v, sizeof v); }
+    bool u16(uint16_t v) { return put(&v, sizeof v); }
+    bool u32(uint32_t v) { return put(&v, sizeof v); }
+    bool u64(uint64_t v) { return put(&v, sizeof v); }
+    bool boolean(bool v) { return u8(v ? 1 : 0); }
+    template <typename E, typename Known>
+    bool enumeration(E v, Known)
+    {
+        return u8(static_cast<uint8_t>(v));
+    }
+    bool flags(uint8_t v, uint8_t) { return u8(v); }
+    // A field another field carries (a flag bit): nothing of its own to write.
+    template <typename T>
+    bool implied(const T&, const T&)
+    {
+        return true;
+    }
+    template <std::unsigned_integral Length>
+    bool str(std::string_view s)
+    {
+        if (s.size() > std::numeric_limits<Length>::max()) return fail();
+        const auto length = static_cast<Length>(s.size());
+        return put(&length, sizeof length) && put(s.data(), s.size());
+    }
+    bool rest(std::string_view s) { return put(s.data(), s.size()); }
+    template <std::unsigned_integral Count, typename Sequence>
+    bool sequence(const Sequence& items)
+    {
+        if (items.size() > std::numeric_limits<Count>::max()) return fail();
+        const auto count = static_cast<Count>(items.size());
+        if (!put(&count, sizeof count)) return false;
+        for (const auto& item : items)
+            if (!fields(*this, item)) return false;
+        return true;
+    }
+    template <typename T>
+    bool optional(const std::optional<T>& field, bool)
+    {
+        return !field || fields(*this, *field);
+    }
+
+    bool ok() const { return ok_; }
+    size_t size() const { return size_; }
+
+protected:
+    bool put(const void* p, size_t n)
+    {
+        if (!ok_ || n > out_.size() - size_) return fail();
+        if (n > 0) std::memcpy(out_.data() + size_, p, n);
+        size_ += n;
+        return true;
+    }
+    bool fail()
+    {
+        ok_ = false;
+        return false;
+    }
+
+private:
+    std::span<uint8_t> out_;
+    size_t size_ = 0;
+    bool ok_ = true;
+};
+
+// Counts the bytes a Writer would append.
+class Counter {
+public:
+    bool u8(uint8_t) { return add(1); }
+    bool u16(uint16_t) { return add(2); }
+    bool u32(uint32_t) { return add(4); }
+    bool u64(uint64_t) { return add(8); }
+    bool boolean(bool) { return add(1); }
+    template <typename E, typename Known>
+    bool enumeration(E, Known)
+    {
+        return add(1);
+    }
+    bool flags(uint8_t, uint8_t) { return add(1); }
+    template <typename T>
+    bool implied(const T&, const T&)
+    {
+        return true;
+    }
+    template <std::unsigned_integral Length>
+    bool str(std::string_view s)
+    {
+        return add(sizeof(Length) + s.size());
+    }
+    bool rest(std::string_view s) { return add(s.size()); }
+    template <std::unsigned_integral Count, typename Sequence>
+    bool sequence(const Sequence& items)
+    {
+        add(sizeof(Count));
+        for (const auto& item : items) fields(*this, item);
+        return true;
+    }
+    template <typename T>
+    bool optional(const std::optional<T>& field, bool)
+    {
+        return !field || fields(*this, *field);
+    }
+
+    size_t size() const { return size_; }
+
+protected:
+    bool add(size_t n)
+    {
+        size_ += n;
+        return true;
+    }
+
+private:
+    size_t size_ = 0;
+};
+
+// Digests the fields word by word with the wire checksum's mixing step: every integer, bool and
+// enum one word, a string its length and its checksum, a sequence its count and then its items.
+class Hasher {
+public:
+    bool u8(uint8_t v) { return mix(v); }
+    bool u16(uint16_t v) { return mix(v); }
+    bool u32(uint32_t v) { return mix(v); }
+    bool u64(uint64_t v) { return mix(v); }
+    bool boolean(bool v) { return mix(v ? 1 : 0); }
+    template <typename E, typename Known>
+    bool enumeration(E v, Known)
+    {
+        return mix(static_cast<uint64_t>(v));
+    }
+    bool flags(uint8_t v, uint8_t) { return mix(v); }
+    template <typename T>
+    bool implied(const T&, const T&)
+    {
+        return true;
+    }
+    template <std::unsigned_integral Length>
+    bool str(std::string_view s)
+    {
+        return rest(s);
+    }
+    bool rest(std::string_view s)
+    {
+        mix(s.size());
+        return mix(vl_checksum(reinterpret_cast<const uint8_t*>(s.data()),
+                               static_cast<uint32_t>(s.size())));
+    }
+    template <std::unsigned_integral Count, typename Sequence>
+    bool sequence(const Sequence& items)
+    {
+        mix(items.size());
+        for (const auto& item : items) fields(*this, item);
+        return true;
+    }
+    template <typename T>
+    bool optional(const std::optional<T>& field, bool)
+    {
+        return !field || fields(*this, *field);
+    }
+
+    uint64_t digest() const { return vl_checksum_final(state_, 0); }
+
+private:
+    bool mix(uint64_t v)
+    {
+        state_ = vl_checksum_mix(state_, v);
+        return true;
+    }
+
+    uint64_t state_ = VL_CHECKSUM_SEED;
+};
+
+// Reads what a Writer appends, and accepts nothing else; the first failure is remembered with
+// its reason, and nothing after it is read.
+class Reader {
+public:
+    explicit Reader(std::span<const uint8_t> in) : in_(in) {}
+    explicit Reader(std::string_view in)
+        : in_(reinterpret_cast<const uint8_t*>(in.data()), in.size())
+    {
+    }
+
+    bool u8(uint8_t& v) { return get(&v, sizeof v); }
+    bool u16(uint16_t& v) { return get(&v, sizeof v); }
+    bool u32(uint32_t& v) { return get(&v, sizeof v); }
+    bool u64(uint64_t& v) { return get(&v, sizeof v); }
+    bool boolean(bool& v)
+    {
+        uint8_t x = 0;
+        if (!u8(x)) return false;
+        if (x > 1) return fail(ReadError::bad_enum);
+        v = x == 1;
+        return true;
+    }
+    // `known(E)`: whether a value is one of the enum's (the enums have uint8_t underneath, so
+    // the cast is defined for any byte).
+    template <typename E, typename Known>
+    bool enumeration(E& v, Known known)
+    {
+        uint8_t x = 0;
+        if (!u8(x)) return false;
+        v = static_cast<E>(x);
+        return known(v) || fail(ReadError::bad_enum);
+    }
+    bool flags(uint8_t& v, uint8_t allowed)
+    {
+        if (!u8(v)) return false;
+        return (v & ~allowed) == 0 || fail(ReadError::bad_flags);
+    }
+    template <typename T>
+    bool implied(T& field, const T& carried)
+    {
+        field = carried;
+        return true;
+    }
+    template <std::unsigned_integral Length>
+    bool str(std::string& s)
+    {
+        Length length = 0;
+        return get(&length, sizeof length) && bytes(s, length);
+    }
+    bool rest(std::string& s) { return bytes(s, remaining()); }
+    template <std::unsigned_integral Count, typename Sequence>
+    bool sequence(Sequence& items)
+    {
+        Count count = 0;
+        if (!get(&count, sizeof count)) return false;
+        for (Count i = 0; i < count; i++)
+            if (!fields(*this, items.emplace_back())) return false;
+        return true;
+    }
+    template <typename T>
+    bool optional(std::optional<T>& field, bool present)
+    {
+        return !present || fields(*this, field.emplace());
+    }
+
+    bool fail(ReadError error)
+    {
+        if (!error_) error_ = error;
+        return false;
+    }
+    std::optional<ReadError> error() const { return error_; }
+    size_t remaining() const { return in_.size() - pos_; }
+    bool done() const { return pos_ == in_.size(); }
+
+protected:
+    bool get(void* p, size_t n)
+    {
+        if (error_) return false;
+        if (n > remaining()) return fail(ReadError::truncated);
+        std::memcpy(p, in_.data() + pos_, n);
+        pos_ += n;
+        return true;
+    }
+    bool bytes(std::string& out, size_t n)
+    {
+        if (error_) return false;
+        if (n > remaining()) return fail(ReadError::truncated);
+        out.assign(reinterpret_cast<const char*>(in_.data() + pos_), n);
+        pos_ += n;
+        return true;
+    }
+
+private:
+    std::span<const uint8_t> in_;
+    size_t pos_ = 0;
+    std::optional<ReadError> error_;
+};
+
+// The bytes of `value`'s layout, measured first so that they are allocated once. nullopt if a
+// string or sequence is longer than its length field.
+template <typename T>
+std::optional<std::string> encode(const T& value)
+{
+    Counter counter;
+    fields(counter, value);
+    std::string out(counter.size(), '\0');
+    Writer writer(out);
+    if (!fields(writer, value)) return std::nullopt;
+    return out;
+}
+
+template <typename T>
+size_t encoded_size(const T& value)
+{
+    Counter counter;
+    fields(counter, value);
+    return counter.size();
+}
+
+template <typename T>
+uint64_t digest(const T& value)
+{
+    Hasher hasher;
+    fields(hasher, value);
+    return hasher.digest();
+}
+
+// `value` read from the whole of `in`; nullopt if it does not parse or bytes are left.
+template <typename T>
+std::optional<T> decode(std::string_view in)
+{
+    Reader reader(in);
+    T value;
+    if (!fields(reader, value) || !reader.done()) return std::nullopt;
+    return value;
+}
+
+}  // namespace voltlock::codec
