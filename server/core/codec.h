@@ -40,6 +40,17 @@ enum class ReadError : uint8_t {
     bad_value,  // a value the layout refuses (a length too long, keys out of order, ...)
 };
 
+// An optional field holds a u64 or a record with a layout of its own; its presence is carried
+// elsewhere (a flag bit), so that the reader knows it.
+template <typename Io, typename T>
+bool value(Io& io, T& field)
+{
+    if constexpr (std::same_as<std::remove_const_t<T>, uint64_t>)
+        return io.u64(field);
+    else
+        return fields(io, field);
+}
+
 // Appends fields into a buffer of a known size (measure with a Counter first); refuses anything
 // that does not fit it, or a string longer than its length field, and remembers that.
 class Writer {
@@ -55,8 +66,8 @@ public:
     bool u32(uint32_t v) { return put(&v, sizeof v); }
     bool u64(uint64_t v) { return put(&v, sizeof v); }
     bool boolean(bool v) { return u8(v ? 1 : 0); }
-    template <typename E, typename Known>
-    bool enumeration(E v, Known)
+    template <typename E>
+    bool enumeration(E v, bool (*)(E))
     {
         return u8(static_cast<uint8_t>(v));
     }
@@ -88,7 +99,7 @@ public:
     template <typename T>
     bool optional(const std::optional<T>& field, bool)
     {
-        return !field || fields(*this, *field);
+        return !field || value(*this, *field);
     }
 
     bool ok() const { return ok_; }
@@ -122,8 +133,8 @@ public:
     bool u32(uint32_t) { return add(4); }
     bool u64(uint64_t) { return add(8); }
     bool boolean(bool) { return add(1); }
-    template <typename E, typename Known>
-    bool enumeration(E, Known)
+    template <typename E>
+    bool enumeration(E, bool (*)(E))
     {
         return add(1);
     }
@@ -149,7 +160,7 @@ public:
     template <typename T>
     bool optional(const std::optional<T>& field, bool)
     {
-        return !field || fields(*this, *field);
+        return !field || value(*this, *field);
     }
 
     size_t size() const { return size_; }
@@ -174,8 +185,8 @@ public:
     bool u32(uint32_t v) { return mix(v); }
     bool u64(uint64_t v) { return mix(v); }
     bool boolean(bool v) { return mix(v ? 1 : 0); }
-    template <typename E, typename Known>
-    bool enumeration(E v, Known)
+    template <typename E>
+    bool enumeration(E v, bool (*)(E))
     {
         return mix(static_cast<uint64_t>(v));
     }
@@ -206,7 +217,7 @@ public:
     template <typename T>
     bool optional(const std::optional<T>& field, bool)
     {
-        return !field || fields(*this, *field);
+        return !field || value(*this, *field);
     }
 
     uint64_t digest() const { return vl_checksum_final(state_, 0); }
@@ -245,8 +256,8 @@ public:
     }
     // `known(E)`: whether a value is one of the enum's (the enums have uint8_t underneath, so
     // the cast is defined for any byte).
-    template <typename E, typename Known>
-    bool enumeration(E& v, Known known)
+    template <typename E>
+    bool enumeration(E& v, bool (*known)(E))
     {
         uint8_t x = 0;
         if (!u8(x)) return false;
@@ -283,7 +294,7 @@ public:
     template <typename T>
     bool optional(std::optional<T>& field, bool present)
     {
-        return !present || fields(*this, field.emplace());
+        return !present || value(*this, field.emplace());
     }
 
     bool fail(ReadError error)
