@@ -132,9 +132,7 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
     const size_t replicas = std::stoul(replicas_text);
     std::stringstream hosts(given["--hosts"]);
     for (std::string host; std::getline(hosts, host, ',');) {
-        auto resolved = resolve_host(host);
-        if (!resolved.ok()) return resolved.error();
-        plan.hosts.push_back(resolved.value());
+        plan.hosts.push_back(VL_TRY(resolve_host(host)));
     }
     if (plan.hosts.size() != replicas)
         return flag_error("--hosts", "names " + std::to_string(plan.hosts.size()) +
@@ -160,14 +158,12 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
     for (auto [flag, port] : {std::pair{"--udp-port", &plan.udp_port},
                               std::pair{"--http-port", &plan.http_port}}) {
         if (!given.contains(flag)) continue;
-        auto value = number(flag, given[flag], 1, 65535);
-        if (!value.ok()) return value.error();
-        *port = static_cast<uint16_t>(value.value());
+        *port = static_cast<uint16_t>(VL_TRY(number(flag, given[flag], 1, 65535)));
     }
     if (given.contains("--cluster-id")) {
-        auto value = number("--cluster-id", given["--cluster-id"], 1, UINT32_MAX);
-        if (!value.ok()) return value.error();
-        plan.cluster_id = static_cast<uint32_t>(value.value());
+        const uint64_t cluster_id =
+            VL_TRY(number("--cluster-id", given["--cluster-id"], 1, UINT32_MAX));
+        plan.cluster_id = static_cast<uint32_t>(cluster_id);
     }
     if (given.contains("--tls")) {
         const std::string& tls = given["--tls"];
@@ -182,9 +178,8 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
         plan.auth = auth == "on";
     }
     if (given.contains("--tls-days")) {
-        auto days = number("--tls-days", given["--tls-days"], 1, 36'500);
-        if (!days.ok()) return days.error();
-        plan.tls_days = static_cast<unsigned>(days.value());
+        plan.tls_days =
+            static_cast<unsigned>(VL_TRY(number("--tls-days", given["--tls-days"], 1, 36'500)));
     }
     if (given.contains("--config-dir")) {
         plan.config_dir = given["--config-dir"];
@@ -192,7 +187,7 @@ Result<CellPlan> parse_init_cell(const std::vector<std::string>& args, uint32_t 
             return flag_error("--config-dir", "must be an absolute path, not '" +
                                                   plan.config_dir + "'");
     }
-    if (auto configs = cell_configs(plan); !configs.ok()) return configs.error();
+    VL_TRY(cell_configs(plan));
     return plan;
 }
 
@@ -274,16 +269,13 @@ std::vector<std::pair<std::string, std::string>> cell_auth_files(const CellPlan&
 
 Result<Ok> write_cell(const CellPlan& plan)
 {
-    auto configs = cell_configs(plan);
-    if (!configs.ok()) return configs.error();
-    auto tls_files = cell_tls_files(plan);
-    if (!tls_files.ok()) return tls_files.error();
-    for (auto& file : tls_files.value()) configs.value().push_back(std::move(file));
-    for (auto& file : cell_auth_files(plan)) configs.value().push_back(std::move(file));
+    auto configs = VL_TRY(cell_configs(plan));
+    for (auto& file : VL_TRY(cell_tls_files(plan))) configs.push_back(std::move(file));
+    for (auto& file : cell_auth_files(plan)) configs.push_back(std::move(file));
     namespace fs = std::filesystem;
     const fs::path out(plan.out_dir);
     std::vector<std::string> names;
-    for (const auto& [name, text] : configs.value()) names.push_back(name);
+    for (const auto& [name, text] : configs) names.push_back(name);
     names.push_back(kCellKeyFile);
     for (const auto& name : names)
         if (fs::exists(out / name))
@@ -298,7 +290,7 @@ Result<Ok> write_cell(const CellPlan& plan)
         !written.ok())
         return Error{written.error().code, "init-cell: " + written.error().context};
     // Each file whole or not at all: written aside, then renamed into place.
-    for (const auto& [name, text] : configs.value()) {
+    for (const auto& [name, text] : configs) {
         const fs::path file = out / name;
         const fs::path partial = out / (name + ".partial");
         std::ofstream stream(partial);

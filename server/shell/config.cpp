@@ -190,9 +190,8 @@ Result<DaemonConfig> parse_config_fields(const std::string& json_text)
     if (replicas == json.end()) return field_error("replicas", "is required");
     if (!replicas->is_array()) return field_error("replicas", "must be an array");
     for (size_t i = 0; i < replicas->size(); i++) {
-        auto peer = parse_peer((*replicas)[i], "replicas[" + std::to_string(i) + "]");
-        if (!peer.ok()) return peer.error();
-        config.replicas.push_back(peer.value());
+        config.replicas.push_back(
+            VL_TRY(parse_peer((*replicas)[i], "replicas[" + std::to_string(i) + "]")));
     }
     VL_TRY(reader.no_unknown_fields());
     return config;
@@ -200,9 +199,8 @@ Result<DaemonConfig> parse_config_fields(const std::string& json_text)
 
 Result<DaemonConfig> parse_config(const std::string& json_text)
 {
-    auto config = parse_config_fields(json_text);
-    if (!config.ok()) return config;
-    if (auto valid = validate_config(config.value()); !valid.ok()) return valid.error();
+    DaemonConfig config = VL_TRY(parse_config_fields(json_text));
+    VL_TRY(validate_config(config));
     return config;
 }
 
@@ -348,12 +346,9 @@ Result<Ok> load_replication_key(DaemonConfig& config, const std::string& config_
 
 Result<DaemonConfig> load_config(const std::string& path)
 {
-    auto text = read_config_text(path);
-    if (!text.ok()) return text.error();
-    auto config = parse_config(text.value());
-    if (!config.ok()) return config;
-    if (auto loaded = load_replication_key(config.value(), path); !loaded.ok())
-        return loaded.error();
+    const std::string text = VL_TRY(read_config_text(path));
+    DaemonConfig config = VL_TRY(parse_config(text));
+    VL_TRY(load_replication_key(config, path));
     return config;
 }
 

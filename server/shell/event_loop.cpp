@@ -34,10 +34,8 @@ Result<std::unique_ptr<EventLoop>> EventLoop::create()
     if (timer.get() < 0) return os_error("timerfd_create");
     std::unique_ptr<EventLoop> loop(
         new EventLoop(std::move(epoll), std::move(wakeup), std::move(timer)));
-    auto watched = loop->watch(loop->wakeup_.get(), [raw = loop.get()] { raw->run_posted(); });
-    if (!watched.ok()) return watched.error();
-    watched = loop->watch(loop->timer_.get(), [raw = loop.get()] { raw->run_timers(); });
-    if (!watched.ok()) return watched.error();
+    VL_TRY(loop->watch(loop->wakeup_.get(), [raw = loop.get()] { raw->run_posted(); }));
+    VL_TRY(loop->watch(loop->timer_.get(), [raw = loop.get()] { raw->run_timers(); }));
     return loop;
 }
 

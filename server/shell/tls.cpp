@@ -406,8 +406,7 @@ Result<PemCredentials> export_pem(const Certificate& certificate)
 Result<PemCredentials> make_tls_ca(const std::string& common_name, unsigned days)
 {
     Certificate ca;
-    if (auto started = start_certificate(ca, common_name, days); !started.ok())
-        return started.error();
+    VL_TRY(start_certificate(ca, common_name, days));
     VL_GNUTLS("mark it a CA", gnutls_x509_crt_set_basic_constraints(ca.crt, 1, 0));
     VL_GNUTLS("set its key usage",
               gnutls_x509_crt_set_key_usage(ca.crt, GNUTLS_KEY_KEY_CERT_SIGN |
@@ -430,8 +429,7 @@ Result<PemCredentials> make_tls_certificate(const PemCredentials& ca,
               gnutls_x509_privkey_import(issuer.key, &ca_key, GNUTLS_X509_FMT_PEM));
 
     Certificate leaf;
-    if (auto started = start_certificate(leaf, common_name, days); !started.ok())
-        return started.error();
+    VL_TRY(start_certificate(leaf, common_name, days));
     VL_GNUTLS("mark it not a CA", gnutls_x509_crt_set_basic_constraints(leaf.crt, 0, -1));
     VL_GNUTLS("set its key usage",
               gnutls_x509_crt_set_key_usage(leaf.crt, GNUTLS_KEY_DIGITAL_SIGNATURE));

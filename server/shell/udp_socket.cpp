@@ -42,18 +42,15 @@ Result<FileDescriptor> open_socket()
 
 Result<UdpSocket> UdpSocket::bind(const sockaddr_in& address, size_t max_datagram_bytes)
 {
-    auto fd = open_socket();
-    if (!fd.ok()) return fd.error();
-    if (::bind(fd.value().get(), reinterpret_cast<const sockaddr*>(&address), sizeof address))
+    FileDescriptor fd = VL_TRY(open_socket());
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address))
         return os_error("bind UDP " + to_string(address));
-    return UdpSocket(std::move(fd.value()), max_datagram_bytes);
+    return UdpSocket(std::move(fd), max_datagram_bytes);
 }
 
 Result<UdpSocket> UdpSocket::unbound(size_t max_datagram_bytes)
 {
-    auto fd = open_socket();
-    if (!fd.ok()) return fd.error();
-    return UdpSocket(std::move(fd.value()), max_datagram_bytes);
+    return UdpSocket(VL_TRY(open_socket()), max_datagram_bytes);
 }
 
 UdpSocket::UdpSocket(FileDescriptor fd, size_t max_datagram_bytes)

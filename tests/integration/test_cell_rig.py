@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from cell import SCRIPT, Cell, CellCommandError, run_cell, unique_name
+import cell
+from cell import SCRIPT, Cell, CellCommandError, run_cell
 from cellrig.state import cells_dir
 from cellrig.util import entered_netns, process_start_ticks
 
@@ -29,9 +30,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # --- probes -------------------------------------------------------------------------------------
 
+# The names of the cells this module made: other test runs on the machine make and remove cells
+# of their own meanwhile, so the namespace probes look at this module's cells only.
+names_made_here: set[str] = set()
+any_unique_name = cell.unique_name
+
+
+def unique_name(prefix: str = "t") -> str:
+    name = any_unique_name(prefix)
+    names_made_here.add(name)
+    return name
+
+
+@pytest.fixture(autouse=True)
+def cells_named_here(monkeypatch):
+    monkeypatch.setattr(cell, "unique_name", unique_name)
+
+
 def netns_names() -> set[str]:
+    """The named network namespaces of the cells this module made."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+    names = {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+    return {n for n in names if any(n.startswith(f"vl-{m}-") for m in names_made_here)}
 
 
 def root_links() -> set[str]:

@@ -1,0 +1,185 @@
+#include "core/replica.h"
+
+#include <algorithm>
+
+#include "core/assert.h"
+
+namespace voltlock {
+
+// ---- Recovery (§4.3) ------------------------------------------------------------------------
+
+void Replica::start_recovery_round()
+{
+    recovery_round_ += 1;
+    recovery_responses_.clear();
+    restart_votes_.clear();
+    recovery_target_.reset();
+    fetch_.reset();
+    status_since_tick_ = tick_;
+    status_messages_sent_tick_ = tick_;
+    broadcast(Recovery{.replica = config_.replica, .nonce = recovery_nonce()});
+    // A cell of one is a quorum by itself: no answer will come to count (vr_sim seed 3 x 1 sat
+    // recovering forever after a restart from its data directory).
+    maybe_restart_cell();
+}
+
+void Replica::on_recovery(const Recovery& m)
+{
+    // §4.3 step 2: only replicas in normal status answer, and among them only those whose
+    // state is the cell's (a restart's view whose fence has not committed may still give way to
+    // another); and, for a whole-cell restart, those recovering with the state of their data
+    // directory, or taking part in the restart's view change with it, saying so.
+    const bool restarting = (status_ == Status::recovering && restored_) ||
+                            (restart_view_change_ && !joining(view_));
+    // A replica changing views with the cell's state (a leader that heard no quorum steps down
+    // into one) answers too, so that a restart does not leave its state out: its answer names
+    // a view past its last normal view, which §4.3 step 3 does not count (issue 11, scenario 2).
+    const bool live_changing_views = status_ == Status::view_change && been_normal_ &&
+                                     !state_unconfirmed_ && !restart_view_change_;
+    if ((status_ != Status::normal || state_unconfirmed_) && !restarting && !live_changing_views)
+        return ignore(__func__, Ignored::not_answering);
+    send(m.replica, RecoveryResponse{.view = view_,
+                                     .replica = config_.replica,
+                                     .nonce = m.nonce,
+                                     .op = op(),
+                                     .commit = commit_,
+                                     .last_normal_view = last_normal_view_,
+                                     .restarting = restarting});
+}
+
+void Replica::on_recovery_response(const RecoveryResponse& m)
+{
+    if (status_ != Status::recovering || m.nonce != recovery_nonce() || recovery_target_)
+        return ignore(__func__, Ignored::other_recovery, m.op);
+    if (m.restarting) {
+        recovery_responses_.erase(m.replica);
+        restart_votes_[m.replica] = m;
+        maybe_restart_cell();
+        return;
+    }
+    restart_votes_.erase(m.replica);
+    recovery_responses_[m.replica] = m;
+    // §4.3 step 3: f + 1 responses from replicas in normal status (in view change, a replica's
+    // view is past its last normal view), one of them from the leader of the latest view.
+    const auto in_normal_status = [](const RecoveryResponse& response) {
+        return response.view == response.last_normal_view;
+    };
+    size_t normal_responses = 0;
+    View latest = 0;
+    for (const auto& [replica, response] : recovery_responses_) {
+        if (!in_normal_status(response)) continue;
+        normal_responses += 1;
+        latest = std::max(latest, response.view);
+    }
+    if (normal_responses < quorum()) {
+        maybe_restart_cell();  // an answer from a replica changing views may complete a restart
+        return ignore(__func__, Ignored::awaiting_answers, m.op);
+    }
+    const auto leader_response = recovery_responses_.find(leader_of(latest));
+    if (leader_response == recovery_responses_.end() || leader_response->second.view != latest ||
+        !in_normal_status(leader_response->second))
+        return ignore(__func__, Ignored::awaiting_answers, m.op);
+    if (state_unconfirmed_) {
+        // A state restored from a snapshot alone may not be the cell's history (the cell may
+        // have restarted without us): the leader's replaces it whole.
+        recovery_target_ = leader_response->second;
+        view_ = latest;
+        // Ours may be of a later view than the cell's, if the cell restarted without us.
+        last_normal_view_ = std::min(last_normal_view_, latest);
+        if (recovery_target_->op == 0) {
+            discard_state();
+            state_unconfirmed_ = false;  // the leader's, which answered only as the cell's
+            finish_recovery(recovery_target_->commit);
+        } else {
+            start_fetch(Fetch::Purpose::recover, leader(), 0, recovery_target_->op, {}, true);
+        }
+        return;
+    }
+    // A durable state ahead of the cell's cannot be; wait for answers that explain it.
+    if (leader_response->second.op < commit_ || latest < last_normal_view_)
+        return ignore(__func__, Ignored::ahead_of_cell, m.op);
+    recovery_target_ = leader_response->second;
+    view_ = latest;
+    // What we restored is committed; whatever our log holds after it is replaced.
+    if (recovery_target_->op == commit_) {
+        truncate_log(commit_);
+        finish_recovery(recovery_target_->commit);
+    } else {
+        start_fetch(Fetch::Purpose::recover, leader(), commit_, recovery_target_->op);
+    }
+}
+
+void Replica::maybe_restart_cell()
+{
+    // A quorum recovering with the state of their data directories, ourselves among them: no
+    // quorum runs normally to recover from, so the restarting replicas run a view change with
+    // what each restored, and §4.2's rule selects the newest state among a quorum.
+    if (!restored_ || restart_votes_.size() + 1 < quorum()) return;
+    // Until every replica answered, or half a round passed: a replica that runs normally may
+    // answer after the restarting ones did, and its state must not be left out (below).
+    const bool all_answered =
+        restart_votes_.size() + recovery_responses_.size() + 1 == config_.replica_count;
+    if (!all_answered && tick_ - status_since_tick_ < config_.view_change_timeout_ticks / 2)
+        return;
+    View latest = view_;
+    for (const auto& [replica, vote] : restart_votes_) latest = std::max(latest, vote.view);
+    // A replica that answered as normal never stopped: its state holds every op the cell
+    // committed, which a snapshot of ours may not. The restart's view is then one it leads, so
+    // that the view starts only with its state among those selected from, and the largest
+    // commit wins; a view led by a restarting replica could start from our snapshots alone and
+    // make it drop committed ops (issue 11, scenario 2: 10 of 130 acknowledged writes lost).
+    std::optional<ReplicaIndex> live;
+    for (const auto& [replica, response] : recovery_responses_) {
+        if (!live || response.view > recovery_responses_.at(*live).view) live = replica;
+        latest = std::max(latest, response.view);
+    }
+    View view = latest + 1;
+    while (live && leader_of(view) != *live) view += 1;
+    leave_restart_for_view_change();
+    start_view_change(view);
+}
+
+bool Replica::join_restart(View view)
+{
+    // Another restarting replica started the restart's view change before we counted a quorum
+    // of votes (or a live cell is changing views): take part with what we restored. Only with
+    // durability sync: our log then holds everything we acknowledged. With durability snapshot
+    // it ends at our snapshot, and a live cell's view change that counted it could lose ops we
+    // acknowledged after it (vr_sim seed 1 x 3: one crash lost ops 571-586); we join a restart
+    // only by counting a quorum of restarting replicas ourselves (maybe_restart_cell).
+    if (!restored_ || !restored_whole_ || view <= view_) return false;
+    leave_restart_for_view_change();
+    return true;
+}
+
+void Replica::leave_restart_for_view_change()
+{
+    restored_ = false;
+    restart_votes_.clear();
+    recovery_responses_.clear();
+    status_ = Status::view_change;  // start_view_change sets the view
+    restart_view_change_ = !restored_whole_;
+    counters_.cell_restarts += 1;
+}
+
+void Replica::finish_recovery(Op commit)
+{
+    recovery_target_.reset();
+    recovery_responses_.clear();
+    enter_normal(view_);
+    counters_.recoveries += 1;
+    commit_to(std::min(commit, op()));
+    send(leader(), PrepareOk{.view = view_, .replica = config_.replica, .op = op()});
+}
+
+uint64_t Replica::recovery_nonce() const { return recovery_nonce_base_ + recovery_round_; }
+
+void Replica::propose_restart_fence()
+{
+    // Ahead of every client's request; the view number keeps it apart from an earlier fence.
+    pending_requests_.push_front(
+        Request{.view = view_, .client_id = kCellClientId, .request_number = view_});
+    send_prepares(true);
+}
+
+}  // namespace voltlock
