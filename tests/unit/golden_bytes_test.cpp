@@ -304,7 +304,10 @@ TEST_CASE("golden bytes: a lock machine's snapshot and state digest")
         "0000000000010000000000000000000a000000000000001e03000000626172010000000000000000"
         "0000000000000000000000010000000000000000000000000000000000";
     CHECK(to_hex(machine.snapshot()) == hex);
-    CHECK(machine.state_digest() == 0xbf1e026bebf2fb4cull);
+    // The one value recorded again on purpose (issue 19): the digest now hashes the snapshot's
+    // layout through codec.h's hashing sink instead of a listing of its own (0xbf1e026bebf2fb4c
+    // before). It is never stored or sent: replicas of one build compare it, and the log shows it.
+    CHECK(machine.state_digest() == 0x1f31cb1009ba06a9ull);
 
     LockMachine restored;
     REQUIRE(restored.restore(from_hex(hex)));
