@@ -281,6 +281,17 @@ public:
         Length length = 0;
         return get(&length, sizeof length) && bytes(s, length);
     }
+    // A string left where it is in the input, not copied: valid while the input is.
+    template <std::unsigned_integral Length>
+    bool str(std::string_view& s)
+    {
+        Length length = 0;
+        if (!get(&length, sizeof length)) return false;
+        if (length > remaining()) return fail(ReadError::truncated);
+        s = std::string_view(reinterpret_cast<const char*>(in_.data() + pos_), length);
+        pos_ += length;
+        return true;
+    }
     bool rest(std::string& s) { return bytes(s, remaining()); }
     template <std::unsigned_integral Count, typename Sequence>
     bool sequence(Sequence& items)
