@@ -40,13 +40,15 @@ enum class ReadError : uint8_t {
     bad_value,  // a value the layout refuses (a length too long, keys out of order, ...)
 };
 
-// An optional field holds a u64 or a record with a layout of its own; its presence is carried
-// elsewhere (a flag bit), so that the reader knows it.
+// The item of an optional field or of a sequence: a u32, a u64, or a record with a layout of
+// its own.
 template <typename Io, typename T>
 bool value(Io& io, T& field)
 {
     if constexpr (std::same_as<std::remove_const_t<T>, uint64_t>)
         return io.u64(field);
+    else if constexpr (std::same_as<std::remove_const_t<T>, uint32_t>)
+        return io.u32(field);
     else
         return fields(io, field);
 }
@@ -100,6 +102,14 @@ public:
     bool optional(const std::optional<T>& field, bool)
     {
         return !field || value(*this, *field);
+    }
+    // A sequence whose count another field carries.
+    template <typename Sequence>
+    bool items(const Sequence& items, size_t)
+    {
+        for (const auto& item : items)
+            if (!value(*this, item)) return false;
+        return true;
     }
 
     bool ok() const { return ok_; }
@@ -162,6 +172,12 @@ public:
     {
         return !field || value(*this, *field);
     }
+    template <typename Sequence>
+    bool items(const Sequence& items, size_t)
+    {
+        for (const auto& item : items) value(*this, item);
+        return true;
+    }
 
     size_t size() const { return size_; }
 
@@ -218,6 +234,12 @@ public:
     bool optional(const std::optional<T>& field, bool)
     {
         return !field || value(*this, *field);
+    }
+    template <typename Sequence>
+    bool items(const Sequence& items, size_t)
+    {
+        for (const auto& item : items) value(*this, item);
+        return true;
     }
 
     uint64_t digest() const { return vl_checksum_final(state_, 0); }
@@ -306,6 +328,14 @@ public:
     bool optional(std::optional<T>& field, bool present)
     {
         return !present || value(*this, field.emplace());
+    }
+    // Items are added as they decode, so a count beyond the bytes allocates nothing for itself.
+    template <typename Sequence>
+    bool items(Sequence& items, size_t count)
+    {
+        for (size_t i = 0; i < count; i++)
+            if (!value(*this, items.emplace_back())) return false;
+        return true;
     }
 
     bool fail(ReadError error)

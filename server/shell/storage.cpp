@@ -15,9 +15,9 @@
 #include <string_view>
 #include <utility>
 
-#include "core/byte_reader.h"
-#include "core/byte_writer.h"
+#include "core/assert.h"
 #include "core/checksum.h"
+#include "core/codec.h"
 #include "shell/storage_records.h"
 
 namespace voltlock {
@@ -32,102 +32,74 @@ namespace voltlock {
 //                       whole CRC-32C u32, then each chunk's CRC-32C u32
 //   "chunk/" op index   the snapshot's bytes [index * chunk bytes, ...)
 // Ops (u64) and chunk indexes (u32) are big-endian so that keys sort by them; values are
-// little-endian, as everywhere else (ByteWriter).
+// little-endian, as everywhere else (codec.h).
 
 // ---- Values -----------------------------------------------------------------------------------
 
+// The log entry's layout at rest (codec.h); on the wire, entries go as message.cpp lays them out.
+template <typename Io, codec::MaybeConst<Entry> R>
+bool fields(Io& io, R& entry)
+{
+    return io.u64(entry.timestamp_ms) && io.u64(entry.client_id) &&
+           io.u64(entry.request_number) && io.template str<uint32_t>(entry.payload);
+}
+
 namespace storage_records {
 
-Bytes encode_identity(const IdentityRecord& record)
+template <typename Io, codec::MaybeConst<IdentityRecord> R>
+bool fields(Io& io, R& r)
 {
-    Bytes out;
-    ByteWriter w(out);
-    w.u32(record.format_version);
-    w.u32(record.identity.cluster_id);
-    w.u8(record.identity.replica);
-    w.u8(record.identity.replica_count);
-    return out;
+    return io.u32(r.format_version) && io.u32(r.identity.cluster_id) &&
+           io.u8(r.identity.replica) && io.u8(r.identity.replica_count);
 }
 
+template <typename Io, codec::MaybeConst<ViewsRecord> R>
+bool fields(Io& io, R& r)
+{
+    return io.u64(r.view) && io.u64(r.last_normal_view);
+}
+
+template <typename Io, codec::MaybeConst<SnapshotManifest> R>
+bool fields(Io& io, R& m)
+{
+    uint32_t chunk_count = static_cast<uint32_t>(m.chunk_crcs.size());
+    return io.u64(m.op) && io.u64(m.size_bytes) && io.u32(m.chunk_bytes) &&
+           io.u32(chunk_count) && io.u32(m.crc) && io.items(m.chunk_crcs, chunk_count);
+}
+
+// Records are small and written whole: the layouts above fit them by construction.
+template <typename Record>
+Bytes encode_record(const Record& record)
+{
+    auto bytes = codec::encode(record);
+    VL_ASSERT(bytes, "a record's strings fit their length fields");
+    return *std::move(bytes);
+}
+
+Bytes encode_identity(const IdentityRecord& record) { return encode_record(record); }
 std::optional<IdentityRecord> decode_identity(std::string_view in)
 {
-    ByteReader r(in);
-    IdentityRecord record;
-    if (!r.u32(record.format_version) || !r.u32(record.identity.cluster_id) ||
-        !r.u8(record.identity.replica) || !r.u8(record.identity.replica_count) || !r.done())
-        return std::nullopt;
-    return record;
+    return codec::decode<IdentityRecord>(in);
 }
 
-Bytes encode_views(const ViewsRecord& record)
-{
-    Bytes out;
-    ByteWriter w(out);
-    w.u64(record.view);
-    w.u64(record.last_normal_view);
-    return out;
-}
-
+Bytes encode_views(const ViewsRecord& record) { return encode_record(record); }
 std::optional<ViewsRecord> decode_views(std::string_view in)
 {
-    ByteReader r(in);
-    ViewsRecord record;
-    if (!r.u64(record.view) || !r.u64(record.last_normal_view) || !r.done()) return std::nullopt;
-    return record;
+    return codec::decode<ViewsRecord>(in);
 }
 
-Bytes encode_entry(const Entry& entry)
-{
-    Bytes out;
-    out.reserve(28 + entry.payload.size());
-    ByteWriter w(out);
-    w.u64(entry.timestamp_ms);
-    w.u64(entry.client_id);
-    w.u64(entry.request_number);
-    w.u32(static_cast<uint32_t>(entry.payload.size()));
-    w.bytes(entry.payload);
-    return out;
-}
+Bytes encode_entry(const Entry& entry) { return encode_record(entry); }
+std::optional<Entry> decode_entry(std::string_view in) { return codec::decode<Entry>(in); }
 
-std::optional<Entry> decode_entry(std::string_view in)
-{
-    ByteReader r(in);
-    Entry entry;
-    uint32_t payload_bytes = 0;
-    if (!r.u64(entry.timestamp_ms) || !r.u64(entry.client_id) || !r.u64(entry.request_number) ||
-        !r.u32(payload_bytes) || !r.bytes(entry.payload, payload_bytes) || !r.done())
-        return std::nullopt;
-    return entry;
-}
-
-Bytes encode_manifest(const SnapshotManifest& manifest)
-{
-    Bytes out;
-    ByteWriter w(out);
-    w.u64(manifest.op);
-    w.u64(manifest.size_bytes);
-    w.u32(manifest.chunk_bytes);
-    w.u32(static_cast<uint32_t>(manifest.chunk_crcs.size()));
-    w.u32(manifest.crc);
-    for (const uint32_t crc : manifest.chunk_crcs) w.u32(crc);
-    return out;
-}
-
-// nullopt unless every field is present and consistent with the others.
+Bytes encode_manifest(const SnapshotManifest& manifest) { return encode_record(manifest); }
 std::optional<SnapshotManifest> decode_manifest(std::string_view in)
 {
-    ByteReader r(in);
-    SnapshotManifest manifest;
-    uint32_t chunk_count = 0;
-    if (!r.u64(manifest.op) || !r.u64(manifest.size_bytes) || !r.u32(manifest.chunk_bytes) ||
-        !r.u32(chunk_count) || !r.u32(manifest.crc) || manifest.chunk_bytes == 0)
+    auto manifest = codec::decode<SnapshotManifest>(in);
+    // Every chunk of the snapshot has its checksum.
+    if (!manifest || manifest->chunk_bytes == 0 ||
+        manifest->chunk_crcs.size() !=
+            (manifest->size_bytes + manifest->chunk_bytes - 1) / manifest->chunk_bytes)
         return std::nullopt;
-    const uint64_t expected_chunks =
-        (manifest.size_bytes + manifest.chunk_bytes - 1) / manifest.chunk_bytes;
-    if (chunk_count != expected_chunks || r.remaining() != uint64_t{chunk_count} * 4)
-        return std::nullopt;
-    manifest.chunk_crcs.resize(chunk_count);
-    for (uint32_t& crc : manifest.chunk_crcs) r.u32(crc);
     return manifest;
 }
 
