@@ -7,6 +7,11 @@
 // (R const), and on a Reader it reads and checks them (R mutable). Every call answers whether it
 // succeeded; only a Reader, or a Writer out of room, ever answers no.
 //
+// `fields` lives in the namespace of its type: sequences and optionals find an item's layout by
+// argument-dependent lookup. A format with more than these primitives (message.cpp's header
+// slots, the lock machine's maps) wraps a sink in a class of its own that adds them, and walks
+// its own nested records, so that they see the wrapper.
+//
 // The formats under it, everywhere in the core: integers little-endian and fixed width (wire.h
 // asserts a little-endian host, so they are copied in place); a bool is one byte, 0 or 1; an enum
 // one byte that must be one of its values; a string or sequence carries its length or count first,
