@@ -42,7 +42,6 @@ enum class ReadError : uint8_t {
     truncated,  // a field runs past the end
     bad_enum,   // an enum or bool out of range
     bad_flags,  // flag bits the layout does not define
-    bad_value,  // a value the layout refuses (a length too long, keys out of order, ...)
 };
 
 // The item of an optional field or of a sequence: a u32, a u64, or a record with a layout of
@@ -58,20 +57,16 @@ bool value(Io& io, T& field)
         return fields(io, field);
 }
 
-// Appends fields into a buffer of a known size (measure with a Counter first); refuses anything
-// that does not fit it, or a string longer than its length field, and remembers that.
-class Writer {
+// What the three sinks do alike, on top of their own integers and bytes: a bool, an enum and
+// flags are one byte, an implied field none; a string or sequence is its length or count, then
+// its bytes or items.
+template <typename Sink>
+class SinkBase {
 public:
-    explicit Writer(std::span<uint8_t> out) : out_(out) {}
-    explicit Writer(std::string& out)
-        : out_(reinterpret_cast<uint8_t*>(out.data()), out.size())
-    {
-    }
-
-    bool u8(uint8_t v) { return put(&v, sizeof v); }
-    bool u16(uint16_t v) { return put(&v, sizeof v); }
-    bool u32(uint32_t v) { return put(&v, sizeof v); }
-    bool u64(uint64_t v) { return put(&v, sizeof v); }
+    bool u8(uint8_t v) { return self().integer(v); }
+    bool u16(uint16_t v) { return self().integer(v); }
+    bool u32(uint32_t v) { return self().integer(v); }
+    bool u64(uint64_t v) { return self().integer(v); }
     bool boolean(bool v) { return u8(v ? 1 : 0); }
     template <typename E>
     bool enumeration(E v, bool (*)(E))
@@ -79,7 +74,7 @@ public:
         return u8(static_cast<uint8_t>(v));
     }
     bool flags(uint8_t v, uint8_t) { return u8(v); }
-    // A field another field carries (a flag bit): nothing of its own to write.
+    // A field another field carries (a flag bit): nothing of its own.
     template <typename T>
     bool implied(const T&, const T&)
     {
@@ -88,39 +83,68 @@ public:
     template <std::unsigned_integral Length>
     bool str(std::string_view s)
     {
-        if (s.size() > std::numeric_limits<Length>::max()) return fail();
-        const auto length = static_cast<Length>(s.size());
-        return put(&length, sizeof length) && put(s.data(), s.size());
+        return self().integer(static_cast<Length>(s.size())) && self().bytes(s);
     }
-    bool rest(std::string_view s) { return put(s.data(), s.size()); }
+    bool rest(std::string_view s) { return self().bytes(s); }
     template <std::unsigned_integral Count, typename Sequence>
     bool sequence(const Sequence& items)
     {
-        if (items.size() > std::numeric_limits<Count>::max()) return fail();
-        const auto count = static_cast<Count>(items.size());
-        if (!put(&count, sizeof count)) return false;
-        for (const auto& item : items)
-            if (!fields(*this, item)) return false;
-        return true;
+        return self().integer(static_cast<Count>(items.size())) && this->items(items, 0);
     }
     template <typename T>
     bool optional(const std::optional<T>& field, bool)
     {
-        return !field || value(*this, *field);
+        return !field || value(self(), *field);
     }
     // A sequence whose count another field carries.
     template <typename Sequence>
     bool items(const Sequence& items, size_t)
     {
         for (const auto& item : items)
-            if (!value(*this, item)) return false;
+            if (!value(self(), item)) return false;
         return true;
     }
 
+private:
+    Sink& self() { return static_cast<Sink&>(*this); }
+};
+
+// Appends fields into a buffer of a known size (measure with a Counter first); refuses anything
+// that does not fit it, or a string or sequence longer than its length field, and remembers it.
+class Writer : public SinkBase<Writer> {
+public:
+    explicit Writer(std::span<uint8_t> out) : out_(out) {}
+    explicit Writer(std::string& out)
+        : out_(reinterpret_cast<uint8_t*>(out.data()), out.size())
+    {
+    }
+
+    template <std::unsigned_integral Length>
+    bool str(std::string_view s)
+    {
+        return fits<Length>(s.size()) && SinkBase::str<Length>(s);
+    }
+    template <std::unsigned_integral Count, typename Sequence>
+    bool sequence(const Sequence& items)
+    {
+        return fits<Count>(items.size()) && SinkBase::sequence<Count>(items);
+    }
+
+    template <std::unsigned_integral T>
+    bool integer(T v)
+    {
+        return put(&v, sizeof v);
+    }
+    bool bytes(std::string_view s) { return put(s.data(), s.size()); }
     bool ok() const { return ok_; }
     size_t size() const { return size_; }
 
-protected:
+private:
+    template <std::unsigned_integral Length>
+    bool fits(size_t n)
+    {
+        return n <= std::numeric_limits<Length>::max() || fail();
+    }
     bool put(const void* p, size_t n)
     {
         if (!ok_ || n > out_.size() - size_) return fail();
@@ -134,128 +158,49 @@ protected:
         return false;
     }
 
-private:
     std::span<uint8_t> out_;
     size_t size_ = 0;
     bool ok_ = true;
 };
 
-// Counts the bytes a Writer would append.
-class Counter {
+// Counts the bytes a Writer would append; strings of any length.
+class Counter : public SinkBase<Counter> {
 public:
-    bool u8(uint8_t) { return add(1); }
-    bool u16(uint16_t) { return add(2); }
-    bool u32(uint32_t) { return add(4); }
-    bool u64(uint64_t) { return add(8); }
-    bool boolean(bool) { return add(1); }
-    template <typename E>
-    bool enumeration(E, bool (*)(E))
+    template <std::unsigned_integral T>
+    bool integer(T)
     {
-        return add(1);
-    }
-    bool flags(uint8_t, uint8_t) { return add(1); }
-    template <typename T>
-    bool implied(const T&, const T&)
-    {
+        size_ += sizeof(T);
         return true;
     }
-    template <std::unsigned_integral Length>
-    bool str(std::string_view s)
+    bool bytes(std::string_view s)
     {
-        return add(sizeof(Length) + s.size());
-    }
-    bool rest(std::string_view s) { return add(s.size()); }
-    template <std::unsigned_integral Count, typename Sequence>
-    bool sequence(const Sequence& items)
-    {
-        add(sizeof(Count));
-        for (const auto& item : items) fields(*this, item);
+        size_ += s.size();
         return true;
     }
-    template <typename T>
-    bool optional(const std::optional<T>& field, bool)
-    {
-        return !field || value(*this, *field);
-    }
-    template <typename Sequence>
-    bool items(const Sequence& items, size_t)
-    {
-        for (const auto& item : items) value(*this, item);
-        return true;
-    }
-
     size_t size() const { return size_; }
-
-protected:
-    bool add(size_t n)
-    {
-        size_ += n;
-        return true;
-    }
 
 private:
     size_t size_ = 0;
 };
 
-// Digests the fields word by word with the wire checksum's mixing step: every integer, bool and
-// enum one word, a string its length and its checksum, a sequence its count and then its items.
-class Hasher {
+// Digests the fields word by word with the wire checksum's mixing step: every integer (bools,
+// enums, lengths and counts too) one word, the bytes of a string their checksum.
+class Hasher : public SinkBase<Hasher> {
 public:
-    bool u8(uint8_t v) { return mix(v); }
-    bool u16(uint16_t v) { return mix(v); }
-    bool u32(uint32_t v) { return mix(v); }
-    bool u64(uint64_t v) { return mix(v); }
-    bool boolean(bool v) { return mix(v ? 1 : 0); }
-    template <typename E>
-    bool enumeration(E v, bool (*)(E))
-    {
-        return mix(static_cast<uint64_t>(v));
-    }
-    bool flags(uint8_t v, uint8_t) { return mix(v); }
-    template <typename T>
-    bool implied(const T&, const T&)
-    {
-        return true;
-    }
-    template <std::unsigned_integral Length>
-    bool str(std::string_view s)
-    {
-        return rest(s);
-    }
-    bool rest(std::string_view s)
-    {
-        mix(s.size());
-        return mix(vl_checksum(reinterpret_cast<const uint8_t*>(s.data()),
-                               static_cast<uint32_t>(s.size())));
-    }
-    template <std::unsigned_integral Count, typename Sequence>
-    bool sequence(const Sequence& items)
-    {
-        mix(items.size());
-        for (const auto& item : items) fields(*this, item);
-        return true;
-    }
-    template <typename T>
-    bool optional(const std::optional<T>& field, bool)
-    {
-        return !field || value(*this, *field);
-    }
-    template <typename Sequence>
-    bool items(const Sequence& items, size_t)
-    {
-        for (const auto& item : items) value(*this, item);
-        return true;
-    }
-
-    uint64_t digest() const { return vl_checksum_final(state_, 0); }
-
-private:
-    bool mix(uint64_t v)
+    template <std::unsigned_integral T>
+    bool integer(T v)
     {
         state_ = vl_checksum_mix(state_, v);
         return true;
     }
+    bool bytes(std::string_view s)
+    {
+        return integer(vl_checksum(reinterpret_cast<const uint8_t*>(s.data()),
+                                   static_cast<uint32_t>(s.size())));
+    }
+    uint64_t digest() const { return vl_checksum_final(state_, 0); }
 
+private:
     uint64_t state_ = VL_CHECKSUM_SEED;
 };
 
