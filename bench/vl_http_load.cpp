@@ -4,10 +4,13 @@
 // Speaks Voltlock's API and etcd 3.4's JSON gateway (/v3/...), so both are measured the same way.
 //
 //   vl_http_load --targets 10.77.0.10:7480,10.77.0.11:7480 --clients 64 --seconds 5
-//                --workload put|get|stale_get|lock [--system voltlock|etcd]
+//                --workload put|get|stale_get|lock|lock_one [--system voltlock|etcd]
+//                [--lock-name NAME]
 //
 // Prints one JSON object: ops, ops_per_s, p50_us, p99_us, max_us, errors, reconnects (a server
-// that closed a connection). A lock op is one acquire and its release.
+// that closed a connection). A lock op is one acquire and its release: `lock` on a lock of its
+// own per client (uncontended), `lock_one` with every client on the lock --lock-name (contended:
+// Voltlock's acquire waits with wait_ms, etcd's /v3/lock/lock waits by itself).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -74,7 +77,7 @@ std::optional<std::string> json_field(const std::string& body, const std::string
 }
 
 enum class System { voltlock, etcd };
-enum class Workload { put, get, stale_get, lock };
+enum class Workload { put, get, stale_get, lock, lock_one };
 
 struct Client {
     int id = 0;
@@ -94,8 +97,11 @@ struct Client {
 struct Load {
     System system = System::voltlock;
     Workload workload = Workload::put;
+    std::string contended_lock_name = "bench-lock-one";
     std::vector<uint64_t> latencies_us;
     uint64_t errors = 0;
+
+    bool locks() const { return workload == Workload::lock || workload == Workload::lock_one; }
 
     std::string request(const std::string& method, const std::string& path,
                         const std::string& body) const
@@ -117,7 +123,7 @@ struct Load {
     {
         const bool etcd = system == System::etcd;
         if (!c.setup_done) {
-            if (workload == Workload::lock)
+            if (locks())
                 return etcd ? request("POST", "/v3/lease/grant", R"({"TTL": 120})")
                             : request("POST", "/v1/sessions", R"({"ttl_ms": 120000})");
             // Reads need the key to be there: one put first.
@@ -141,18 +147,24 @@ struct Load {
                                    (stale ? R"(,"serializable":true)" : "") + "}");
             return request("GET", "/v1/kv/" + key(first) + (stale ? "?stale=true" : ""), "");
         }
-        case Workload::lock: {
-            // Named after the session (lease), so a lock left held by an earlier run against
-            // the same cell (its session still alive) is never this client's: uncontended.
-            const std::string name = "bench-lock-" + c.owner;
+        case Workload::lock:
+        case Workload::lock_one: {
+            // Uncontended: named after the session (lease), so a lock left held by an earlier
+            // run against the same cell (its session still alive) is never this client's.
+            const bool contended = workload == Workload::lock_one;
+            const std::string name = contended ? contended_lock_name : "bench-lock-" + c.owner;
             if (etcd)
                 return c.holding ? request("POST", "/v3/lock/unlock",
                                            R"({"key":")" + c.lock_key + "\"}")
                                  : request("POST", "/v3/lock/lock",
                                            R"({"name":")" + base64(name) + R"(","lease":")" +
                                                c.owner + "\"}");
-            return request("POST", "/v1/locks/" + name + (c.holding ? ":release" : ":acquire"),
-                           R"({"session":)" + c.owner + "}");
+            if (c.holding)
+                return request("POST", "/v1/locks/" + name + ":release",
+                               R"({"session":)" + c.owner + "}");
+            return request("POST", "/v1/locks/" + name + ":acquire",
+                           R"({"session":)" + c.owner +
+                               (contended ? R"(,"wait_ms":60000})" : "}"));
         }
         }
         return {};
@@ -168,7 +180,7 @@ struct Load {
             if (errors <= 3) std::fprintf(stderr, "vl_http_load: %d %s\n", status, body.c_str());
         }
         if (!c.setup_done) {
-            if (workload == Workload::lock) {
+            if (locks()) {
                 auto owner = json_field(body, system == System::etcd ? "ID" : "session");
                 if (!owner) return false;
                 c.owner = *owner;
@@ -177,7 +189,7 @@ struct Load {
             return false;
         }
         c.counter += 1;
-        if (workload != Workload::lock) return ok;
+        if (!locks()) return ok;
         if (!c.holding) {
             if (!ok) return false;
             if (system == System::etcd) c.lock_key = json_field(body, "key").value_or("");
@@ -223,6 +235,35 @@ std::optional<std::pair<int, std::string>> take_response(std::string& in)
     return std::make_pair(status, body);
 }
 
+// "IP:PORT,IP:PORT,..."
+std::vector<Endpoint> parse_endpoints(const std::string& list)
+{
+    std::vector<Endpoint> endpoints;
+    size_t start = 0;
+    while (start < list.size()) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        const std::string one = list.substr(start, comma - start);
+        const size_t colon = one.find(':');
+        Endpoint e;
+        e.address.sin_family = AF_INET;
+        e.address.sin_port = htons(static_cast<uint16_t>(std::atoi(one.c_str() + colon + 1)));
+        ::inet_pton(AF_INET, one.substr(0, colon).c_str(), &e.address.sin_addr);
+        endpoints.push_back(e);
+        start = comma + 1;
+    }
+    return endpoints;
+}
+
+std::optional<Workload> parse_workload(const std::string& name)
+{
+    if (name == "put") return Workload::put;
+    if (name == "get") return Workload::get;
+    if (name == "stale_get") return Workload::stale_get;
+    if (name == "lock") return Workload::lock;
+    if (name == "lock_one") return Workload::lock_one;
+    return std::nullopt;
+}
+
 int connect_to(const Endpoint& endpoint)
 {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -236,6 +277,33 @@ int connect_to(const Endpoint& endpoint)
     return fd;
 }
 
+// Lock workloads end their sessions (etcd: revoke their leases), so no lock this run held or
+// waited for outlives it: the next run finds a quiet server. Each on a fresh connection, since
+// the client's own may still wait for a lock.
+void end_sessions(const Load& load, const std::vector<Client>& all,
+                  const std::vector<Endpoint>& endpoints)
+{
+    for (const Client& c : all) {
+        if (c.owner.empty()) continue;
+        const int fd = connect_to(endpoints[static_cast<size_t>(c.id) % endpoints.size()]);
+        const timeval timeout{5, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+        const std::string out =
+            load.system == System::etcd
+                ? load.request("POST", "/v3/lease/revoke", R"({"ID":")" + c.owner + "\"}")
+                : load.request("DELETE", "/v1/sessions/" + c.owner, "");
+        ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+        std::string in;
+        char buffer[4096];
+        while (!take_response(in)) {
+            const ssize_t got = ::recv(fd, buffer, sizeof buffer, 0);
+            if (got <= 0) break;
+            in.append(buffer, static_cast<size_t>(got));
+        }
+        ::close(fd);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -247,35 +315,28 @@ int main(int argc, char** argv)
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string flag = argv[i], value = argv[i + 1];
         if (flag == "--targets") {
-            size_t start = 0;
-            while (start < value.size()) {
-                const size_t comma = std::min(value.find(',', start), value.size());
-                const std::string one = value.substr(start, comma - start);
-                const size_t colon = one.find(':');
-                Endpoint e;
-                e.address.sin_family = AF_INET;
-                e.address.sin_port =
-                    htons(static_cast<uint16_t>(std::atoi(one.c_str() + colon + 1)));
-                ::inet_pton(AF_INET, one.substr(0, colon).c_str(), &e.address.sin_addr);
-                endpoints.push_back(e);
-                start = comma + 1;
-            }
+            endpoints = parse_endpoints(value);
         } else if (flag == "--clients") {
             clients = std::atoi(value.c_str());
         } else if (flag == "--seconds") {
             seconds = std::atof(value.c_str());
         } else if (flag == "--system") {
             load.system = value == "etcd" ? System::etcd : System::voltlock;
+        } else if (flag == "--lock-name") {
+            load.contended_lock_name = value;
         } else if (flag == "--workload") {
-            load.workload = value == "get" ? Workload::get
-                            : value == "stale_get" ? Workload::stale_get
-                            : value == "lock" ? Workload::lock
-                                              : Workload::put;
+            const auto workload = parse_workload(value);
+            if (!workload) {
+                std::fprintf(stderr, "vl_http_load: unknown workload %s\n", value.c_str());
+                return 2;
+            }
+            load.workload = *workload;
         }
     }
     if (endpoints.empty()) {
         std::fprintf(stderr, "usage: vl_http_load --targets IP:PORT[,...] --clients N "
-                             "--seconds S --workload put|get|stale_get|lock [--system etcd]\n");
+                             "--seconds S --workload put|get|stale_get|lock|lock_one "
+                             "[--system etcd] [--lock-name NAME]\n");
         return 2;
     }
 
@@ -341,7 +402,7 @@ int main(int argc, char** argv)
                     ops += 1;
                     load.latencies_us.push_back(static_cast<uint64_t>(took.count()));
                 }
-                if (load.workload == Workload::lock && c.holding) {
+                if (load.locks() && c.holding) {
                     // The latency of a lock op runs from the acquire to the release's answer.
                     const auto acquired_at = c.started;
                     send_next(c);
@@ -354,6 +415,8 @@ int main(int argc, char** argv)
     }
     const double elapsed =
         measuring ? std::chrono::duration<double>(Clock::now() - measure_start).count() : 0;
+    for (const Client& c : all) ::close(c.fd);
+    end_sessions(load, all, endpoints);
     std::sort(load.latencies_us.begin(), load.latencies_us.end());
     auto at = [&](double q) -> uint64_t {
         if (load.latencies_us.empty()) return 0;

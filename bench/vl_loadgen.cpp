@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command_line.h"
 #include "core/message.h"
 #include "core/register_machine.h"
 #include "shell/config.h"
@@ -293,16 +294,8 @@ bool parse_options(int argc, char** argv, Options& options)
 int main(int argc, char** argv)
 {
     Options options;
-    bool parsed = false;
-    try {
-        parsed = parse_options(argc, argv, options);
-    } catch (const std::exception&) {
-        parsed = false;
-    }
-    if (!parsed) {
-        std::fputs(usage, stderr);
+    if (!voltlock::bench::parse_command_line(argc, argv, options, parse_options, usage))
         return 2;
-    }
     auto cell = load_config(options.config_path);
     if (!cell.ok()) {
         std::fprintf(stderr, "vl_loadgen: %s\n", cell.error().message().c_str());

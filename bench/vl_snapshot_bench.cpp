@@ -38,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command_line.h"
 #include "core/assert.h"
 #include "core/lock_machine.h"
 #include "core/lock_ops.h"
@@ -423,16 +424,8 @@ bool parse_options(int argc, char** argv, Options& options)
 int main(int argc, char** argv)
 {
     Options options;
-    bool parsed = false;
-    try {
-        parsed = parse_options(argc, argv, options);
-    } catch (const std::exception&) {
-        parsed = false;
-    }
-    if (!parsed) {
-        std::fputs(usage, stderr);
+    if (!voltlock::bench::parse_command_line(argc, argv, options, parse_options, usage))
         return 2;
-    }
     if (options.command == "write" && access(options.dir.c_str(), F_OK) == 0) {
         std::fprintf(stderr, "vl_snapshot_bench: %s exists; write wants a new directory\n",
                      options.dir.c_str());

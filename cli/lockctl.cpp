@@ -181,6 +181,20 @@ void expect_words(const Args& args, size_t least, size_t most, const std::string
         throw UsageError{"usage: lockctl " + shape};
 }
 
+// Refuses a command line that does not fit `usage` ("del KEY [--prefix]"): a flag the command
+// does not take, or too few or too many words. The command's name is usage's leading lower-case
+// words ("session grant").
+void expect_usage(const Args& args, const std::set<std::string>& allowed, size_t least,
+                  size_t most, const std::string& usage)
+{
+    std::string name;
+    std::istringstream words(usage);
+    for (std::string word; words >> word && std::all_of(word.begin(), word.end(), ::islower);)
+        name += (name.empty() ? "" : " ") + word;
+    allow_flags(args, allowed, name);
+    expect_words(args, least, most, usage);
+}
+
 uint64_t parse_u64(const std::string& text, const std::string& what)
 {
     uint64_t value = 0;
@@ -290,6 +304,13 @@ Json kv_json(const vl_kv& kv)
 }
 
 void print_json(const Json& document) { std::cout << document.dump() << "\n" << std::flush; }
+
+// A value as its raw bytes on a line of its own (so `get K` gives back what `put K -` wrote).
+void print_value_line(const uint8_t* value, size_t length)
+{
+    std::cout.write(reinterpret_cast<const char*>(value), static_cast<std::streamsize>(length));
+    std::cout << "\n" << std::flush;
+}
 
 // A table in etcdctl's style: a header, rows, '|' between columns.
 void print_table(const std::vector<std::string>& header,
@@ -512,8 +533,7 @@ std::string sequencer_text(const vl_sequencer* seq)
 int cmd_put(Context& ctx)
 {
     const Args& args = ctx.args();
-    allow_flags(args, {"--prev-revision", "--lease", "--sequencer"}, "put");
-    expect_words(args, 3, 3,
+    expect_usage(args, {"--prev-revision", "--lease", "--sequencer"}, 3, 3,
                  "put KEY VALUE [--prev-revision N] [--lease SESSION] [--sequencer SEQ]");
     const std::string value = read_value(args.words[2]);
     vl_put_options options{};
@@ -546,8 +566,8 @@ int cmd_put(Context& ctx)
 int cmd_get(Context& ctx)
 {
     const Args& args = ctx.args();
-    allow_flags(args, {"--prefix", "--limit", "--rev-only", "--consistency"}, "get");
-    expect_words(args, 2, 2, "get KEY [--prefix] [--limit N] [--rev-only] [--consistency l|s]");
+    expect_usage(args, {"--prefix", "--limit", "--rev-only", "--consistency"}, 2, 2,
+                 "get KEY [--prefix] [--limit N] [--rev-only] [--consistency l|s]");
     const std::string consistency = args.get("--consistency").value_or("l");
     if (consistency != "l" && consistency != "s")
         throw UsageError{"--consistency: 'l' (linearizable) or 's' (serializable, stale)"};
@@ -614,8 +634,8 @@ int cmd_get(Context& ctx)
 int cmd_del(Context& ctx)
 {
     const Args& args = ctx.args();
-    allow_flags(args, {"--prefix", "--prev-revision"}, "del");
-    expect_words(args, 2, 2, "del KEY [--prefix] [--prev-revision N]");
+    expect_usage(args, {"--prefix", "--prev-revision"}, 2, 2,
+                 "del KEY [--prefix] [--prev-revision N]");
     vl_delete_options options{};
     options.prefix = args.has("--prefix");
     if (auto rev = args.get("--prev-revision")) {
@@ -664,33 +684,37 @@ void print_event(Format format, const vl_event& e)
     }
     // etcdctl watch's simple format: type, key, value on lines of their own.
     std::cout << type << "\n" << e.key << "\n";
-    if (e.value) {
-        std::cout.write(reinterpret_cast<const char*>(e.value),
-                        static_cast<std::streamsize>(e.value_len));
-        std::cout << "\n";
-    }
+    if (e.value) print_value_line(e.value, e.value_len);
     std::cout << std::flush;
 }
 
-int cmd_watch(Context& ctx)
+// Hands each event of a watch on `key` to `on_event` until an interrupt (SIGINT, SIGTERM).
+void follow_watch(Context& ctx, const std::string& key, const vl_watch_options& options,
+                  const std::function<void(const vl_event&)>& on_event)
 {
-    const Args& args = ctx.args();
-    allow_flags(args, {"--prefix", "--rev"}, "watch");
-    expect_words(args, 2, 2, "watch KEY [--prefix] [--rev N]");
-    vl_watch_options options{};
-    options.prefix = args.has("--prefix");
-    if (auto rev = args.get("--rev")) options.start_revision = parse_u64(*rev, "--rev");
     vl_watch* w = nullptr;
-    check(vl_watch_open(ctx.client(), args.words[1].c_str(), &options, &w), ctx.client());
+    check(vl_watch_open(ctx.client(), key.c_str(), &options, &w), ctx.client());
     std::unique_ptr<vl_watch, void (*)(vl_watch*)> watch(w, vl_watch_close);
     while (!g_signal) {
         vl_event* e = nullptr;
         const vl_status status = vl_watch_next(w, 200, &e);
         if (status == VL_ERR_TIMEOUT) continue;
         check(status, w);
-        print_event(ctx.format(), *e);
-        vl_event_free(e);
+        std::unique_ptr<vl_event, void (*)(vl_event*)> event(e, vl_event_free);
+        on_event(*event);
     }
+}
+
+int cmd_watch(Context& ctx)
+{
+    const Args& args = ctx.args();
+    expect_usage(args, {"--prefix", "--rev"}, 2, 2, "watch KEY [--prefix] [--rev N]");
+    vl_watch_options options{};
+    options.prefix = args.has("--prefix");
+    if (auto rev = args.get("--rev")) options.start_revision = parse_u64(*rev, "--rev");
+    follow_watch(ctx, args.words[1], options, [&](const vl_event& e) {
+        print_event(ctx.format(), e);
+    });
     return kExitOk;
 }
 
@@ -703,6 +727,14 @@ struct LossFlag {
 void note_loss(vl_session*, vl_status, void* user_data)
 {
     static_cast<LossFlag*>(user_data)->lost = true;
+}
+
+// Keeps what the session holds until an interrupt; fails with `gone` if the session is lost
+// first.
+void hold_until_interrupted(ScopedSession& session, const LossFlag& loss, const char* gone)
+{
+    while (!g_signal && !loss.lost) sleep_ms(50);
+    if (loss.lost) check(vl_session_status(session.get()), gone);
 }
 
 int exit_status_of(int wait_status)
@@ -759,8 +791,8 @@ int run_holding(const std::vector<std::string>& command, const std::string& sequ
 int cmd_lock(Context& ctx)
 {
     const Args& args = ctx.args();
-    allow_flags(args, {"--shared", "--ttl", "--wait", "--kill-grace"}, "lock");
-    expect_words(args, 2, 2, "lock NAME [--shared] [--ttl 10s] [--wait 30s] [-- COMMAND ARGS...]");
+    expect_usage(args, {"--shared", "--ttl", "--wait", "--kill-grace"}, 2, 2,
+                 "lock NAME [--shared] [--ttl 10s] [--wait 30s] [-- COMMAND ARGS...]");
     const uint32_t ttl = duration_flag(args, "--ttl", 10000);
     const uint32_t wait = duration_flag(args, "--wait", 30000);
     const uint32_t grace = duration_flag(args, "--kill-grace", 10000);
@@ -784,8 +816,7 @@ int cmd_lock(Context& ctx)
                     {{seq->lock, seq->mode == VL_LOCK_SHARED ? "shared" : "exclusive",
                       std::to_string(seq->generation), std::to_string(seq->session)}});
     else std::cout << text << "\n" << std::flush;
-    while (!g_signal && !loss.lost) sleep_ms(50);
-    if (loss.lost) check(vl_session_status(session.get()), "session_lost: the lock is gone");
+    hold_until_interrupted(session, loss, "session_lost: the lock is gone");
     check(vl_lock_release(session.get(), args.words[1].c_str()), session.get());
     return kExitOk;
 }
@@ -802,9 +833,7 @@ int cmd_elect(Context& ctx)
         vl_kv* current = nullptr;
         const vl_status status = vl_get(ctx.client(), name.c_str(), 0, &current);
         if (status == VL_OK) {
-            std::cout.write(reinterpret_cast<char*>(current->value),
-                            static_cast<std::streamsize>(current->value_len));
-            std::cout << "\n" << std::flush;
+            print_value_line(current->value, current->value_len);
             from = current->mod_revision + 1;
             vl_kv_free(current);
         } else if (status != VL_ERR_KEY_NOT_FOUND) {
@@ -812,21 +841,9 @@ int cmd_elect(Context& ctx)
         }
         vl_watch_options options{};
         options.start_revision = from;
-        vl_watch* w = nullptr;
-        check(vl_watch_open(ctx.client(), name.c_str(), &options, &w), ctx.client());
-        std::unique_ptr<vl_watch, void (*)(vl_watch*)> watch(w, vl_watch_close);
-        while (!g_signal) {
-            vl_event* e = nullptr;
-            const vl_status next = vl_watch_next(w, 200, &e);
-            if (next == VL_ERR_TIMEOUT) continue;
-            check(next, w);
-            if (e->value) {
-                std::cout.write(reinterpret_cast<char*>(e->value),
-                                static_cast<std::streamsize>(e->value_len));
-                std::cout << "\n" << std::flush;
-            }
-            vl_event_free(e);
-        }
+        follow_watch(ctx, name, options, [](const vl_event& e) {
+            if (e.value) print_value_line(e.value, e.value_len);
+        });
         return kExitOk;
     }
     expect_words(args, 3, 3, "elect NAME PROPOSAL [--ttl 10s]");
@@ -853,8 +870,7 @@ int cmd_elect(Context& ctx)
         print_json({{"name", name}, {"value", proposal}, {"session", vl_session_id(session.get())},
                     {"generation", seq->generation}});
     else std::cout << proposal << "\n" << std::flush;
-    while (!g_signal && !loss.lost) sleep_ms(50);
-    if (loss.lost) check(vl_session_status(session.get()), "session_lost: leadership is gone");
+    hold_until_interrupted(session, loss, "session_lost: leadership is gone");
     vl_delete_options fenced{};
     fenced.sequencer = seq.get();
     vl_delete(ctx.client(), name.c_str(), &fenced, nullptr);
@@ -864,8 +880,7 @@ int cmd_elect(Context& ctx)
 int cmd_barrier(Context& ctx)
 {
     const Args& args = ctx.args();
-    allow_flags(args, {"--count", "--wait", "--ttl"}, "barrier");
-    expect_words(args, 2, 2, "barrier NAME --count N [--wait 30s]");
+    expect_usage(args, {"--count", "--wait", "--ttl"}, 2, 2, "barrier NAME --count N [--wait 30s]");
     if (!args.has("--count")) throw UsageError{"barrier needs --count N"};
     const uint64_t count = parse_u64(*args.get("--count"), "--count");
     if (count < 1 || count > 1024) throw UsageError{"--count must be 1 to 1024"};
@@ -910,8 +925,7 @@ int cmd_session(Context& ctx)
     const Args& args = ctx.args();
     const std::string sub = args.words.size() > 1 ? args.words[1] : "";
     if (sub == "grant") {
-        allow_flags(args, {"--ttl", "--name"}, "session grant");
-        expect_words(args, 2, 2, "session grant --ttl 10s [--name NAME]");
+        expect_usage(args, {"--ttl", "--name"}, 2, 2, "session grant --ttl 10s [--name NAME]");
         if (!args.has("--ttl")) throw UsageError{"session grant needs --ttl"};
         uint64_t id = 0;
         const std::string name = args.get("--name").value_or("lockctl");
@@ -922,8 +936,7 @@ int cmd_session(Context& ctx)
         return kExitOk;
     }
     if (sub == "keepalive") {
-        allow_flags(args, {"--once"}, "session keepalive");
-        expect_words(args, 3, 3, "session keepalive ID [--once]");
+        expect_usage(args, {"--once"}, 3, 3, "session keepalive ID [--once]");
         const uint64_t id = parse_u64(args.words[2], "ID");
         while (true) {
             uint32_t ttl = 0;
@@ -937,22 +950,19 @@ int cmd_session(Context& ctx)
         }
     }
     if (sub == "revoke") {
-        allow_flags(args, {}, "session revoke");
-        expect_words(args, 3, 3, "session revoke ID");
+        expect_usage(args, {}, 3, 3, "session revoke ID");
         check(vl_session_revoke_id(ctx.client(), parse_u64(args.words[2], "ID")), ctx.client());
         if (ctx.format() == Format::json) print_json({{"revoked", true}});
         else std::cout << "session " << args.words[2] << " revoked\n";
         return kExitOk;
     }
     if (sub == "list") {
-        allow_flags(args, {}, "session list");
-        expect_words(args, 2, 2, "session list");
+        expect_usage(args, {}, 2, 2, "session list");
         print_info(ctx, "/v1/sessions");
         return kExitOk;
     }
     if (sub == "get") {
-        allow_flags(args, {}, "session get");
-        expect_words(args, 3, 3, "session get ID");
+        expect_usage(args, {}, 3, 3, "session get ID");
         print_info(ctx, "/v1/sessions/" + std::to_string(parse_u64(args.words[2], "ID")));
         return kExitOk;
     }

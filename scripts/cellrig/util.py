@@ -98,6 +98,21 @@ def _setns(fd: int) -> None:
 
 
 @contextlib.contextmanager
+def entered_netns_fd(fd: int):
+    """Runs the body with this thread in the network namespace open at fd (threads it starts
+    stay there), then brings the thread home."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        _setns(fd)
+        try:
+            yield
+        finally:
+            _setns(home)
+    finally:
+        os.close(home)
+
+
+@contextlib.contextmanager
 def entered_netns(ns: str | None):
     """Runs the body with this thread in namespace ns. Sockets created inside stay in ns after
     the thread returns home, which is how the rig talks HTTP from the client namespace without
@@ -105,22 +120,15 @@ def entered_netns(ns: str | None):
     if ns is None:
         yield
         return
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        try:
-            target = os.open(os.path.join(NETNS_RUN_DIR, ns), os.O_RDONLY)
-        except FileNotFoundError:
-            raise CellError(f"network namespace {ns} does not exist")
-        try:
-            _setns(target)
-        finally:
-            os.close(target)
-        try:
+        target = os.open(os.path.join(NETNS_RUN_DIR, ns), os.O_RDONLY)
+    except FileNotFoundError:
+        raise CellError(f"network namespace {ns} does not exist")
+    try:
+        with entered_netns_fd(target):
             yield
-        finally:
-            _setns(home)
     finally:
-        os.close(home)
+        os.close(target)
 
 
 def write_sysctl(ns: str, key: str, value: str) -> bool:

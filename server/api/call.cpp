@@ -20,7 +20,7 @@ HttpResponse json_response(int status, const Json& body)
 {
     HttpResponse response;
     response.status = status;
-    response.body = body.dump();
+    response.body = json_text(body);
     return response;
 }
 

@@ -63,7 +63,7 @@ HttpResponse error_answer(const ApiError& error)
 {
     HttpResponse response;
     response.status = error.status;
-    response.body = error_body(error).dump();
+    response.body = json_text(error_body(error));
     if (error.status == 503) response.set_header("Retry-After", "1");
     return response;
 }

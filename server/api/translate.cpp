@@ -98,6 +98,11 @@ Json error_body(const ApiError& error)
                 {"details", error.details.is_null() ? Json::object() : error.details}};
 }
 
+std::string json_text(const Json& json)
+{
+    return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 // ---- Building blocks ---------------------------------------------------------------------------
 
 namespace {

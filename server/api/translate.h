@@ -35,6 +35,10 @@ struct ApiError {
     Json details = Json::object();
 };
 Json error_body(const ApiError& error);
+// The text of a JSON body as the server sends it. Bytes that are not UTF-8 (a client's own path
+// or query parameter, percent-decoded and echoed in an error message) become U+FFFD: nlohmann's
+// strict default throws on them, which on the HTTP I/O thread ended the daemon (docs/fuzzing.md).
+std::string json_text(const Json& json);
 
 // A value or the ApiError explaining why there is none.
 template <typename T>

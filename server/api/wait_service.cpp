@@ -31,14 +31,14 @@ std::string sse_events(const WatchBatch& batch, ValueEncoding encoding)
             i + 1 == batch.events.size() || batch.events[i + 1].revision != e.revision;
         if (last_of_revision) out += "id: " + std::to_string(e.revision) + "\n";
         out += std::string("event: ") + event_type_name(e.type) + "\n";
-        out += "data: " + event_json(e, encoding).dump() + "\n\n";
+        out += "data: " + json_text(event_json(e, encoding)) + "\n\n";
     }
     return out;
 }
 
 std::string sse_error(const ApiError& error)
 {
-    return "event: error\ndata: " + error_body(error).dump() + "\n\n";
+    return "event: error\ndata: " + json_text(error_body(error)) + "\n\n";
 }
 
 }  // namespace

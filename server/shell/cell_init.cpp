@@ -336,9 +336,10 @@ std::string cell_instructions(const CellPlan& plan, const std::string& electrode
         }
         if (plan.auth) {
             const std::filesystem::path out(plan.out_dir);
-            text << "    install -m 0600 -o voltlock " << (out / "tokens").string() << " && "
-                 << "install -m 0644 " << (out / "roles").string() << " " << plan.config_dir
-                 << "/\n";
+            text << "    install -m 0600 -o voltlock " << (out / "tokens").string() << " "
+                 << plan.config_dir << "/tokens\n"
+                 << "    install -m 0644 " << (out / "roles").string() << " " << plan.config_dir
+                 << "/roles\n";
         }
         if (plan.electrode == ElectrodeMode::on)
             text << "    mkdir -p /etc/systemd/system/voltlockd@" << name << ".service.d && cp "

@@ -35,12 +35,7 @@ RawRun raw_xdp(int prog_fd, const std::vector<uint8_t>& frame)
     RawRun r;
     r.out.resize(frame.size() + 256);
     bpf_test_run_opts opts{};
-    opts.sz = sizeof opts;
-    opts.data_in = frame.data();
-    opts.data_size_in = static_cast<uint32_t>(frame.size());
-    opts.data_out = r.out.data();
-    opts.data_size_out = static_cast<uint32_t>(r.out.size());
-    opts.repeat = 1;
+    set_test_run(opts, frame, r.out);
     r.err = bpf_prog_test_run_opts(prog_fd, &opts);
     r.retval = opts.retval;
     r.out.resize(opts.data_size_out);

@@ -66,10 +66,7 @@ struct Pair {
         const Stats after = electrode.stats();
         INFO(context << " expected " << vl_stat_name(expected.stat));
         CHECK(got.retval == expected.action);
-        uint64_t exits = 0;
-        for (uint32_t s = 0; s < VL_STAT_COUNT; s++)
-            if (is_xdp_exit(s)) exits += after[s] - before[s];
-        CHECK(exits == 1);
+        CHECK(exits_between(before, after, is_xdp_exit) == 1);
         CHECK(after[expected.stat] - before[expected.stat] == 1);
         CHECK(got.out == expected.frame);
         const vl_fast_ack_log log = electrode.fast_ack_log();

@@ -328,16 +328,22 @@ std::vector<std::vector<uint8_t>> Electrode::drain_ring()
     return records;
 }
 
-RunResult Electrode::run_xdp(std::span<const uint8_t> frame) const
+void set_test_run(bpf_test_run_opts& opts, std::span<const uint8_t> frame,
+                  std::vector<uint8_t>& out)
 {
-    std::vector<uint8_t> out(frame.size() + 512);
-    bpf_test_run_opts opts{};
     opts.sz = sizeof opts;
     opts.data_in = frame.data();
     opts.data_size_in = static_cast<uint32_t>(frame.size());
     opts.data_out = out.data();
     opts.data_size_out = static_cast<uint32_t>(out.size());
     opts.repeat = 1;
+}
+
+RunResult Electrode::run_xdp(std::span<const uint8_t> frame) const
+{
+    std::vector<uint8_t> out(frame.size() + 512);
+    bpf_test_run_opts opts{};
+    set_test_run(opts, frame, out);
     const int err = bpf_prog_test_run_opts(xdp_fd(), &opts);
     REQUIRE_MESSAGE(err == 0, "XDP test run of " << frame.size()
                                                  << " bytes: " << std::strerror(errno));
@@ -356,16 +362,11 @@ RunResult Electrode::run_tc(std::span<const uint8_t> frame, uint32_t mark, uint3
     ctx_in.gso_segs = gso_size != 0 ? 2 : 0;
     __sk_buff ctx_out{};
     bpf_test_run_opts opts{};
-    opts.sz = sizeof opts;
-    opts.data_in = frame.data();
-    opts.data_size_in = static_cast<uint32_t>(frame.size());
-    opts.data_out = out.data();
-    opts.data_size_out = static_cast<uint32_t>(out.size());
+    set_test_run(opts, frame, out);
     opts.ctx_in = &ctx_in;
     opts.ctx_size_in = sizeof ctx_in;
     opts.ctx_out = &ctx_out;
     opts.ctx_size_out = sizeof ctx_out;
-    opts.repeat = 1;
     const int err = bpf_prog_test_run_opts(tc_fd(), &opts);
     REQUIRE_MESSAGE(err == 0, "TC test run of " << frame.size()
                                                 << " bytes: " << std::strerror(errno));
@@ -410,22 +411,22 @@ uint64_t StatsDelta::operator[](uint32_t stat) const
     return electrode_.stats()[stat] - before_[stat];
 }
 
-uint64_t StatsDelta::xdp_exits() const
+uint64_t exits_between(const Stats& before, const Stats& after, bool (*is_exit)(uint32_t))
 {
-    const Stats now = electrode_.stats();
     uint64_t n = 0;
     for (uint32_t s = 0; s < VL_STAT_COUNT; s++)
-        if (is_xdp_exit(s)) n += now[s] - before_[s];
+        if (is_exit(s)) n += after[s] - before[s];
     return n;
+}
+
+uint64_t StatsDelta::xdp_exits() const
+{
+    return exits_between(before_, electrode_.stats(), is_xdp_exit);
 }
 
 uint64_t StatsDelta::tc_exits() const
 {
-    const Stats now = electrode_.stats();
-    uint64_t n = 0;
-    for (uint32_t s = 0; s < VL_STAT_COUNT; s++)
-        if (is_tc_exit(s)) n += now[s] - before_[s];
-    return n;
+    return exits_between(before_, electrode_.stats(), is_tc_exit);
 }
 
 std::string StatsDelta::describe() const

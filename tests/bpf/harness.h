@@ -20,6 +20,8 @@
 #include "voltlock/fast_path.h"
 #include "voltlock/wire.h"
 
+struct bpf_test_run_opts;  // libbpf's <bpf/bpf.h>
+
 struct electrode_bpf;
 
 namespace voltlock::bpf_test {
@@ -159,8 +161,16 @@ private:
     Stats before_;
 };
 
+// The options of one BPF_PROG_TEST_RUN of `frame`, run once, its output frame into `out` (sized
+// by the caller: the program may grow the frame).
+void set_test_run(bpf_test_run_opts& opts, std::span<const uint8_t> frame,
+                  std::vector<uint8_t>& out);
+
 bool is_xdp_exit(uint32_t stat);
 bool is_tc_exit(uint32_t stat);
+// How much the exit counters `is_exit` picks (is_xdp_exit or is_tc_exit) grew from `before` to
+// `after`: one per packet the program ran on.
+uint64_t exits_between(const Stats& before, const Stats& after, bool (*is_exit)(uint32_t));
 
 // ---- Network namespace ---------------------------------------------------------------------
 

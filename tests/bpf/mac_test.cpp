@@ -12,9 +12,11 @@
 #include <cstring>
 
 #include "harness.h"
+#include "mac_keys.h"
 
 using namespace voltlock;
 using namespace voltlock::bpf_test;
+using voltlock::test_support::keys_of;
 
 namespace {
 
@@ -24,13 +26,6 @@ constexpr uint8_t follower = 1;
 
 constexpr vl_mac_key key_a{0x0706050403020100ull, 0x0F0E0D0C0B0A0908ull};
 constexpr vl_mac_key key_b{0x1122334455667788ull, 0x99AABBCCDDEEFF00ull};
-
-vl_mac_keys keys_of(std::initializer_list<vl_mac_key> keys)
-{
-    vl_mac_keys out{};
-    for (const vl_mac_key& key : keys) out.key[out.count++] = key;
-    return out;
-}
 
 const CellWire cell_a(cluster_id, keys_of({key_a}));
 const CellWire cell_b(cluster_id, keys_of({key_b}));

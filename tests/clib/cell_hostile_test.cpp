@@ -31,6 +31,18 @@ void on_lost(vl_session* s, vl_status why, void* user_data)
     signal->calls++;
 }
 
+// A session of `ttl_ms` whose loss `lost` records.
+vl_session* open_session_noting_loss(vl_client* c, uint32_t ttl_ms, LostSignal& lost)
+{
+    vl_session_options options;
+    vl_session_options_init(&options);
+    options.on_session_lost = on_lost;
+    options.user_data = &lost;
+    vl_session* s = nullptr;
+    REQUIRE(vl_session_open(c, ttl_ms, &options, &s) == VL_OK);
+    return s;
+}
+
 // Cuts the client namespace off from every replica (the replicas still reach each other).
 void cut_client_off()
 {
@@ -94,13 +106,8 @@ TEST_CASE("leader kill -9: the session and its lock survive, a waiting acquire c
     const std::string waited = rig::unique("failover-wait");
     const std::string prefix = rig::unique("failover-watch") + "/";
     LostSignal lost;
-    vl_session_options options;
-    vl_session_options_init(&options);
-    options.on_session_lost = on_lost;
-    options.user_data = &lost;
-    vl_session *holder = nullptr, *waiter = nullptr;
-    REQUIRE(vl_session_open(c, 6000, &options, &holder) == VL_OK);
-    REQUIRE(vl_session_open(c, 6000, &options, &waiter) == VL_OK);
+    vl_session* holder = open_session_noting_loss(c, 6000, lost);
+    vl_session* waiter = open_session_noting_loss(c, 6000, lost);
     vl_sequencer* seq = nullptr;
     REQUIRE(vl_lock_acquire(holder, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, &seq) == VL_OK);
     REQUIRE(vl_lock_acquire(holder, waited.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_OK);
@@ -215,12 +222,7 @@ TEST_CASE("a client cut off from the cell learns its session is lost, at once an
     vl_client* c = rig::open_client(3000);
     const std::string lock = rig::unique("partition-lock");
     LostSignal lost;
-    vl_session_options options;
-    vl_session_options_init(&options);
-    options.on_session_lost = on_lost;
-    options.user_data = &lost;
-    vl_session* s = nullptr;
-    REQUIRE(vl_session_open(c, 2000, &options, &s) == VL_OK);
+    vl_session* s = open_session_noting_loss(c, 2000, lost);
     REQUIRE(vl_lock_acquire(s, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_OK);
 
     // A wait in flight when the lease runs out returns then, not at its own deadline.
@@ -266,12 +268,7 @@ TEST_CASE("a session ended by someone else is reported as lost by the keepalive 
 {
     vl_client* c = rig::open_client();
     LostSignal lost;
-    vl_session_options options;
-    vl_session_options_init(&options);
-    options.on_session_lost = on_lost;
-    options.user_data = &lost;
-    vl_session* s = nullptr;
-    REQUIRE(vl_session_open(c, 3000, &options, &s) == VL_OK);
+    vl_session* s = open_session_noting_loss(c, 3000, lost);
     REQUIRE(vl_session_revoke_id(c, vl_session_id(s)) == VL_OK);
     REQUIRE(rig::eventually(3 * kSecond, [&] { return lost.calls.load() > 0; }));
     CHECK(lost.why == VL_ERR_UNKNOWN_SESSION);

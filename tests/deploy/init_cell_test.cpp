@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "shell/auth.h"
 #include "shell/cell_init.h"
@@ -213,6 +215,22 @@ TEST_CASE("init-cell: the instructions say what goes to which host")
     }
     CHECK(text.find("cluster_id 77") != std::string::npos);
     CHECK(text.find("once 2 of 3 replicas run") != std::string::npos);
+    // Every install command names what to copy and where (tokens once had no destination).
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("    install ", 0) != 0) continue;
+        std::istringstream words_of_line(line);
+        std::vector<std::vector<std::string>> commands(1);  // split at &&
+        for (std::string word; words_of_line >> word;) {
+            if (word == "&&") commands.emplace_back();
+            else if (word == "-m" || word == "-o" || word == "-g") words_of_line >> word;
+            else if (word != "install") commands.back().push_back(word);
+        }
+        for (const auto& operands : commands) {
+            REQUIRE_MESSAGE(operands.size() >= 2, line);
+            CHECK_MESSAGE(operands.back().rfind("/etc/voltlock/", 0) == 0, line);
+        }
+    }
 }
 
 TEST_CASE("init-cell: TLS on by default, a CA and a certificate per replica that check out")

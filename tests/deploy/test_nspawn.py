@@ -167,7 +167,7 @@ def test_cell_under_systemd_in_a_booted_container(tmp_path):
     share, deb = package(tmp_path)
     # The unit under systemd, over plain HTTP (the security tier runs TLS cells).
     done = init_cell(share / "cell", "--replicas", "3", "--hosts", "127.0.0.1,127.0.0.1,127.0.0.1",
-                     "--tls", "off")
+                     "--tls", "off", "--auth", "off")
     assert done.returncode == 0, done.stderr
     replicas = json.loads((share / "cell/r0.json").read_text())["replicas"]
     rootfs = prepared_rootfs(deb)
@@ -177,9 +177,14 @@ def test_cell_under_systemd_in_a_booted_container(tmp_path):
         c = container
         c.sh(f"dpkg -i /mnt/voltlock/{deb.name}")
         assert c.sh("id -u voltlock").stdout.strip().isdigit()
+        # init-cell's own instructions, as an operator would paste them (the key file too).
+        installs = [line.strip().replace(str(share / "cell"), "/mnt/voltlock/cell")
+                    for line in done.stdout.splitlines() if line.startswith("    install ")]
+        assert len(installs) == 6, done.stdout
+        for line in installs:
+            c.sh(line)
         for r in range(3):
-            c.sh(f"install -m 0640 -g voltlock /mnt/voltlock/cell/r{r}.json /etc/voltlock/r{r}.json"
-                 f" && voltlockd --check-config /etc/voltlock/r{r}.json")
+            c.sh(f"voltlockd --check-config /etc/voltlock/r{r}.json")
         # A config that cannot run here: the unit's ExecStartPre (--check-config) refuses it,
         # every problem a line at error priority in the journal.
         bad = json.loads((share / "cell/r0.json").read_text())
@@ -282,6 +287,7 @@ def test_electrode_drop_in_grants_what_the_fast_paths_need_and_the_unit_alone_do
         c.sh("""sed -i 's/"electrode": "on"/"electrode": "off"/' /root/cell/r2.json""")
         for r in range(3):
             c.sh(f"install -m 0640 -g voltlock /root/cell/r{r}.json /etc/voltlock/r{r}.json")
+        c.sh("install -m 0600 -o voltlock -g voltlock /root/cell/cell.key /etc/voltlock/cell.key")
         c.sh("mkdir -p /etc/systemd/system/voltlockd@r0.service.d && cp "
              "/usr/share/voltlock/electrode.conf /etc/systemd/system/voltlockd@r0.service.d/ && "
              "systemctl daemon-reload")

@@ -20,6 +20,7 @@ printed (pytest shows them with the failure) and the state dir is kept for a loo
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import secrets
@@ -78,6 +79,28 @@ def run_cell(*args: str, check: bool = True, timeout: float = 120,
     if check and proc.returncode != 0:
         raise CellCommandError(argv, proc.returncode, out, err)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def json_exchange(conn: http.client.HTTPConnection, method: str, path: str, body=None,
+                  headers: dict | None = None) -> tuple[int, object, dict]:
+    """One request over `conn` (closed after), `body` sent as JSON: the status, the answer's
+    JSON (or its text, if it is not JSON) and its headers (names in lower case)."""
+    sent = dict(headers or {})
+    payload = None
+    if body is not None:
+        payload = json.dumps(body)
+        sent["Content-Type"] = "application/json"
+    try:
+        conn.request(method, path, body=payload, headers=sent)
+        response = conn.getresponse()
+        text = response.read().decode()
+        answer_headers = {k.lower(): v for k, v in response.getheaders()}
+    finally:
+        conn.close()
+    try:
+        return response.status, json.loads(text), answer_headers
+    except ValueError:
+        return response.status, text, answer_headers
 
 
 class Cell:
@@ -262,18 +285,8 @@ class Cell:
         r = self.replicas[replica]
         conn = NamespacedConnection(self.endpoints["client_namespace"], r["ip"], r["http_port"],
                                     timeout)
-        try:
-            payload = json.dumps(body) if body is not None else None
-            headers = {"Content-Type": "application/json"} if payload else {}
-            conn.request(method, path, body=payload, headers=headers)
-            response = conn.getresponse()
-            text = response.read().decode()
-        finally:
-            conn.close()
-        try:
-            return response.status, json.loads(text)
-        except ValueError:
-            return response.status, text
+        status, answer, _ = json_exchange(conn, method, path, body)
+        return status, answer
 
     def print_log_tails(self, lines: int = 30) -> None:
         for r in self.endpoints_or_empty().get("replicas", []):

@@ -32,6 +32,7 @@ import time
 import pytest
 
 from cell import SCRIPT, Cell, unique_name
+from replication import wait_until
 
 pytestmark = [pytest.mark.usefixtures("voltlockd"), pytest.mark.voltlockd]
 
@@ -171,17 +172,6 @@ def put(c: Cell, r: int, key: str, value: str) -> None:
     assert code == 200, body
 
 
-def wait_until(what: str, condition, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
-
-
 def converged(c: Cell) -> bool:
     """Every replica normal, in one view, applied to one op, with one state digest."""
     statuses = [status(c, r["index"]) for r in c.replicas]
@@ -209,7 +199,7 @@ def test_forged_flipped_and_replayed_datagrams_leave_the_cell_unaffected(electro
         follower = (leader + 1) % 3
         ip = {r["index"]: r["ip"] for r in c.replicas}
         put(c, leader, "before", "1")
-        wait_until("the cell to converge", lambda: converged(c))
+        wait_until(lambda: converged(c), 20, "the cell to converge")
         before = status(c, leader)
         view, op, commit = before["view"], before["op"], before["commit"]
 
@@ -239,12 +229,12 @@ def test_forged_flipped_and_replayed_datagrams_leave_the_cell_unaffected(electro
         # Refused by user space (Electrode off) or dropped by the kernel (on), and counted.
         if electrode == "on":
             # Prepare and PrepareOK die in XDP; the StartViewChanges go up and die in decode.
-            wait_until("the follower's kernel to drop the forged Prepares",
-                       lambda: kernel(c, follower, "xdp_bad_mac") >= 5)
-            wait_until("the leader's kernel to drop the forged PrepareOK",
-                       lambda: kernel(c, leader, "xdp_bad_mac") >= 1)
-            wait_until("the follower to refuse the StartViewChanges",
-                       lambda: rejected(c, follower, "bad_mac") >= 2)
+            wait_until(lambda: kernel(c, follower, "xdp_bad_mac") >= 5,
+                       20, "the follower's kernel to drop the forged Prepares")
+            wait_until(lambda: kernel(c, leader, "xdp_bad_mac") >= 1,
+                       20, "the leader's kernel to drop the forged PrepareOK")
+            wait_until(lambda: rejected(c, follower, "bad_mac") >= 2,
+                       20, "the follower to refuse the StartViewChanges")
             after = metrics(c, follower)
             assert (metric(after, "voltlock_kernel_total", counter="xdp_bad_mac")
                     >= metric(metrics_before[follower], "voltlock_kernel_total",
@@ -254,10 +244,10 @@ def test_forged_flipped_and_replayed_datagrams_leave_the_cell_unaffected(electro
             assert kernel(c, leader, "q_complete") == completed_before, \
                 "a forged PrepareOK completed a quorum"
         else:
-            wait_until("the follower to refuse every forged and flipped datagram",
-                       lambda: rejected(c, follower, "bad_mac") >= 7)
-            wait_until("the leader to refuse the forged PrepareOK",
-                       lambda: rejected(c, leader, "bad_mac") >= 1)
+            wait_until(lambda: rejected(c, follower, "bad_mac") >= 7,
+                       20, "the follower to refuse every forged and flipped datagram")
+            wait_until(lambda: rejected(c, leader, "bad_mac") >= 1,
+                       20, "the leader to refuse the forged PrepareOK")
         after = metrics(c, follower)
         assert (metric(after, "voltlock_rejected_total", reason="bad_mac")
                 >= metric(metrics_before[follower], "voltlock_rejected_total", reason="bad_mac")
@@ -287,13 +277,13 @@ def test_forged_flipped_and_replayed_datagrams_leave_the_cell_unaffected(electro
         recorded = [line.split() for line in out.splitlines() if line.strip()]
         assert recorded, f"no Prepare recorded on the bridge: {err}"
         put(c, leader, "after", "2")
-        wait_until("the cell to converge", lambda: converged(c))
+        wait_until(lambda: converged(c), 20, "the cell to converge")
         replays = [(src, dst, bytes.fromhex(payload)) for src, dst, payload in recorded] * 3
         replays.append((ip[leader], ip[follower],
                         message(cluster, START_VIEW_CHANGE, leader, view, key=key)))
         spoof(c, replays)
         put(c, leader, "after-replay", "3")
-        wait_until("the cell to converge after the replays", lambda: converged(c))
+        wait_until(lambda: converged(c), 20, "the cell to converge after the replays")
         assert status(c, follower)["view"] == view, "a replay started a view change"
         for k in range(n):
             code, body = c.request(follower, "GET", f"/v1/kv/k{k}")
@@ -306,14 +296,15 @@ def test_forged_flipped_and_replayed_datagrams_leave_the_cell_unaffected(electro
         c.kill(leader)
         c.wait_for_leader(timeout=30)
         c.start(leader)
-        wait_until("the cell to converge in a new view",
-                   lambda: converged(c) and status(c, follower)["view"] > view, timeout=30)
+        wait_until(lambda: converged(c) and status(c, follower)["view"] > view,
+                   30, "the cell to converge in a new view")
         stale_before = status(c, follower)["counters"]["ignored"]["stale_view"]
         digest_before = status(c, follower)["machine"]["digest"]
         spoof(c, [(src, dst, bytes.fromhex(payload)) for src, dst, payload in recorded])
-        wait_until("the stale replays to be counted",
-                   lambda: status(c, follower)["counters"]["ignored"]["stale_view"]
-                   >= stale_before + len(recorded))
+        wait_until(lambda: status(c, follower)["counters"]["ignored"]["stale_view"]
+                   >= stale_before + len(recorded),
+                   20,
+                   "the stale replays to be counted")
         assert status(c, follower)["machine"]["digest"] == digest_before
         m = metrics(c, follower)
         assert metric(m, "voltlock_ignored_total", reason="stale_view") >= stale_before + len(recorded)
@@ -339,10 +330,10 @@ def test_a_replica_with_another_key_cannot_join():
         c.start(outsider)
 
         # It hears the others and they hear it, and both sides refuse every datagram.
-        wait_until("the outsider to refuse the cell's datagrams",
-                   lambda: rejected(c, outsider, "bad_mac") >= 5)
-        wait_until("the leader to refuse the outsider's",
-                   lambda: rejected(c, leader, "bad_mac") >= 1)
+        wait_until(lambda: rejected(c, outsider, "bad_mac") >= 5,
+                   20, "the outsider to refuse the cell's datagrams")
+        wait_until(lambda: rejected(c, leader, "bad_mac") >= 1,
+                   20, "the leader to refuse the outsider's")
         time.sleep(1.0)  # what it would need to recover, several times over
         assert status(c, outsider)["status"] != "normal", "it joined with another key"
         assert status(c, leader)["status"] == "normal"
@@ -354,7 +345,7 @@ def test_a_replica_with_another_key_cannot_join():
         with open(config_path, "w") as f:
             json.dump(config, f)
         c.start(outsider)
-        wait_until("the outsider to join", lambda: converged(c), timeout=30)
+        wait_until(lambda: converged(c), 30, "the outsider to join")
         code, body = c.request(outsider, "GET", "/v1/kv/still-serving?stale=true")
         assert code == 200 and body["value"] == "1"
 
@@ -382,8 +373,7 @@ def test_key_rotation_replica_by_replica_keeps_the_cell_serving():
                 with open(config_path, "w") as f:
                     json.dump(config, f)
                 c.start(r)
-                wait_until(f"step {step}: r{r} back in the cell", lambda: converged(c),
-                           timeout=30)
+                wait_until(lambda: converged(c), 30, f"step {step}: r{r} back in the cell")
                 put(c, (r + 1) % 3, f"rotation-{step}-{r}", "ok")
         # The new key alone now: a datagram signed with the old one is refused everywhere.
         leader = c.wait_for_leader()
@@ -393,8 +383,9 @@ def test_key_rotation_replica_by_replica_keeps_the_cell_serving():
         spoof(c, [(ip[leader], ip[follower],
                    message(c.endpoints["cluster_id"], START_VIEW_CHANGE, leader,
                            status(c, leader)["view"] + 1, key=bytes.fromhex(old)))])
-        wait_until("the old key to be refused", lambda: rejected(c, follower, "bad_mac") > before)
-        wait_until("the cell to converge", lambda: converged(c))
+        wait_until(lambda: rejected(c, follower, "bad_mac") > before,
+                   20, "the old key to be refused")
+        wait_until(lambda: converged(c), 20, "the cell to converge")
         for step in range(3):
             for r in range(3):
                 code, body = c.request(r, "GET", f"/v1/kv/rotation-{step}-{r}?stale=true")

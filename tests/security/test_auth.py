@@ -19,7 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
-from cell import Cell, unique_name, voltlockd_available, voltlockd_path  # noqa: E402
+from cell import (Cell, json_exchange, unique_name, voltlockd_available,  # noqa: E402
+                  voltlockd_path)
 from cellrig.util import NamespacedConnection  # noqa: E402
 
 DEADLINE_S = 20.0
@@ -83,21 +84,7 @@ def request(cell, replica: int, method: str, path: str, body=None, token: str | 
     sent = dict(headers or {})
     if token:
         sent["Authorization"] = f"Bearer {token}"
-    payload = None
-    if body is not None:
-        payload = json.dumps(body)
-        sent["Content-Type"] = "application/json"
-    try:
-        conn.request(method, path, body=payload, headers=sent)
-        response = conn.getresponse()
-        text = response.read().decode()
-        answer_headers = {k.lower(): v for k, v in response.getheaders()}
-    finally:
-        conn.close()
-    try:
-        return response.status, json.loads(text), answer_headers
-    except ValueError:
-        return response.status, text, answer_headers
+    return json_exchange(conn, method, path, body, sent)
 
 
 def follower_of(cell) -> int:

@@ -17,7 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
-from cell import Cell, unique_name, voltlockd_available, voltlockd_path  # noqa: E402
+from cell import (Cell, json_exchange, unique_name, voltlockd_available,  # noqa: E402
+                  voltlockd_path)
 from cellrig.util import entered_netns  # noqa: E402
 
 import certs  # noqa: E402
@@ -69,18 +70,8 @@ def request(cell, replica: int, made: dict, who: str, method: str, path: str, bo
     r = cell.replicas[replica]
     with entered_netns(cell.endpoints["client_namespace"]):
         conn = http.client.HTTPSConnection(r["ip"], r["http_port"], timeout=5, context=tls)
-        try:
-            payload = json.dumps(body) if body is not None else None
-            conn.request(method, path, body=payload,
-                         headers={"Content-Type": "application/json"} if payload else {})
-            response = conn.getresponse()
-            text = response.read().decode()
-        finally:
-            conn.close()
-    try:
-        return response.status, json.loads(text)
-    except ValueError:
-        return response.status, text
+        status, answer, _ = json_exchange(conn, method, path, body)
+    return status, answer
 
 
 def test_a_certificate_is_an_identity(cell, clients):

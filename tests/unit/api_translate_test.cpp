@@ -219,6 +219,16 @@ TEST_CASE("machine errors map to the documented statuses and codes")
     CHECK(compacted(5, 2).details["oldest_revision"] == 5);
 }
 
+TEST_CASE("an error echoing bytes that are not UTF-8 still serializes (fuzz_request_target)")
+{
+    // GET /v1/nope%FF: the decoded path is in the 404's message; a strict dump() threw and ended
+    // the daemon's I/O thread (docs/fuzzing.md).
+    const std::string text = json_text(error_body(not_found_route("GET", "/v1/nope\xFF")));
+    const Json body = Json::parse(text);
+    CHECK(body["code"] == "not_found");
+    CHECK(body["message"] == "no endpoint GET /v1/nope\xEF\xBF\xBD (see /v1/openapi.json)");
+}
+
 TEST_CASE("results as JSON; binary values as base64")
 {
     const Json granted = result_json(

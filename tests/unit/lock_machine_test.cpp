@@ -10,6 +10,7 @@
 
 #include "core/lock_machine.h"
 #include "core/lock_ops.h"
+#include "split_mix64.h"
 
 namespace voltlock {
 namespace {
@@ -1110,16 +1111,9 @@ TEST_CASE("lock machine: next_deadline_ms is the earliest lock wait, barrier wai
 // locks are contended, waits and delays expire, keys are shared, barriers fill and drain.
 class Workload {
 public:
-    explicit Workload(uint64_t seed) : state_(seed) {}
+    explicit Workload(uint64_t seed) : random_(seed) {}
 
-    uint64_t next()
-    {
-        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    uint32_t below(uint32_t n) { return static_cast<uint32_t>(next() % n); }
+    uint32_t below(uint32_t n) { return static_cast<uint32_t>(random_.below(n)); }
 
     // The next op; `sessions` are those the machine created (from its results).
     LockOp op(const std::vector<std::pair<SessionId, Revision>>& sessions)
@@ -1179,7 +1173,7 @@ public:
     }
 
 private:
-    uint64_t state_;
+    test_support::SplitMix64 random_;
 };
 
 // Runs the workload on a machine; returns every encoded result.

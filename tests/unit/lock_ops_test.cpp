@@ -11,28 +11,13 @@
 
 #include "core/lock_ops.h"
 #include "core/message.h"
+#include "split_mix64.h"
 #include "voltlock/wire.h"
 
 namespace voltlock {
 namespace {
 
-// SplitMix64: a fixed, seeded sequence, so the fuzz runs the same bytes every time.
-class TestPrng {
-public:
-    explicit TestPrng(uint64_t seed) : state_(seed) {}
-    uint64_t next()
-    {
-        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    size_t below(size_t n) { return static_cast<size_t>(next() % n); }
-    char byte() { return static_cast<char>(next() & 0xFF); }
-
-private:
-    uint64_t state_;
-};
+using test_support::SplitMix64;  // a fixed, seeded sequence: the fuzz runs the same bytes
 
 Bytes binary_value()
 {
@@ -277,7 +262,7 @@ TEST_CASE("lock ops: malformed results are rejected with their reason")
 // replicas could disagree about what a payload means.
 TEST_CASE("lock ops: deterministic fuzz: random and mutated buffers never decode ambiguously")
 {
-    TestPrng prng(20240611);
+    SplitMix64 prng(20240611);
     std::vector<Bytes> corpus;
     for (const LockOp& op : sample_ops()) corpus.push_back(encode_op(op));
     std::vector<Bytes> result_corpus;

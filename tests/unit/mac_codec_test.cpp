@@ -9,23 +9,19 @@
 #include <vector>
 
 #include "core/message.h"
+#include "mac_keys.h"
 #include "voltlock/wire.h"
 
 namespace voltlock {
 namespace {
+
+using test_support::keys_of;
 
 using Datagram = std::vector<uint8_t>;
 
 constexpr uint32_t cluster = 0x00C0FFEEu;
 constexpr vl_mac_key key_old{0x0123456789ABCDEFull, 0xFEDCBA9876543210ull};
 constexpr vl_mac_key key_new{0x1111111122222222ull, 0x3333333344444444ull};
-
-vl_mac_keys keys_of(std::initializer_list<vl_mac_key> keys)
-{
-    vl_mac_keys out{};
-    for (const vl_mac_key& key : keys) out.key[out.count++] = key;
-    return out;
-}
 
 const CellWire signed_old(cluster, keys_of({key_old}));
 const CellWire signed_new(cluster, keys_of({key_new}));

@@ -289,6 +289,16 @@ public:
         step(leader, Flush{});
     }
 
+    // Clients `first` to `last` each send one request (number 1) to `leader`, each handed over
+    // in full before the next is sent.
+    void submit_each(ReplicaIndex leader, ClientId first, ClientId last)
+    {
+        for (ClientId client = first; client <= last; client++) {
+            submit(leader, client, 1);
+            deliver();
+        }
+    }
+
     // Hands over queued messages, snapshot writes and fetches, oldest first, until none is
     // left (or `limit` were handed over: a test that loops forever fails instead).
     void deliver(size_t limit = 100'000)

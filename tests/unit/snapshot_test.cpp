@@ -386,10 +386,7 @@ TEST_CASE("§5.2: an offer the follower is already past is ignored")
 TEST_CASE("§4.3 + §5.2: a replica recovering from nothing takes the compacted leader's snapshot")
 {
     TestCell cell(3, [](ReplicaConfig& config) { config.snapshot_every_ops = 3; });
-    for (ClientId client = 1; client <= 5; client++) {
-        cell.submit(0, client, 1);
-        cell.deliver();
-    }
+    cell.submit_each(0, 1, 5);
     REQUIRE(cell[0]->commit() == 5);
     REQUIRE(cell[0]->log_base() == 3);
 
@@ -581,20 +578,14 @@ TEST_CASE("restart: a replica restored from its snapshot and log rejoins a runni
         config.persist_log = true;
         config.snapshot_every_ops = config.replica == 2 ? 3 : 0;
     });
-    for (ClientId client = 1; client <= 5; client++) {
-        cell.submit(0, client, 1);
-        cell.deliver();
-    }
+    cell.submit_each(0, 1, 5);
     cell.tick(0, 5);  // the heartbeat commits op 5 at the followers
     cell.deliver();
     REQUIRE(cell[2]->commit() == 5);
     REQUIRE(cell.disk(2).snapshot_op == 3);
 
     cell.crash(2);
-    for (ClientId client = 6; client <= 7; client++) {
-        cell.submit(0, client, 1);
-        cell.deliver();
-    }
+    cell.submit_each(0, 6, 7);
     REQUIRE(cell[0]->commit() == 7);
 
     const StartRestored start = cell.restored_start(2, 700);
@@ -631,16 +622,10 @@ TEST_CASE("restart: the whole cell restarts with different snapshots; the newest
         config.persist_log = true;
         config.snapshot_every_ops = std::vector<uint64_t>{5, 0, 4}.at(config.replica);
     });
-    for (ClientId client = 1; client <= 2; client++) {
-        cell.submit(0, client, 1);
-        cell.deliver();
-    }
+    cell.submit_each(0, 1, 2);
     // Replica 1 is cut off; 0 and 2 go on to op 8, all of it committed at the leader.
     cell.drop = [](const TestCell::Envelope& e) { return e.from == 1 || e.to == 1; };
-    for (ClientId client = 3; client <= 8; client++) {
-        cell.submit(0, client, 1);
-        cell.deliver();
-    }
+    cell.submit_each(0, 3, 8);
     REQUIRE(cell[0]->commit() == 8);
     REQUIRE(cell[1]->op() == 2);
     std::vector<Entry> log;
@@ -693,10 +678,7 @@ TEST_CASE("restart: a corrupt snapshot is refused and the replica recovers from 
         config.persist_log = true;
         config.snapshot_every_ops = config.replica == 2 ? 3 : 0;
     });
-    for (ClientId client = 1; client <= 4; client++) {
-        cell.submit(0, client, 1);
-        cell.deliver();
-    }
+    cell.submit_each(0, 1, 4);
     REQUIRE(cell.disk(2).snapshot_op == 3);
     StartRestored start = cell.restored_start(2, 50);
     start.snapshot = flip_byte(start.snapshot, 10);
@@ -746,10 +728,7 @@ TEST_CASE("restart, sync: two of three restart at once while the leader runs; no
         config.persist_log = true;
         config.snapshot_every_ops = 3;
     });
-    for (ClientId client = 1; client <= 7; client++) {
-        cell.submit(0, client, 1);
-        cell.deliver();
-    }
+    cell.submit_each(0, 1, 7);
     REQUIRE(cell[0]->commit() == 7);
     const uint64_t digest = cell[0].machine().digest();
     cell.crash(1);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/message.h"
+#include "split_mix64.h"
 #include "voltlock/wire.h"
 
 namespace voltlock {
@@ -205,24 +206,7 @@ Decoded round_trip(const Message& message, uint16_t flags = 0)
     return r.value();
 }
 
-// splitmix64 (Steele, Lea & Flood 2014): small, seeded, and the same on every platform.
-class SplitMix64 {
-public:
-    explicit SplitMix64(uint64_t seed) : state_(seed) {}
-    uint64_t next()
-    {
-        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    // Uniform enough in [0, n) for n far below 2^64.
-    size_t below(size_t n) { return static_cast<size_t>(next() % n); }
-    uint8_t byte() { return static_cast<uint8_t>(next()); }
-
-private:
-    uint64_t state_;
-};
+using test_support::SplitMix64;
 
 // For CAPTURE, which prints a const char* as a pointer.
 std::string name_of(const Message& message) { return message_name(message); }

@@ -1,5 +1,7 @@
 #include "codec.h"
 
+#include "error_codes.h"
+
 #include <array>
 #include <charconv>
 #include <cstdlib>
@@ -15,7 +17,9 @@ struct CodeName {
     const char* name;
 };
 
-// Every status and its stable name; the server's codes are spelled as docs/api.md spells them.
+// Every status and its stable name: the library's own, then the server's codes as the one list
+// of them spells them (server/api/error_codes.txt, made into error_codes.h by CMake).
+#define VOLTLOCK_CODE_NAME(status, name) CodeName{status, name},
 constexpr std::array kNames{
     CodeName{VL_OK, "ok"},
     CodeName{VL_ERR_INVALID_ARGUMENT, "client_invalid_argument"},
@@ -25,37 +29,10 @@ constexpr std::array kNames{
     CodeName{VL_ERR_NO_MEMORY, "no_memory"},
     CodeName{VL_ERR_PROTOCOL, "protocol"},
     CodeName{VL_ERR_CLOSED, "closed"},
-    CodeName{VL_ERR_BAD_JSON, "bad_json"},
-    CodeName{VL_ERR_UNKNOWN_FIELD, "unknown_field"},
-    CodeName{VL_ERR_SERVER_INVALID_ARGUMENT, "invalid_argument"},
-    CodeName{VL_ERR_UNKNOWN_SESSION, "unknown_session"},
-    CodeName{VL_ERR_KEY_NOT_FOUND, "key_not_found"},
-    CodeName{VL_ERR_BARRIER_NOT_FOUND, "barrier_not_found"},
-    CodeName{VL_ERR_NOT_FOUND, "not_found"},
-    CodeName{VL_ERR_WAIT_TIMED_OUT, "wait_timed_out"},
-    CodeName{VL_ERR_CAS_MISMATCH, "cas_mismatch"},
-    CodeName{VL_ERR_SEQUENCER_INVALID, "sequencer_invalid"},
-    CodeName{VL_ERR_LOCK_BUSY, "lock_busy"},
-    CodeName{VL_ERR_BARRIER_NOT_READY, "barrier_not_ready"},
-    CodeName{VL_ERR_MODE_CONFLICT, "mode_conflict"},
-    CodeName{VL_ERR_NOT_HELD, "not_held"},
-    CodeName{VL_ERR_NOT_MEMBER, "not_member"},
-    CodeName{VL_ERR_COUNT_MISMATCH, "count_mismatch"},
-    CodeName{VL_ERR_BARRIER_IN_USE, "barrier_in_use"},
-    CodeName{VL_ERR_WAIT_WITHDRAWN, "wait_withdrawn"},
-    CodeName{VL_ERR_REQUEST_NUMBER_REUSED, "request_number_reused"},
-    CodeName{VL_ERR_REQUEST_NUMBER_STALE, "request_number_stale"},
-    CodeName{VL_ERR_COMPACTED, "compacted"},
-    CodeName{VL_ERR_TOO_LARGE, "too_large"},
-    CodeName{VL_ERR_NOT_LOCK_SERVICE, "not_lock_service"},
-    CodeName{VL_ERR_UNAVAILABLE, "unavailable"},
-    CodeName{VL_ERR_NOT_LEADER, "not_leader"},
-    CodeName{VL_ERR_WAIT_OUTCOME_UNKNOWN, "wait_outcome_unknown"},
-    CodeName{VL_ERR_NOT_READY, "not_ready"},
     CodeName{VL_ERR_SERVER_OTHER, "server_other"},
-    CodeName{VL_ERR_UNAUTHENTICATED, "unauthenticated"},
-    CodeName{VL_ERR_PERMISSION_DENIED, "permission_denied"},
+    VOLTLOCK_SERVER_ERROR_CODES(VOLTLOCK_CODE_NAME)
 };
+#undef VOLTLOCK_CODE_NAME
 
 constexpr std::string_view kBase64Alphabet =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -324,6 +324,22 @@ void vl_watch::run()
     }
 }
 
+namespace {
+
+// Sends `request` and makes *out of the answer's body with `build` (nullptr: out of memory).
+// Here, not by its callers: a template cannot stand in the extern "C" part below.
+template <typename T, typename Build>
+vl_status read_into(vl_client* c, const Request& request, T** out, Build build)
+{
+    Json body;
+    const vl_status status = c->send(c->errors, request, &body);
+    if (status != VL_OK) return status;
+    *out = build(body);
+    return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+}
+
+}  // namespace
+
 extern "C" {
 
 const char* vl_version(void) { return "0.1.0"; }
@@ -715,6 +731,25 @@ vl_status vl_sequencer_check(vl_client* c, const vl_sequencer* seq, bool* valid_
     });
 }
 
+namespace {
+
+// A call of session `s` that may wait up to wait_ms in the cell (lock and barrier waits): a wait
+// over an hour is refused, a lost session answers at once, and the outcome is noted in `s`.
+vl_status session_wait_call(vl_session* s, const std::string& path, const Json& request,
+                            uint32_t wait_ms, Json* body)
+{
+    if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
+    if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
+    const vl_status status = s->client->send(
+        s->errors,
+        Request{.method = "POST", .path = path, .body = request.dump(), .mutating = true,
+                .waits = wait_ms > 0},
+        body, milliseconds(wait_ms), &s->calls);
+    return s->after_call(status);
+}
+
+}  // namespace
+
 vl_status vl_lock_acquire(vl_session* s, const char* name, vl_lock_mode mode, uint32_t wait_ms,
                           vl_sequencer** seq_out)
 {
@@ -724,18 +759,13 @@ vl_status vl_lock_acquire(vl_session* s, const char* name, vl_lock_mode mode, ui
         if (!valid_name(name)) return invalid(s->errors, "a lock name is 1 to 512 bytes of text");
         if (mode != VL_LOCK_EXCLUSIVE && mode != VL_LOCK_SHARED)
             return invalid(s->errors, "mode must be VL_LOCK_EXCLUSIVE or VL_LOCK_SHARED");
-        if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
-        if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
-        Json request{{"session", s->id},
-                     {"mode", mode == VL_LOCK_SHARED ? "shared" : "exclusive"},
-                     {"wait_ms", wait_ms}};
         Json body;
-        vl_status status = s->client->send(
-            s->errors,
-            Request{.method = "POST", .path = "/v1/locks/" + encode_path_segment(name) + ":acquire",
-                    .body = request.dump(), .mutating = true, .waits = wait_ms > 0},
-            &body, milliseconds(wait_ms), &s->calls);
-        status = s->after_call(status);
+        const vl_status status = session_wait_call(
+            s, "/v1/locks/" + encode_path_segment(name) + ":acquire",
+            Json{{"session", s->id},
+                 {"mode", mode == VL_LOCK_SHARED ? "shared" : "exclusive"},
+                 {"wait_ms", wait_ms}},
+            wait_ms, &body);
         if (status != VL_OK) return status;
         vl_sequencer* seq = sequencer_from_json(body.at("sequencer"));
         if (!seq) return s->errors.set(VL_ERR_NO_MEMORY, "out of memory");
@@ -775,11 +805,7 @@ vl_status vl_get(vl_client* c, const char* key, int flags, vl_kv** out)
         if (!out) return invalid(c->errors, "out is NULL");
         std::string path = "/v1/kv/" + encode_path_segment(key) + "?encoding=base64";
         if (flags & VL_READ_STALE) path += "&stale=true";
-        Json body;
-        const vl_status status = c->send(c->errors, Request{.path = path}, &body);
-        if (status != VL_OK) return status;
-        *out = kv_from_json(body);
-        return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+        return read_into(c, Request{.path = path}, out, kv_from_json);
     });
 }
 
@@ -796,11 +822,7 @@ vl_status vl_get_prefix(vl_client* c, const char* prefix, const char* after, uin
         if (after && *after) path += "&after=" + encode_query_value(after);
         if (limit) path += "&limit=" + u64(limit);
         if (flags & VL_READ_STALE) path += "&stale=true";
-        Json body;
-        const vl_status status = c->send(c->errors, Request{.path = path}, &body);
-        if (status != VL_OK) return status;
-        *out = kv_list_from_json(body);
-        return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+        return read_into(c, Request{.path = path}, out, kv_list_from_json);
     });
 }
 
@@ -970,16 +992,9 @@ vl_status vl_barrier_enter(vl_session* s, const char* name, uint32_t count, uint
     return guarded(s->errors, [&] {
         if (!valid_name(name)) return invalid(s->errors, "a barrier name is 1 to 512 bytes");
         if (count < 1 || count > 1024) return invalid(s->errors, "count must be 1 to 1,024");
-        if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
-        if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
-        const vl_status status = s->client->send(
-            s->errors,
-            Request{.method = "POST",
-                    .path = "/v1/barriers/" + encode_path_segment(name) + ":enter",
-                    .body = Json{{"session", s->id}, {"count", count}, {"wait_ms", wait_ms}}.dump(),
-                    .mutating = true, .waits = wait_ms > 0},
-            nullptr, milliseconds(wait_ms), &s->calls);
-        return s->after_call(status);
+        return session_wait_call(
+            s, "/v1/barriers/" + encode_path_segment(name) + ":enter",
+            Json{{"session", s->id}, {"count", count}, {"wait_ms", wait_ms}}, wait_ms, nullptr);
     });
 }
 
@@ -988,16 +1003,8 @@ vl_status vl_barrier_leave(vl_session* s, const char* name, uint32_t wait_ms)
     if (!s) return VL_ERR_INVALID_ARGUMENT;
     return guarded(s->errors, [&] {
         if (!valid_name(name)) return invalid(s->errors, "a barrier name is 1 to 512 bytes");
-        if (wait_ms > 3600u * 1000) return invalid(s->errors, "wait_ms is at most an hour");
-        if (s->after_call(VL_OK) != VL_OK) return static_cast<vl_status>(s->lost.load());
-        const vl_status status = s->client->send(
-            s->errors,
-            Request{.method = "POST",
-                    .path = "/v1/barriers/" + encode_path_segment(name) + ":leave",
-                    .body = Json{{"session", s->id}, {"wait_ms", wait_ms}}.dump(),
-                    .mutating = true, .waits = wait_ms > 0},
-            nullptr, milliseconds(wait_ms), &s->calls);
-        return s->after_call(status);
+        return session_wait_call(s, "/v1/barriers/" + encode_path_segment(name) + ":leave",
+                                 Json{{"session", s->id}, {"wait_ms", wait_ms}}, wait_ms, nullptr);
     });
 }
 
@@ -1024,12 +1031,8 @@ vl_status vl_info_get(vl_client* c, const char* path, int endpoint_index, char**
             if (p.starts_with(collection)) slash = std::strlen(collection);
         encoded = slash ? std::string(p.substr(0, slash)) + encode_path_segment(p.substr(slash))
                         : std::string(p);
-        Json body;
-        const vl_status status = c->send(
-            c->errors, Request{.path = encoded, .endpoint_index = endpoint_index}, &body);
-        if (status != VL_OK) return status;
-        *json_out = copy_string(body.dump());
-        return *json_out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
+        return read_into(c, Request{.path = encoded, .endpoint_index = endpoint_index}, json_out,
+                         [](const Json& body) { return copy_string(body.dump()); });
     });
 }
 

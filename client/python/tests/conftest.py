@@ -7,36 +7,22 @@ partition, ...) run from the host's namespace, where the cell was built.
 """
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
 import shutil
 import sys
-import time
-from typing import Any, Callable, Iterator, List
+from typing import Any, Iterator, List
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+import replication  # noqa: E402
 from cell import Cell, unique_name, voltlockd_available, voltlockd_path  # noqa: E402
-from cellrig.util import NETNS_RUN_DIR, _setns  # noqa: E402
+from cellrig.util import entered_netns, entered_netns_fd  # noqa: E402
 
 HOST_NETNS = os.open("/proc/self/ns/net", os.O_RDONLY)
-
-
-@contextlib.contextmanager
-def netns(fd: int) -> Iterator[None]:
-    """This thread in the namespace of `fd` for the body (and threads it starts, for good)."""
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        _setns(fd)
-        try:
-            yield
-        finally:
-            _setns(home)
-    finally:
-        os.close(home)
 
 
 class SdkCell(Cell):
@@ -47,7 +33,7 @@ class SdkCell(Cell):
     def cell(self, command: str, *args: str, **kwargs: Any):  # type: ignore[override]
         if command in ("kill", "stop", "partition", "netem"):
             self.harmed = True
-        with netns(HOST_NETNS):
+        with entered_netns_fd(HOST_NETNS):
             return super().cell(command, *args, **kwargs)
 
     def make_whole(self) -> None:
@@ -89,27 +75,13 @@ def cell(cell_once: SdkCell) -> Iterator[SdkCell]:
     """The shared cell, with this test inside its client namespace. A test that harmed the cell
     (killed, partitioned) heals it before the next one starts."""
     cell_once.make_whole()
-    target = os.open(os.path.join(NETNS_RUN_DIR, cell_once.endpoints["client_namespace"]),
-                     os.O_RDONLY)
-    try:
-        with netns(target):
-            yield cell_once
-    finally:
-        os.close(target)
+    with entered_netns(cell_once.endpoints["client_namespace"]):
+        yield cell_once
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.05) -> Any:
-    """Polls `condition` until it is true (returned) or `timeout` passes (a failure naming
-    `what`)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+# wait_until(condition, timeout, what): the cell tiers' poll (tests/integration/replication.py),
+# every 50 ms: the SDK's tests time how soon a client notices a change.
+wait_until = functools.partial(replication.wait_until, interval=0.05)
 
 
 def fresh(prefix: str) -> str:

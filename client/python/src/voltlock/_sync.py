@@ -2,41 +2,23 @@
 connections (the standard library: no dependency, and the least overhead per request)."""
 from __future__ import annotations
 
-import collections
 import http.client
-import logging
-import os
 import socket
 import ssl
 import threading
 import time
-from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple,
-                    TypeVar, Union)
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 from . import _protocol as p
 from . import errors
-from ._tls import client_context
+from ._surface import BarrierBase, ClientBase, LockBase, SessionBase, WatchBase, describe
 from .models import KeyValue, Sequencer, Value, WatchEvent
 
 T = TypeVar("T")
-log = logging.getLogger("voltlock")
 
 _RECONNECTABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
                   ConnectionAbortedError)
-
-
-def endpoints_from_env(endpoints: Optional[Sequence[str]]) -> Sequence[str]:
-    if endpoints is not None:
-        return endpoints
-    env = os.environ.get("VOLTLOCK_ENDPOINTS", "")
-    if not env.strip():
-        raise ValueError("no endpoints: pass Client([...]) or set VOLTLOCK_ENDPOINTS "
-                         "(comma-separated http://host:port)")
-    return env
-
-
-def describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class _Connection(http.client.HTTPConnection):
@@ -179,7 +161,7 @@ class HttpTransport:
                 connection.close()
 
 
-class Client:
+class Client(ClientBase[HttpTransport]):
     """A client of one Voltlock cell. Thread-safe: share one per process.
 
     ``endpoints``: the replicas, ``["http://10.77.0.10:7480", ...]`` (or a comma-separated
@@ -194,20 +176,8 @@ class Client:
     ``Authorization: Bearer``; unset, ``VOLTLOCK_TOKEN``.
     """
 
-    def __init__(self, endpoints: Optional[Sequence[str]] = None, *, timeout: float = 10.0,
-                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0,
-                 cacert: Optional[str] = None, cert: Optional[str] = None,
-                 key: Optional[str] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None,
-                 token: Optional[str] = None) -> None:
-        self._protocol = p.Protocol(endpoints_from_env(endpoints), timeout=timeout,
-                                    connect_timeout=connect_timeout,
-                                    attempt_timeout=attempt_timeout,
-                                    token=token if token is not None
-                                    else os.environ.get("VOLTLOCK_TOKEN") or None)
-        self._transport = HttpTransport(client_context(
-            self._protocol.router.endpoints, ssl_context=ssl_context, cacert=cacert, cert=cert,
-            key=key))
+    def _make_transport(self, tls: Optional[ssl.SSLContext]) -> HttpTransport:
+        return HttpTransport(tls)
 
     def __enter__(self) -> "Client":
         return self
@@ -310,38 +280,22 @@ class Client:
         return self._run(self._protocol.read("/v1/cluster", timeout))
 
 
-class Session:
+class Session(SessionBase[Client]):
     """A session: its locks, barriers and ephemeral keys live while it does. Kept alive by a
     background thread (every ttl/3). When it is lost, the client learns it: :attr:`lost` is
     set, the ``on_lost`` callbacks run (on the keepalive thread), every sequencer of it is no
     longer ``valid``, and the next call on it raises :class:`~voltlock.SessionExpired`."""
 
-    def __init__(self, client: Client, *, ttl: float, lock_delay: float, name: str,
-                 grace: Optional[float], on_lost: Optional[Callable[["Session"], None]],
-                 timeout: Optional[float]) -> None:
-        self._client = client
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._core = p.SessionCore(ttl, grace, client._protocol.clock, self._announce_loss)
-        self._settings = (ttl, lock_delay, name, timeout)
-        self._thread: Optional[threading.Thread] = None
-        if on_lost is not None:
-            self.on_lost(on_lost)
-
-    @property
-    def id(self) -> int:
-        return self._core.id
-
-    @property
-    def ttl(self) -> float:
-        return self._core.ttl
+    _new_event = threading.Event
+    lost: threading.Event
+    _stop: threading.Event
+    _thread: Optional[threading.Thread] = None
 
     # --- life -----------------------------------------------------------------------------------
 
     def open(self) -> "Session":
         """Creates the session in the cell and starts its keepalives."""
-        if self._core.is_open:
-            raise RuntimeError("this session is already open")
+        self._check_open()
         ttl, lock_delay, name, timeout = self._settings
         sent = self._client._protocol.clock()
         created = self._client._run(self._client._protocol.create_session(
@@ -369,48 +323,24 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @property
-    def state(self) -> str:
-        """``"connected"`` (the lease is known to run), ``"suspended"`` (it ran out unrenewed:
-        the cell may have ended the session; keepalives go on), ``"lost"`` (for good), or
-        ``"closed"`` before it is opened."""
-        return self._core.state()
-
-    def on_lost(self, callback: Callable[["Session"], None]) -> None:
-        """Runs `callback(session)` once when the session is lost (at once if it is already)."""
-        self._core.on_lost(lambda: callback(self))
-
-    def _announce_loss(self) -> None:
-        self.lost.set()
-        self._stop.set()
-
     def _keep_alive(self) -> None:
         protocol = self._client._protocol
         while True:
             delay, budget = self._core.next_keepalive()
             if self._stop.wait(delay):
                 return
-            sent = protocol.clock()
+            sent, error = protocol.clock(), None
             try:
                 self._client._run(protocol.keepalive(self.id, budget))
-            except errors.UnknownSession:
-                self._core.lose(f"the cell no longer knows session {self.id} (it expired)")
-                return
             except errors.Error as e:
-                log.debug("keepalive of session %d: %s", self.id, e)
-                self._core.failed()
-            else:
-                self._core.renewed(sent)
-            self._core.check_lost()
+                error = e
+            if not self._keepalive_done(sent, error):
+                return
 
     def _call(self, plan: p.Plan[T]) -> T:
         """Runs a plan on behalf of this session: SessionExpired if it is lost (or turns out to
         be)."""
-        try:
-            self._core.check_usable()
-        except BaseException:
-            plan.close()
-            raise
+        self._usable(plan)
         try:
             return self._client._run(plan)
         except errors.UnknownSession as e:
@@ -440,21 +370,9 @@ class Session:
 _UNSET: Any = object()
 
 
-class Lock:
+class Lock(LockBase[Session]):
     """A lock held by a session. Mutual exclusion is between sessions: threads that share one
     session share its locks."""
-
-    def __init__(self, session: Session, name: str, *, shared: bool, timeout: Optional[float],
-                 on_lost: Optional[Callable[[Sequencer], None]]) -> None:
-        self._session = session
-        self._core = p.LockCore(session._core, name, shared=shared, timeout=timeout,
-                                on_lost=on_lost)
-        self.name, self.shared = self._core.name, self._core.shared
-
-    @property
-    def sequencer(self) -> Optional[Sequencer]:
-        """The grant held, or None."""
-        return self._core.sequencer
 
     def acquire(self, timeout: Optional[float] = _UNSET, *,
                 call_timeout: Optional[float] = None) -> Sequencer:
@@ -482,14 +400,9 @@ class Lock:
             raise lost
 
 
-class Barrier:
+class Barrier(BarrierBase[Session]):
     """A double barrier: ``enter()`` returns once `count` sessions have entered, ``leave()``
     once all of them have left."""
-
-    def __init__(self, session: Session, name: str, count: int) -> None:
-        self.name = p.check_name(name, "barrier name")
-        self.count = p.check_int(count, "count", 1, p.MAX_BARRIER_COUNT)
-        self._session = session
 
     def enter(self, timeout: Optional[float] = None) -> int:
         """Waits for the barrier to fill; returns the revision. None waits for ever, 0 does not
@@ -546,14 +459,13 @@ class Election:
                 yield event.value if event.type == "put" else None
 
 
-class Watch:
+class Watch(WatchBase[Client]):
     """An iterator of :class:`~voltlock.WatchEvent`; reconnects after a dropped stream or a
     leader change and resumes after the last revision it yielded. ``close()`` (from any
     thread) ends the iteration."""
 
     def __init__(self, client: Client, stream: p.WatchStream) -> None:
-        self._client, self._state = client, stream
-        self._ready: Deque[WatchEvent] = collections.deque()
+        super().__init__(client, stream)
         self._stream: Optional[_Stream] = None
         self._closed = threading.Event()
 
@@ -565,11 +477,6 @@ class Watch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @property
-    def next_revision(self) -> Optional[int]:
-        """Where the watch would resume: the revision after the last one it yielded."""
-        return self._state.next_revision
 
     def close(self) -> None:
         self._closed.set()
@@ -594,11 +501,7 @@ class Watch:
                 self._stream = None
                 self._closed.wait(self._state.dropped(problem))
                 continue
-            try:
-                self._ready.extend(self._state.feed(chunk))
-            except errors.Error:
-                self.close()
-                raise
+            self._take(chunk)
         return self._ready.popleft()
 
     def _open(self) -> None:

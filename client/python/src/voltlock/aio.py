@@ -14,24 +14,19 @@ over asyncio streams, with a keep-alive pool per replica.
 from __future__ import annotations
 
 import asyncio
-import collections
-import logging
-import os
 import ssl
-from typing import (Any, AsyncIterator, Callable, Deque, Dict, List, Optional, Sequence,
-                    Tuple, TypeVar, Union)
+from typing import (Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 import h11
 
 from . import _protocol as p
 from . import errors
-from ._sync import describe, endpoints_from_env
-from ._tls import client_context
+from ._surface import BarrierBase, ClientBase, LockBase, SessionBase, WatchBase, describe
 from .errors import *  # noqa: F401,F403  (the same exceptions, for `aio.LockBusy` and the like)
 from .models import KeyValue, Sequencer, Value, WatchEvent
 
 T = TypeVar("T")
-log = logging.getLogger("voltlock")
 
 _CONNECTION_ERRORS = (OSError, asyncio.TimeoutError, h11.ProtocolError, EOFError)
 
@@ -190,24 +185,12 @@ class AsyncTransport:
                 connection.close()
 
 
-class Client:
+class Client(ClientBase[AsyncTransport]):
     """An asyncio client of one Voltlock cell: :class:`voltlock.Client` with ``await``.
     One per event loop. TLS and ``token`` options as :class:`voltlock.Client`'s."""
 
-    def __init__(self, endpoints: Optional[Sequence[str]] = None, *, timeout: float = 10.0,
-                 connect_timeout: float = 1.0, attempt_timeout: float = 3.0,
-                 cacert: Optional[str] = None, cert: Optional[str] = None,
-                 key: Optional[str] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None,
-                 token: Optional[str] = None) -> None:
-        self._protocol = p.Protocol(endpoints_from_env(endpoints), timeout=timeout,
-                                    connect_timeout=connect_timeout,
-                                    attempt_timeout=attempt_timeout,
-                                    token=token if token is not None
-                                    else os.environ.get("VOLTLOCK_TOKEN") or None)
-        self._transport = AsyncTransport(client_context(
-            self._protocol.router.endpoints, ssl_context=ssl_context, cacert=cacert, cert=cert,
-            key=key))
+    def _make_transport(self, tls: Optional[ssl.SSLContext]) -> AsyncTransport:
+        return AsyncTransport(tls)
 
     async def __aenter__(self) -> "Client":
         return self
@@ -294,33 +277,17 @@ class Client:
         return await self._run(self._protocol.read("/v1/cluster", timeout))
 
 
-class Session:
+class Session(SessionBase[Client]):
     """As :class:`voltlock.Session`; kept alive by an asyncio task, :attr:`lost` is an
     ``asyncio.Event``, ``on_lost`` callbacks run on the event loop."""
 
-    def __init__(self, client: Client, *, ttl: float, lock_delay: float, name: str,
-                 grace: Optional[float], on_lost: Optional[Callable[["Session"], None]],
-                 timeout: Optional[float]) -> None:
-        self._client = client
-        self.lost = asyncio.Event()
-        self._stop = asyncio.Event()
-        self._core = p.SessionCore(ttl, grace, client._protocol.clock, self._announce_loss)
-        self._settings = (ttl, lock_delay, name, timeout)
-        self._task: Optional["asyncio.Task[None]"] = None
-        if on_lost is not None:
-            self.on_lost(on_lost)
-
-    @property
-    def id(self) -> int:
-        return self._core.id
-
-    @property
-    def ttl(self) -> float:
-        return self._core.ttl
+    _new_event = asyncio.Event
+    lost: asyncio.Event
+    _stop: asyncio.Event
+    _task: Optional["asyncio.Task[None]"] = None
 
     async def open(self) -> "Session":
-        if self._core.is_open:
-            raise RuntimeError("this session is already open")
+        self._check_open()
         ttl, lock_delay, name, timeout = self._settings
         sent = self._client._protocol.clock()
         created = await self._client._run(self._client._protocol.create_session(
@@ -348,17 +315,6 @@ class Session:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    @property
-    def state(self) -> str:
-        return self._core.state()
-
-    def on_lost(self, callback: Callable[["Session"], None]) -> None:
-        self._core.on_lost(lambda: callback(self))
-
-    def _announce_loss(self) -> None:
-        self.lost.set()
-        self._stop.set()
-
     async def _keep_alive(self) -> None:
         protocol = self._client._protocol
         while True:
@@ -368,25 +324,16 @@ class Session:
                 return
             except asyncio.TimeoutError:
                 pass
-            sent = protocol.clock()
+            sent, error = protocol.clock(), None
             try:
                 await self._client._run(protocol.keepalive(self.id, budget))
-            except errors.UnknownSession:
-                self._core.lose(f"the cell no longer knows session {self.id} (it expired)")
-                return
             except errors.Error as e:
-                log.debug("keepalive of session %d: %s", self.id, e)
-                self._core.failed()
-            else:
-                self._core.renewed(sent)
-            self._core.check_lost()
+                error = e
+            if not self._keepalive_done(sent, error):
+                return
 
     async def _call(self, plan: p.Plan[T]) -> T:
-        try:
-            self._core.check_usable()
-        except BaseException:
-            plan.close()
-            raise
+        self._usable(plan)
         try:
             return await self._client._run(plan)
         except errors.UnknownSession as e:
@@ -409,19 +356,8 @@ class Session:
 _UNSET: Any = object()
 
 
-class Lock:
+class Lock(LockBase[Session]):
     """As :class:`voltlock.Lock`: ``async with s.lock(name) as seq:``."""
-
-    def __init__(self, session: Session, name: str, *, shared: bool, timeout: Optional[float],
-                 on_lost: Optional[Callable[[Sequencer], None]]) -> None:
-        self._session = session
-        self._core = p.LockCore(session._core, name, shared=shared, timeout=timeout,
-                                on_lost=on_lost)
-        self.name, self.shared = self._core.name, self._core.shared
-
-    @property
-    def sequencer(self) -> Optional[Sequencer]:
-        return self._core.sequencer
 
     async def acquire(self, timeout: Optional[float] = _UNSET, *,
                       call_timeout: Optional[float] = None) -> Sequencer:
@@ -448,13 +384,8 @@ class Lock:
             raise lost
 
 
-class Barrier:
+class Barrier(BarrierBase[Session]):
     """As :class:`voltlock.Barrier`, awaited."""
-
-    def __init__(self, session: Session, name: str, count: int) -> None:
-        self.name = p.check_name(name, "barrier name")
-        self.count = p.check_int(count, "count", 1, p.MAX_BARRIER_COUNT)
-        self._session = session
 
     async def enter(self, timeout: Optional[float] = None) -> int:
         return await self._session._call(self._session._client._protocol.barrier_enter(
@@ -502,12 +433,11 @@ class Election:
                 yield event.value if event.type == "put" else None
 
 
-class Watch:
+class Watch(WatchBase[Client]):
     """As :class:`voltlock.Watch`: ``async for ev in watch``; ``close()`` ends it."""
 
     def __init__(self, client: Client, stream: p.WatchStream) -> None:
-        self._client, self._state = client, stream
-        self._ready: Deque[WatchEvent] = collections.deque()
+        super().__init__(client, stream)
         self._stream: Optional[_Connection] = None
         self._closed = asyncio.Event()
 
@@ -519,10 +449,6 @@ class Watch:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
-
-    @property
-    def next_revision(self) -> Optional[int]:
-        return self._state.next_revision
 
     def close(self) -> None:
         self._closed.set()
@@ -552,11 +478,7 @@ class Watch:
                 self._stream = None
                 await self._pause(self._state.dropped(problem))
                 continue
-            try:
-                self._ready.extend(self._state.feed(chunk))
-            except errors.Error:
-                self.close()
-                raise
+            self._take(chunk)
         return self._ready.popleft()
 
     async def _open(self) -> None:
