@@ -356,9 +356,8 @@ int main(int argc, char** argv)
         }
     }
     if (endpoints.empty()) {
-        std::fprintf(stderr, "usage: vl_http_load --targets IP:PORT[,...] --clients N "
-                             "--seconds S --workload "
-                             "put|get|stale_get|lock|lock_one|keepalive|lock_read "
+        std::fprintf(stderr, "usage: vl_http_load --targets IP:PORT[,...] --clients N --seconds S "
+                             "--workload put|get|stale_get|lock|lock_one|keepalive|lock_read "
                              "[--system etcd] [--lock-name NAME]\n");
         return 2;
     }
