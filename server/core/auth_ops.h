@@ -1,7 +1,8 @@
 // The auth ops (docs/security-auth.md, "Users, roles and tokens through the API"): users, roles
 // and bearer tokens as replicated state, changed through the log like any other state, so that
 // every replica enforces the same rules at the same op. They travel as one LockOp alternative,
-// AuthOp (op code `auth`); core/auth_state.h applies them, encodes them and checks them.
+// AuthOp (op code `auth`); core/auth_state.h applies and checks them, core/auth_codec.h
+// encodes them.
 //
 // Encoding, after the op code `auth` (lock_ops.h's conventions: little-endian, str = u16 length):
 //   u8 kind (AuthOpKind), then

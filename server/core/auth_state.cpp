@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "core/byte_reader.h"
-#include "core/byte_writer.h"
 #include "core/overloaded.h"
 
 namespace voltlock {
@@ -31,236 +29,6 @@ std::optional<Invalid> check_grant(const RoleGrant& grant)
         if (const Violation v = validate_name(grant.prefix); v != Violation::none)
             return Invalid{v, "grants.resource"};
     return std::nullopt;
-}
-
-// ---- The op's body ---------------------------------------------------------------------------
-
-class BodyWriter {
-public:
-    explicit BodyWriter(Bytes& out) : out_(out) {}
-    void u8(uint8_t v) { out_.u8(v); }
-    void u64(uint64_t v) { out_.u64(v); }
-    void str(std::string_view s)
-    {
-        out_.u16(static_cast<uint16_t>(s.size()));
-        out_.bytes(s);
-    }
-    void digest(const TokenDigest& d)
-    {
-        out_.bytes(std::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
-    }
-
-private:
-    ByteWriter out_;
-};
-
-class BodyReader {
-public:
-    explicit BodyReader(std::string_view in) : in_(in) {}
-    bool u8(uint8_t& v) { return in_.u8(v) || fail(OpDecodeError::truncated); }
-    bool u64(uint64_t& v) { return in_.u64(v) || fail(OpDecodeError::truncated); }
-    bool str(std::string& s)
-    {
-        uint16_t size = 0;
-        return (in_.u16(size) && in_.bytes(s, size)) || fail(OpDecodeError::truncated);
-    }
-    bool digest(TokenDigest& d)
-    {
-        Bytes raw;
-        if (!in_.bytes(raw, d.size())) return fail(OpDecodeError::truncated);
-        std::copy(raw.begin(), raw.end(), d.begin());
-        return true;
-    }
-    bool fail(OpDecodeError error)
-    {
-        if (!error_) error_ = error;
-        return false;
-    }
-    bool done() const { return in_.done(); }
-    OpDecodeError error() const { return error_.value_or(OpDecodeError::trailing_bytes); }
-
-private:
-    ByteReader in_;
-    std::optional<OpDecodeError> error_;
-};
-
-bool read_change(AuthOpKind kind, BodyReader& r, AuthChange& out)
-{
-    uint8_t count = 0;
-    switch (kind) {
-    case AuthOpKind::put_role: {
-        PutRole o;
-        if (!(r.str(o.role) && r.u8(count))) return false;
-        for (uint8_t i = 0; i < count; i++) {
-            RoleGrant& g = o.grants.emplace_back();
-            uint8_t scope = 0;
-            if (!(r.u8(g.permissions) && r.u8(scope) && r.str(g.prefix))) return false;
-            if (scope > kMaxGrantScope) return r.fail(OpDecodeError::bad_enum);
-            g.scope = static_cast<GrantScope>(scope);
-        }
-        out = std::move(o);
-        return true;
-    }
-    case AuthOpKind::delete_role: {
-        DeleteRole o;
-        if (!r.str(o.role)) return false;
-        out = std::move(o);
-        return true;
-    }
-    case AuthOpKind::put_user: {
-        PutUser o;
-        if (!(r.str(o.user) && r.u8(count))) return false;
-        for (uint8_t i = 0; i < count; i++)
-            if (!r.str(o.roles.emplace_back())) return false;
-        out = std::move(o);
-        return true;
-    }
-    case AuthOpKind::delete_user: {
-        DeleteUser o;
-        if (!r.str(o.user)) return false;
-        out = std::move(o);
-        return true;
-    }
-    case AuthOpKind::create_token: {
-        CreateToken o;
-        if (!(r.str(o.user) && r.digest(o.hash) && r.u64(o.ttl_ms))) return false;
-        out = std::move(o);
-        return true;
-    }
-    case AuthOpKind::revoke_token: {
-        RevokeToken o;
-        if (!r.str(o.id)) return false;
-        out = std::move(o);
-        return true;
-    }
-    }
-    return r.fail(OpDecodeError::bad_enum);
-}
-
-// ---- The snapshot section --------------------------------------------------------------------
-
-class StateWriter {
-public:
-    explicit StateWriter(Bytes& out) : out_(out) {}
-    void u8(uint8_t v) { out_.u8(v); }
-    void u64(uint64_t v) { out_.u64(v); }
-    void str(std::string_view s)
-    {
-        out_.u32(static_cast<uint32_t>(s.size()));
-        out_.bytes(s);
-    }
-    void count(size_t n) { out_.u32(static_cast<uint32_t>(n)); }
-    void digest(const TokenDigest& d)
-    {
-        out_.bytes(std::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
-    }
-
-private:
-    ByteWriter out_;
-};
-
-class StateReader {
-public:
-    explicit StateReader(std::string_view in) : in_(in) {}
-    bool u8(uint8_t& v) { return in_.u8(v); }
-    bool u64(uint64_t& v) { return in_.u64(v); }
-    bool count(uint32_t& n) { return in_.u32(n); }
-    bool str(std::string& s)
-    {
-        uint32_t size = 0;
-        return in_.u32(size) && in_.bytes(s, size);
-    }
-    bool digest(TokenDigest& d)
-    {
-        Bytes raw;
-        if (!in_.bytes(raw, d.size())) return false;
-        std::copy(raw.begin(), raw.end(), d.begin());
-        return true;
-    }
-    bool done() const { return in_.done(); }
-
-private:
-    ByteReader in_;
-};
-
-void write_record(StateWriter& w, const RoleRecord& r)
-{
-    w.count(r.grants.size());
-    for (const RoleGrant& g : r.grants) {
-        w.u8(g.permissions);
-        w.u8(static_cast<uint8_t>(g.scope));
-        w.str(g.prefix);
-    }
-}
-
-void write_record(StateWriter& w, const UserRecord& r)
-{
-    w.count(r.roles.size());
-    for (const std::string& role : r.roles) w.str(role);
-}
-
-void write_record(StateWriter& w, const TokenRecord& r)
-{
-    w.str(r.user);
-    w.digest(r.hash);
-    w.u64(r.created_ms);
-    w.u64(r.expires_ms);
-}
-
-bool read_record(StateReader& r, RoleRecord& out)
-{
-    uint32_t count = 0;
-    if (!r.count(count)) return false;
-    for (uint32_t i = 0; i < count; i++) {
-        RoleGrant& g = out.grants.emplace_back();
-        uint8_t scope = 0;
-        if (!(r.u8(g.permissions) && r.u8(scope) && r.str(g.prefix)) || scope > kMaxGrantScope)
-            return false;
-        g.scope = static_cast<GrantScope>(scope);
-        if (check_grant(g)) return false;
-    }
-    return true;
-}
-
-bool read_record(StateReader& r, UserRecord& out)
-{
-    uint32_t count = 0;
-    if (!r.count(count)) return false;
-    for (uint32_t i = 0; i < count; i++)
-        if (!r.str(out.roles.emplace_back())) return false;
-    return true;
-}
-
-bool read_record(StateReader& r, TokenRecord& out)
-{
-    return r.str(out.user) && r.digest(out.hash) && r.u64(out.created_ms) &&
-           r.u64(out.expires_ms);
-}
-
-template <typename Record>
-void write_map(StateWriter& w, const std::map<std::string, Record>& records)
-{
-    w.count(records.size());
-    for (const auto& [key, record] : records) {
-        w.str(key);
-        write_record(w, record);
-    }
-}
-
-// Keys strictly increasing, as write_map writes them.
-template <typename Record>
-bool read_map(StateReader& r, std::map<std::string, Record>& records)
-{
-    uint32_t count = 0;
-    if (!r.count(count)) return false;
-    for (uint32_t i = 0; i < count; i++) {
-        std::string key;
-        Record record;
-        if (!r.str(key) || !read_record(r, record)) return false;
-        if (!records.empty() && !(records.rbegin()->first < key)) return false;
-        records.emplace_hint(records.end(), std::move(key), std::move(record));
-    }
-    return true;
 }
 
 }  // namespace
@@ -374,76 +142,20 @@ AuthOutcome apply_auth_op(AuthState& state, const AuthOp& op, uint64_t now_ms)
     return outcome;
 }
 
-Bytes encode_auth_op(const AuthOp& op)
+const char* broken_auth_state(const AuthState& state)
 {
-    Bytes out;
-    BodyWriter w(out);
-    w.u8(static_cast<uint8_t>(op.change.index() + 1));
-    std::visit(Overloaded{
-                   [&](const PutRole& o) {
-                       w.str(o.role);
-                       w.u8(static_cast<uint8_t>(o.grants.size()));
-                       for (const RoleGrant& g : o.grants) {
-                           w.u8(g.permissions);
-                           w.u8(static_cast<uint8_t>(g.scope));
-                           w.str(g.prefix);
-                       }
-                   },
-                   [&](const DeleteRole& o) { w.str(o.role); },
-                   [&](const PutUser& o) {
-                       w.str(o.user);
-                       w.u8(static_cast<uint8_t>(o.roles.size()));
-                       for (const std::string& role : o.roles) w.str(role);
-                   },
-                   [&](const DeleteUser& o) { w.str(o.user); },
-                   [&](const CreateToken& o) {
-                       w.str(o.user);
-                       w.digest(o.hash);
-                       w.u64(o.ttl_ms);
-                   },
-                   [&](const RevokeToken& o) { w.str(o.id); },
-               },
-               op.change);
-    return out;
-}
-
-OpDecodeResult<AuthOp> decode_auth_op(std::string_view body)
-{
-    BodyReader r(body);
-    uint8_t kind = 0;
-    if (!r.u8(kind)) return OpDecodeError::truncated;
-    if (kind < 1 || kind > static_cast<uint8_t>(AuthOpKind::revoke_token))
-        return OpDecodeError::bad_enum;
-    AuthOp op;
-    if (!read_change(static_cast<AuthOpKind>(kind), r, op.change) || !r.done()) return r.error();
-    return op;
-}
-
-Bytes encode_auth_state(const AuthState& state)
-{
-    Bytes out;
-    StateWriter w(out);
-    w.u64(state.revision);
-    write_map(w, state.roles);
-    write_map(w, state.users);
-    write_map(w, state.tokens);
-    return out;
-}
-
-bool decode_auth_state(std::string_view bytes, AuthState& state)
-{
-    AuthState decoded;
-    StateReader r(bytes);
-    if (!(r.u64(decoded.revision) && read_map(r, decoded.roles) && read_map(r, decoded.users) &&
-          read_map(r, decoded.tokens) && r.done()))
-        return false;
-    for (const auto& [name, user] : decoded.users)
+    for (const auto& [name, role] : state.roles)
+        for (const RoleGrant& grant : role.grants)
+            if (check_grant(grant)) return "a role's grant is invalid";
+    for (const auto& [name, user] : state.users)
         for (const std::string& role : user.roles)
-            if (role != kBuiltinAdminRole && !decoded.roles.contains(role)) return false;
-    for (const auto& [id, token] : decoded.tokens)
-        if (!decoded.users.contains(token.user) || id != token_id(token.hash)) return false;
-    state = std::move(decoded);
-    return true;
+            if (role != kBuiltinAdminRole && !state.roles.contains(role))
+                return "a user has a role that does not exist";
+    for (const auto& [id, token] : state.tokens) {
+        if (!state.users.contains(token.user)) return "a token's user does not exist";
+        if (id != token_id(token.hash)) return "a token is not under its id";
+    }
+    return nullptr;
 }
 
 }  // namespace voltlock

@@ -1,8 +1,8 @@
 // Users, roles and tokens as replicated state (core/auth_ops.h has the ops): the tables, how an
-// op changes them, their encodings (the op's body, and the snapshot's section), all pure and
-// deterministic like the rest of the core. LockMachine keeps an AuthState in its state and
-// dispatches AuthOp here; the API layer (api/access.h) reads the tables as of the replica's
-// applied op to authenticate and authorize requests.
+// op changes them, and the checks of tables read from a snapshot, all pure and deterministic
+// like the rest of the core (core/auth_codec.h has their encodings). LockMachine keeps an
+// AuthState in its state and dispatches AuthOp here; the API layer (api/access.h) reads the
+// tables as of the replica's applied op to authenticate and authorize requests.
 #pragma once
 
 #include <cstdint>
@@ -65,15 +65,10 @@ struct AuthOutcome {
 };
 AuthOutcome apply_auth_op(AuthState& state, const AuthOp& op, uint64_t now_ms);
 
-// The op's body, after the op code (auth_ops.h's layout).
-Bytes encode_auth_op(const AuthOp& op);
-OpDecodeResult<AuthOp> decode_auth_op(std::string_view body);
-
-// The snapshot's auth section: u64 revision, then the three maps in key order, each a u32
-// count of (u32-length key, record); records in declaration order, strings with u32 lengths.
-// decode_auth_state accepts only what encode_auth_state writes, and only tables whose users'
-// roles and tokens' users exist.
-Bytes encode_auth_state(const AuthState& state);
-bool decode_auth_state(std::string_view bytes, AuthState& state);
+// The codec (the op's body, AuthResult, the snapshot's auth section) is core/auth_codec.h's
+// layouts. A snapshot's tables are read as they come, then checked here: nullptr if every grant
+// is valid, every role a user has exists (or is `admin`), and every token's user exists and the
+// token is under its id; else what is wrong.
+const char* broken_auth_state(const AuthState& state);
 
 }  // namespace voltlock

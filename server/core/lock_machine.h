@@ -267,11 +267,13 @@ public:
     std::optional<uint64_t> next_deadline_ms() const;
 
     // A hash over the whole state (history included); equal on replicas that applied the same ops.
+    // The snapshot's layout run through codec.h's hashing sink: what a snapshot leaves out is
+    // derived from what it holds.
     uint64_t state_digest() const override;
 
     // Snapshots (StateMachine). The layout: u32 magic "VLM3", then the fields of
     // LockServiceState in declaration order, nested records likewise; integers little-endian
-    // (ByteWriter), enums and bools one byte, strings and sequences a u32 count first, maps in
+    // (codec.h), enums and bools one byte, strings and sequences a u32 count first, maps in
     // key order. Derived data (the timers, the sessions' index sets) is left out and rebuilt by
     // restore(), which accepts only states that pass check_invariants(): every record names a
     // live session, at most once per lock or barrier, and so on. The history is trimmed to this

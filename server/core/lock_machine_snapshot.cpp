@@ -1,14 +1,15 @@
 #include "core/lock_machine.h"
 
 #include <concepts>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
 #include "core/assert.h"
-#include "core/byte_reader.h"
-#include "core/byte_writer.h"
+#include "core/auth_codec.h"
+#include "core/codec.h"
 #include "core/lock_machine_rules.h"
 
 namespace voltlock {
@@ -75,212 +76,133 @@ bool known(EventType type)
     return false;
 }
 
-// Counts the bytes a ByteWriter would append, so that snapshot() allocates its buffer once.
-class ByteCounter {
+// The snapshot's formats on top of codec.h's: a magic number saying which layout follows,
+// strings and counts of u32, and maps of records in strictly increasing key order. One wrapper
+// for every codec sink and source, so that writing, measuring, hashing (state_digest) and
+// reading run the one layout below.
+template <typename Io>
+class SnapshotIo : public Io {
 public:
-    void u8(uint8_t) { size_ += 1; }
-    void u32(uint32_t) { size_ += 4; }
-    void u64(uint64_t) { size_ += 8; }
-    void bytes(std::string_view s) { size_ += s.size(); }
-    size_t size() const { return size_; }
+    using Io::Io;
 
-private:
-    size_t size_ = 0;
-};
-
-// The two directions of the codec run the same description of the layout, the fields()
-// functions below: on a SnapshotEncoder each field is appended, on a SnapshotDecoder it is read
-// and checked. Every call answers whether it succeeded, which encoding always does.
-template <typename Sink>  // ByteWriter, or ByteCounter to measure first
-class SnapshotEncoder {
-public:
-    explicit SnapshotEncoder(Sink& out) : out_(out) {}
-
-    bool magic(uint32_t v) { return u32(v); }
-    bool session_owners() const { return true; }
-    bool auth(const AuthState& state)
+    bool magic(uint32_t current)
     {
-        out_.bytes(encode_auth_state(state));
-        return true;
-    }
-    bool u32(uint32_t v)
-    {
-        out_.u32(v);
-        return true;
-    }
-    bool u64(uint64_t v)
-    {
-        out_.u64(v);
-        return true;
-    }
-    bool boolean(bool v)
-    {
-        out_.u8(v ? 1 : 0);
-        return true;
-    }
-    template <typename Enum>
-    bool enumeration(Enum v)
-    {
-        out_.u8(static_cast<uint8_t>(v));
-        return true;
-    }
-    bool str(std::string_view s)
-    {
-        count(s.size());
-        out_.bytes(s);
-        return true;
-    }
-    template <typename Sequence>
-    bool sequence(const Sequence& items)
-    {
-        count(items.size());
-        for (const auto& item : items) fields(*this, item);
-        return true;
-    }
-    template <typename Map>
-    bool map(const Map& records)
-    {
-        count(records.size());
-        for (const auto& [key, record] : records) {
-            map_key(key);
-            fields(*this, record);
-        }
-        return true;
-    }
-
-private:
-    void count(size_t n)
-    {
-        VL_ASSERT(n <= UINT32_MAX, "snapshot lengths and counts fit a u32");
-        out_.u32(static_cast<uint32_t>(n));
-    }
-    void map_key(std::string_view key) { str(key); }
-    void map_key(SessionId key) { out_.u64(key); }
-
-    Sink& out_;
-};
-
-// Reads what SnapshotEncoder writes, and accepts nothing else: every read is bounded, enums are
-// their enumerators, bools 0 or 1, and map keys strictly increasing (no key twice).
-class SnapshotDecoder {
-public:
-    explicit SnapshotDecoder(std::string_view in) : in_(in) {}
-
-    bool magic(uint32_t expected)
-    {
-        uint32_t v = 0;
-        if (!in_.u32(v)) return false;
+        uint32_t v = current;
+        if (!this->u32(v)) return false;
         session_owners_ = v != kSnapshotMagicWithoutOwners;
-        auth_tables_ = v == expected;
-        return v == expected || v == kSnapshotMagicWithoutAuth ||
-               v == kSnapshotMagicWithoutOwners;
+        auth_tables_ = v == current;
+        return v == current || v == kSnapshotMagicWithoutAuth || v == kSnapshotMagicWithoutOwners;
     }
     bool session_owners() const { return session_owners_; }
-    // The auth section is the snapshot's last: the rest of the bytes (none before VLM3).
-    bool auth(AuthState& state)
+    // The auth tables are the snapshot's last section (none before VLM3: left empty).
+    template <typename State>
+    bool auth(State& state)
     {
-        if (!auth_tables_) return true;
-        Bytes section;
-        return in_.rest(section) && decode_auth_state(section, state);
+        return !auth_tables_ || fields(*this, state);
     }
-    bool u32(uint32_t& v) { return in_.u32(v); }
-    bool u64(uint64_t& v) { return in_.u64(v); }
-    bool boolean(bool& v)
+    template <typename S>
+    bool text(S& s)
     {
-        uint8_t x = 0;
-        if (!in_.u8(x) || x > 1) return false;
-        v = x == 1;
-        return true;
-    }
-    template <typename Enum>
-    bool enumeration(Enum& v)
-    {
-        uint8_t x = 0;
-        if (!in_.u8(x)) return false;
-        v = static_cast<Enum>(x);  // defined for any u8: the enums have uint8_t underneath
-        return known(v);
-    }
-    bool str(std::string& s)
-    {
-        uint32_t size = 0;
-        return in_.u32(size) && in_.bytes(s, size);
+        return this->template str<uint32_t>(s);
     }
     // A count is not trusted for an allocation: items are added as they decode, so a count
     // beyond the bytes fails at the first item missing.
     template <typename Sequence>
-    bool sequence(Sequence& items)
+    bool list(Sequence& items)
     {
-        uint32_t count = 0;
-        if (!in_.u32(count)) return false;
-        for (uint32_t i = 0; i < count; i++)
-            if (!fields(*this, items.emplace_back())) return false;
+        uint32_t count = checked_count(items.size());
+        if (!this->u32(count)) return false;
+        if constexpr (kReading) {
+            for (uint32_t i = 0; i < count; i++)
+                if (!fields(*this, items.emplace_back())) return false;
+        } else {
+            for (const auto& item : items)
+                if (!fields(*this, item)) return false;
+        }
         return true;
     }
     template <typename Map>
     bool map(Map& records)
     {
-        uint32_t count = 0;
-        if (!in_.u32(count)) return false;
-        for (uint32_t i = 0; i < count; i++) {
-            typename Map::key_type key{};
-            typename Map::mapped_type record;
-            if (!map_key(key) || !fields(*this, record)) return false;
-            // In key order, as snapshot() writes them: each insert is at the end, in O(1).
-            if (!records.empty() && !(records.rbegin()->first < key)) return false;
-            records.emplace_hint(records.end(), std::move(key), std::move(record));
+        uint32_t count = checked_count(records.size());
+        if (!this->u32(count)) return false;
+        if constexpr (kReading) {
+            for (uint32_t i = 0; i < count; i++) {
+                typename Map::key_type key{};
+                typename Map::mapped_type record;
+                if (!map_key(key) || !fields(*this, record)) return false;
+                // In key order, as snapshot() writes them: each insert is at the end, in O(1).
+                if (!records.empty() && !(records.rbegin()->first < key)) return false;
+                records.emplace_hint(records.end(), std::move(key), std::move(record));
+            }
+        } else {
+            for (const auto& [key, record] : records)
+                if (!map_key(key) || !fields(*this, record)) return false;
         }
         return true;
     }
-    bool done() const { return in_.done(); }
 
 private:
-    bool map_key(std::string& key) { return str(key); }
-    bool map_key(SessionId& key) { return in_.u64(key); }
+    static constexpr bool kReading = std::same_as<Io, codec::Reader>;
 
-    ByteReader in_;
+    static uint32_t checked_count(size_t n)
+    {
+        VL_ASSERT(n <= UINT32_MAX, "snapshot counts fit a u32");
+        return static_cast<uint32_t>(n);
+    }
+    template <typename Key>
+    bool map_key(Key& key)
+    {
+        if constexpr (std::same_as<std::remove_const_t<Key>, std::string>)
+            return text(key);
+        else
+            return this->u64(key);
+    }
+
     bool session_owners_ = true;  // false: a VLM1 snapshot
     bool auth_tables_ = true;     // false: VLM1 or VLM2
 };
 
-// The layout, one function per record, for both directions: `R` is the record, const when
-// encoding. Fields go in declaration order; what is derived from other records is left out.
-template <typename R, typename Record>
-concept MaybeConst = std::same_as<std::remove_const_t<R>, Record>;
+}  // namespace
+
+// The layout, one function per record: `R` is the record, const when writing, measuring or
+// hashing. Fields go in declaration order; what is derived from other records is left out.
+using codec::MaybeConst;
 
 template <typename Io, MaybeConst<SessionRecord> R>
 bool fields(Io& io, R& r)
 {
     // Not the index sets (held_locks .. ephemeral_keys): index_records() rebuilds them.
-    return io.str(r.name) && io.u32(r.ttl_ms) && io.u32(r.lock_delay_ms) &&
+    return io.text(r.name) && io.u32(r.ttl_ms) && io.u32(r.lock_delay_ms) &&
            io.u64(r.lease_epoch) && io.u64(r.deadline_ms) && io.u64(r.created_ms) &&
-           (!io.session_owners() || io.str(r.owner));
+           (!io.session_owners() || io.text(r.owner));
 }
 
 template <typename Io, MaybeConst<LockHolder> R>
 bool fields(Io& io, R& r)
 {
-    return io.u64(r.session) && io.enumeration(r.mode) && io.u64(r.generation) &&
+    return io.u64(r.session) && io.enumeration(r.mode, known) && io.u64(r.generation) &&
            io.u64(r.granted_ms);
 }
 
 template <typename Io, MaybeConst<LockWaiter> R>
 bool fields(Io& io, R& r)
 {
-    return io.u64(r.session) && io.enumeration(r.mode) && io.u64(r.deadline_ms) &&
+    return io.u64(r.session) && io.enumeration(r.mode, known) && io.u64(r.deadline_ms) &&
            io.u64(r.since_ms);
 }
 
 template <typename Io, MaybeConst<LockRecord> R>
 bool fields(Io& io, R& r)
 {
-    return io.sequence(r.holders) && io.sequence(r.waiters) && io.u64(r.generation) &&
+    return io.list(r.holders) && io.list(r.waiters) && io.u64(r.generation) &&
            io.u64(r.delay_until_ms);
 }
 
 template <typename Io, MaybeConst<ValueRecord> R>
 bool fields(Io& io, R& r)
 {
-    return io.str(r.value) && io.u64(r.create_revision) && io.u64(r.mod_revision) &&
+    return io.text(r.value) && io.u64(r.create_revision) && io.u64(r.mod_revision) &&
            io.u64(r.version) && io.u64(r.session);
 }
 
@@ -293,15 +215,16 @@ bool fields(Io& io, R& r)
 template <typename Io, MaybeConst<BarrierRecord> R>
 bool fields(Io& io, R& r)
 {
-    return io.u32(r.count) && io.enumeration(r.phase) && io.sequence(r.members);
+    return io.u32(r.count) && io.enumeration(r.phase, known) && io.list(r.members);
 }
 
 template <typename Io, MaybeConst<WatchEvent> R>
 bool fields(Io& io, R& r)
 {
-    return io.u64(r.revision) && io.enumeration(r.type) && io.str(r.key) && io.u64(r.session) &&
-           io.str(r.value) && io.u64(r.prev_revision) && io.enumeration(r.mode) &&
-           io.u64(r.generation) && io.enumeration(r.cause);
+    return io.u64(r.revision) && io.enumeration(r.type, known) && io.text(r.key) &&
+           io.u64(r.session) && io.text(r.value) && io.u64(r.prev_revision) &&
+           io.enumeration(r.mode, known) && io.u64(r.generation) &&
+           io.enumeration(r.cause, known);
 }
 
 template <typename Io, MaybeConst<LockServiceState> R>
@@ -310,31 +233,37 @@ bool fields(Io& io, R& r)
     // Not the timers: index_records() rebuilds them.
     return io.magic(kSnapshotMagic) && io.u64(r.now_ms) && io.u64(r.last_applied_op) &&
            io.u64(r.revision) && io.u64(r.last_generation) && io.map(r.sessions) &&
-           io.map(r.locks) && io.map(r.kv) && io.map(r.barriers) && io.sequence(r.history) &&
+           io.map(r.locks) && io.map(r.kv) && io.map(r.barriers) && io.list(r.history) &&
            io.u64(r.compacted_revision) && io.auth(r.auth);
 }
 
-}  // namespace
-
 Bytes LockMachine::snapshot() const
 {
-    ByteCounter size;
-    SnapshotEncoder measure(size);
-    fields(measure, state_);
-    Bytes out;
-    out.reserve(size.size());
-    ByteWriter writer(out);
-    SnapshotEncoder encode(writer);
-    fields(encode, state_);
+    SnapshotIo<codec::Counter> size;
+    fields(size, state_);
+    Bytes out(size.size(), '\0');
+    SnapshotIo<codec::Writer> writer(out);
+    const bool written = fields(writer, state_);
+    VL_ASSERT(written, "a snapshot fits the bytes measured for it");
     return out;
+}
+
+// The snapshot's fields through a hashing sink: the timers and the sessions' index sets are
+// derived from them (check_invariants), so they are not hashed again.
+uint64_t LockMachine::state_digest() const
+{
+    SnapshotIo<codec::Hasher> hasher;
+    fields(hasher, state_);
+    return hasher.digest();
 }
 
 bool LockMachine::restore(std::string_view snapshot)
 {
     // Decoded and checked aside: the machine changes only once the whole snapshot has passed.
     LockServiceState restored;
-    SnapshotDecoder in(snapshot);
+    SnapshotIo<codec::Reader> in(snapshot);
     if (!fields(in, restored) || !in.done()) return false;
+    if (broken_auth_state(restored.auth) != nullptr) return false;
     if (index_records(restored, restored.sessions, restored.timers) != nullptr) return false;
     trim_history(restored, config_.history_events);
     if (broken_invariant(restored, config_.history_events) != nullptr) return false;

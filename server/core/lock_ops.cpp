@@ -4,11 +4,12 @@
 #include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "core/assert.h"
+#include "core/auth_codec.h"
 #include "core/auth_state.h"
-#include "core/byte_reader.h"
-#include "core/byte_writer.h"
+#include "core/codec.h"
 #include "core/overloaded.h"
 #include "voltlock/wire.h"
 
@@ -34,501 +35,250 @@ constexpr uint8_t kDeleteSequencer = 1u << 2;
 // Get flags.
 constexpr uint8_t kGetPrefix = 1u << 0;
 
-// ---- Sinks: the one description of each layout, either written or only measured -----------
-
-// Appends little-endian fields to a string; strings with a u16 length.
-class Writer : public ByteWriter {
-public:
-    using ByteWriter::ByteWriter;
-    void str(std::string_view s)
-    {
-        VL_ASSERT(s.size() <= UINT16_MAX, "validate() keeps every string within its u16 length");
-        u16(static_cast<uint16_t>(s.size()));
-        bytes(s);
-    }
-};
-
-// Counts the bytes a Writer would append; accepts strings of any length.
-class Counter {
-public:
-    void u8(uint8_t) { size_ += 1; }
-    void u16(uint16_t) { size_ += 2; }
-    void u32(uint32_t) { size_ += 4; }
-    void u64(uint64_t) { size_ += 8; }
-    void str(std::string_view s) { size_ += 2 + s.size(); }
-    void bytes(std::string_view s) { size_ += s.size(); }
-    size_t size() const { return size_; }
-
-private:
-    size_t size_ = 0;
-};
-
-// Reads an op's fields; the first failure is remembered with its reason.
-class Reader {
-public:
-    explicit Reader(std::string_view in) : in_(in) {}
-
-    bool u8(uint8_t& v) { return in_.u8(v) || fail(OpDecodeError::truncated); }
-    bool u16(uint16_t& v) { return in_.u16(v) || fail(OpDecodeError::truncated); }
-    bool u32(uint32_t& v) { return in_.u32(v) || fail(OpDecodeError::truncated); }
-    bool u64(uint64_t& v) { return in_.u64(v) || fail(OpDecodeError::truncated); }
-    bool boolean(bool& v)
-    {
-        uint8_t x = 0;
-        if (!u8(x)) return false;
-        if (x > 1) return fail(OpDecodeError::bad_enum);
-        v = x == 1;
-        return true;
-    }
-    bool str(std::string& s)
-    {
-        uint16_t len = 0;
-        return u16(len) && (in_.bytes(s, len) || fail(OpDecodeError::truncated));
-    }
-    // A u8 that must be one of the enum's values, 1..max.
-    template <typename E>
-    bool enumeration(E& e, uint8_t max)
-    {
-        uint8_t x = 0;
-        if (!u8(x)) return false;
-        if (x < 1 || x > max) return fail(OpDecodeError::bad_enum);
-        e = static_cast<E>(x);
-        return true;
-    }
-    bool flags(uint8_t& f, uint8_t allowed)
-    {
-        if (!u8(f)) return false;
-        if ((f & ~allowed) != 0) return fail(OpDecodeError::bad_flags);
-        return true;
-    }
-    bool sequencer(Sequencer& s)
-    {
-        return str(s.lock) && enumeration(s.mode, 2) && u64(s.generation) && u64(s.session);
-    }
-
-    bool fail(OpDecodeError error)
-    {
-        if (!error_) error_ = error;
-        return false;
-    }
-    bool done() const { return in_.done(); }
-    void rest(Bytes& out) { in_.rest(out); }
-    // The reason of the first failure, or trailing_bytes if everything read but bytes are left.
-    OpDecodeError error() const { return error_.value_or(OpDecodeError::trailing_bytes); }
-
-private:
-    ByteReader in_;
-    std::optional<OpDecodeError> error_;
-};
-
-template <typename Sink>
-void write_sequencer(Sink& w, const Sequencer& s)
+// The enum values an op or result may carry.
+bool known(LockMode mode) { return mode == LockMode::exclusive || mode == LockMode::shared; }
+bool known(ExpireReason reason)
 {
-    w.str(s.lock);
-    w.u8(static_cast<uint8_t>(s.mode));
-    w.u64(s.generation);
-    w.u64(s.session);
+    return reason == ExpireReason::lease_expired || reason == ExpireReason::evicted;
+}
+bool known(AcquireStatus status)
+{
+    return status == AcquireStatus::granted || status == AcquireStatus::waiting;
+}
+bool known(BarrierStatus status)
+{
+    return status == BarrierStatus::passed || status == BarrierStatus::waiting;
 }
 
-template <typename Sink>
-void write_op(Sink& w, const LockOp& op)
+// The reason of the first failure, or trailing_bytes if everything read but bytes are left.
+OpDecodeError op_decode_error(const codec::Reader& r)
 {
-    w.u8(static_cast<uint8_t>(op_code(op)));
-    std::visit(Overloaded{
-                   [&](const CreateSession& o) {
-                       w.u32(o.ttl_ms);
-                       w.u32(o.lock_delay_ms);
-                       w.str(o.name);
-                       w.str(o.owner);
-                   },
-                   [&](const KeepAlive& o) { w.u64(o.session); },
-                   [&](const CloseSession& o) { w.u64(o.session); },
-                   [&](const ExpireSession& o) {
-                       w.u64(o.session);
-                       w.u64(o.lease_epoch);
-                       w.u8(static_cast<uint8_t>(o.reason));
-                   },
-                   [&](const Acquire& o) {
-                       w.str(o.lock);
-                       w.u64(o.session);
-                       w.u8(static_cast<uint8_t>(o.mode));
-                       w.u32(o.wait_ms);
-                   },
-                   [&](const Release& o) {
-                       w.str(o.lock);
-                       w.u64(o.session);
-                   },
-                   [&](const CheckSequencer& o) { write_sequencer(w, o.sequencer); },
-                   [&](const Put& o) {
-                       w.u8(static_cast<uint8_t>((o.prev_revision ? kPutPrevRevision : 0) |
-                                                 (o.sequencer ? kPutSequencer : 0)));
-                       w.str(o.key);
-                       w.str(o.value);
-                       w.u64(o.session);
-                       if (o.prev_revision) w.u64(*o.prev_revision);
-                       if (o.sequencer) write_sequencer(w, *o.sequencer);
-                   },
-                   [&](const Delete& o) {
-                       w.u8(static_cast<uint8_t>((o.prefix ? kDeletePrefix : 0) |
-                                                 (o.prev_revision ? kDeletePrevRevision : 0) |
-                                                 (o.sequencer ? kDeleteSequencer : 0)));
-                       w.str(o.key);
-                       if (o.prev_revision) w.u64(*o.prev_revision);
-                       if (o.sequencer) write_sequencer(w, *o.sequencer);
-                   },
-                   [&](const Get& o) {
-                       w.u8(o.prefix ? kGetPrefix : 0);
-                       w.str(o.key);
-                       w.str(o.after);
-                       w.u32(o.limit);
-                       w.u32(o.max_result_bytes);
-                   },
-                   [&](const BarrierEnter& o) {
-                       w.str(o.barrier);
-                       w.u64(o.session);
-                       w.u32(o.count);
-                       w.u32(o.wait_ms);
-                   },
-                   [&](const BarrierLeave& o) {
-                       w.str(o.barrier);
-                       w.u64(o.session);
-                       w.u32(o.wait_ms);
-                   },
-                   [](const ExpireWaiters&) {},
-                   [&](const AuthOp& o) { w.bytes(encode_auth_op(o)); },
-               },
-               op);
-}
-
-template <typename Sink>
-void write_key_value(Sink& w, const KeyValue& kv)
-{
-    w.str(kv.key);
-    w.str(kv.value);
-    w.u64(kv.create_revision);
-    w.u64(kv.mod_revision);
-    w.u64(kv.version);
-    w.u64(kv.session);
-}
-
-template <typename Sink>
-void write_result(Sink& w, const OpResult& result)
-{
-    w.u8(static_cast<uint8_t>(result_op_code(result)));
-    if (const auto* error = std::get_if<OpError>(&result)) {
-        VL_ASSERT(error->code != ErrorCode::ok, "an OpError carries an error");
-        w.u8(static_cast<uint8_t>(error->code));
-        w.u64(error->revision);
-        w.u64(error->detail);
-        return;
+    if (!r.error()) return OpDecodeError::trailing_bytes;
+    switch (*r.error()) {
+    case codec::ReadError::truncated: break;
+    case codec::ReadError::bad_enum: return OpDecodeError::bad_enum;
+    case codec::ReadError::bad_flags: return OpDecodeError::bad_flags;
     }
-    w.u8(static_cast<uint8_t>(ErrorCode::ok));
-    w.u64(result_revision(result));
-    const auto flag = [&](bool b) { w.u8(b ? 1 : 0); };
-    std::visit(Overloaded{
-                   [](const OpError&) {},
-                   [&](const CreateSessionResult& r) {
-                       w.u64(r.session);
-                       w.u64(r.lease_epoch);
-                       w.u64(r.deadline_ms);
-                   },
-                   [&](const KeepAliveResult& r) {
-                       w.u64(r.lease_epoch);
-                       w.u64(r.deadline_ms);
-                   },
-                   [&](const CloseSessionResult& r) {
-                       flag(r.ended);
-                       w.u32(r.locks_released);
-                       w.u32(r.keys_deleted);
-                   },
-                   [&](const ExpireSessionResult& r) {
-                       flag(r.ended);
-                       w.u32(r.locks_released);
-                       w.u32(r.keys_deleted);
-                   },
-                   [&](const AcquireResult& r) {
-                       w.u8(static_cast<uint8_t>(r.status));
-                       if (r.status == AcquireStatus::granted) {
-                           write_sequencer(w, r.sequencer);
-                       } else {
-                           w.u64(r.deadline_ms);
-                           w.u32(r.position);
-                       }
-                   },
-                   [&](const ReleaseResult& r) {
-                       flag(r.released);
-                       flag(r.wait_withdrawn);
-                       w.u32(r.granted);
-                   },
-                   [&](const CheckSequencerResult& r) { flag(r.valid); },
-                   [&](const PutResult& r) {
-                       w.u64(r.prev_mod_revision);
-                       w.u64(r.create_revision);
-                       w.u64(r.version);
-                   },
-                   [&](const DeleteResult& r) { w.u32(r.deleted); },
-                   [&](const GetResult& r) {
-                       flag(r.more);
-                       w.u32(static_cast<uint32_t>(r.kvs.size()));
-                       for (const KeyValue& kv : r.kvs) write_key_value(w, kv);
-                   },
-                   [&](const BarrierEnterResult& r) {
-                       w.u8(static_cast<uint8_t>(r.status));
-                       w.u64(r.deadline_ms);
-                   },
-                   [&](const BarrierLeaveResult& r) {
-                       w.u8(static_cast<uint8_t>(r.status));
-                       w.u64(r.deadline_ms);
-                   },
-                   [](const ExpireWaitersResult&) {},
-                   [&](const AuthResult& r) { w.u64(r.auth_revision); },
-               },
-               result);
+    return OpDecodeError::truncated;
 }
 
-// ---- Decoding, one op at a time ----------------------------------------------------------------
+}  // namespace
 
-// The auth op's body is the rest of the payload (core/auth_state.h decodes it).
-bool read_auth_op(Reader& r, LockOp& out)
+// ---- The layouts (codec.h), in the order of lock_ops.h ----------------------------------------
+
+template <typename Io, codec::MaybeConst<Sequencer> R>
+bool fields(Io& io, R& s)
 {
-    Bytes body;
-    r.rest(body);
-    auto decoded = decode_auth_op(body);
-    if (!decoded.ok()) return r.fail(decoded.error());
-    out = std::move(decoded.value());
+    return io.template str<uint16_t>(s.lock) && io.enumeration(s.mode, known) &&
+           io.u64(s.generation) && io.u64(s.session);
+}
+
+template <typename Io, codec::MaybeConst<CreateSession> R>
+bool fields(Io& io, R& o)
+{
+    return io.u32(o.ttl_ms) && io.u32(o.lock_delay_ms) && io.template str<uint16_t>(o.name) &&
+           io.template str<uint16_t>(o.owner);
+}
+
+template <typename Io, typename R>
+    requires codec::MaybeConst<R, KeepAlive> || codec::MaybeConst<R, CloseSession>
+bool fields(Io& io, R& o)
+{
+    return io.u64(o.session);
+}
+
+template <typename Io, codec::MaybeConst<ExpireSession> R>
+bool fields(Io& io, R& o)
+{
+    return io.u64(o.session) && io.u64(o.lease_epoch) && io.enumeration(o.reason, known);
+}
+
+template <typename Io, codec::MaybeConst<Acquire> R>
+bool fields(Io& io, R& o)
+{
+    return io.template str<uint16_t>(o.lock) && io.u64(o.session) &&
+           io.enumeration(o.mode, known) && io.u32(o.wait_ms);
+}
+
+template <typename Io, codec::MaybeConst<Release> R>
+bool fields(Io& io, R& o)
+{
+    return io.template str<uint16_t>(o.lock) && io.u64(o.session);
+}
+
+template <typename Io, codec::MaybeConst<CheckSequencer> R>
+bool fields(Io& io, R& o)
+{
+    return fields(io, o.sequencer);
+}
+
+template <typename Io, codec::MaybeConst<Put> R>
+bool fields(Io& io, R& o)
+{
+    uint8_t flags = (o.prev_revision ? kPutPrevRevision : 0) | (o.sequencer ? kPutSequencer : 0);
+    return io.flags(flags, kPutPrevRevision | kPutSequencer) &&
+           io.template str<uint16_t>(o.key) && io.template str<uint16_t>(o.value) &&
+           io.u64(o.session) && io.optional(o.prev_revision, flags & kPutPrevRevision) &&
+           io.optional(o.sequencer, flags & kPutSequencer);
+}
+
+template <typename Io, codec::MaybeConst<Delete> R>
+bool fields(Io& io, R& o)
+{
+    uint8_t flags = (o.prefix ? kDeletePrefix : 0) | (o.prev_revision ? kDeletePrevRevision : 0) |
+                    (o.sequencer ? kDeleteSequencer : 0);
+    return io.flags(flags, kDeletePrefix | kDeletePrevRevision | kDeleteSequencer) &&
+           io.implied(o.prefix, (flags & kDeletePrefix) != 0) &&
+           io.template str<uint16_t>(o.key) &&
+           io.optional(o.prev_revision, flags & kDeletePrevRevision) &&
+           io.optional(o.sequencer, flags & kDeleteSequencer);
+}
+
+template <typename Io, codec::MaybeConst<Get> R>
+bool fields(Io& io, R& o)
+{
+    uint8_t flags = o.prefix ? kGetPrefix : 0;
+    return io.flags(flags, kGetPrefix) && io.implied(o.prefix, (flags & kGetPrefix) != 0) &&
+           io.template str<uint16_t>(o.key) && io.template str<uint16_t>(o.after) &&
+           io.u32(o.limit) && io.u32(o.max_result_bytes);
+}
+
+template <typename Io, codec::MaybeConst<BarrierEnter> R>
+bool fields(Io& io, R& o)
+{
+    return io.template str<uint16_t>(o.barrier) && io.u64(o.session) && io.u32(o.count) &&
+           io.u32(o.wait_ms);
+}
+
+template <typename Io, codec::MaybeConst<BarrierLeave> R>
+bool fields(Io& io, R& o)
+{
+    return io.template str<uint16_t>(o.barrier) && io.u64(o.session) && io.u32(o.wait_ms);
+}
+
+// Results: the layouts of the fields after op code, error code and revision.
+
+template <typename Io, codec::MaybeConst<OpError> R>
+bool fields(Io& io, R& e)
+{
+    return io.u64(e.detail);
+}
+
+template <typename Io, codec::MaybeConst<CreateSessionResult> R>
+bool fields(Io& io, R& r)
+{
+    return io.u64(r.session) && io.u64(r.lease_epoch) && io.u64(r.deadline_ms);
+}
+
+template <typename Io, codec::MaybeConst<KeepAliveResult> R>
+bool fields(Io& io, R& r)
+{
+    return io.u64(r.lease_epoch) && io.u64(r.deadline_ms);
+}
+
+template <typename Io, typename R>
+    requires codec::MaybeConst<R, CloseSessionResult> ||
+             codec::MaybeConst<R, ExpireSessionResult>
+bool fields(Io& io, R& r)
+{
+    return io.boolean(r.ended) && io.u32(r.locks_released) && io.u32(r.keys_deleted);
+}
+
+template <typename Io, codec::MaybeConst<AcquireResult> R>
+bool fields(Io& io, R& r)
+{
+    return io.enumeration(r.status, known) &&
+           (r.status == AcquireStatus::granted ? fields(io, r.sequencer)
+                                               : io.u64(r.deadline_ms) && io.u32(r.position));
+}
+
+template <typename Io, codec::MaybeConst<ReleaseResult> R>
+bool fields(Io& io, R& r)
+{
+    return io.boolean(r.released) && io.boolean(r.wait_withdrawn) && io.u32(r.granted);
+}
+
+template <typename Io, codec::MaybeConst<CheckSequencerResult> R>
+bool fields(Io& io, R& r)
+{
+    return io.boolean(r.valid);
+}
+
+template <typename Io, codec::MaybeConst<PutResult> R>
+bool fields(Io& io, R& r)
+{
+    return io.u64(r.prev_mod_revision) && io.u64(r.create_revision) && io.u64(r.version);
+}
+
+template <typename Io, codec::MaybeConst<DeleteResult> R>
+bool fields(Io& io, R& r)
+{
+    return io.u32(r.deleted);
+}
+
+template <typename Io, codec::MaybeConst<KeyValue> R>
+bool fields(Io& io, R& kv)
+{
+    return io.template str<uint16_t>(kv.key) && io.template str<uint16_t>(kv.value) &&
+           io.u64(kv.create_revision) && io.u64(kv.mod_revision) && io.u64(kv.version) &&
+           io.u64(kv.session);
+}
+
+template <typename Io, codec::MaybeConst<GetResult> R>
+bool fields(Io& io, R& r)
+{
+    return io.boolean(r.more) && io.template sequence<uint32_t>(r.kvs);
+}
+
+template <typename Io, typename R>
+    requires codec::MaybeConst<R, BarrierEnterResult> ||
+             codec::MaybeConst<R, BarrierLeaveResult>
+bool fields(Io& io, R& r)
+{
+    return io.enumeration(r.status, known) && io.u64(r.deadline_ms);
+}
+
+template <typename Io, typename R>
+    requires codec::MaybeConst<R, ExpireWaiters> || codec::MaybeConst<R, ExpireWaitersResult>
+bool fields(Io&, R&)
+{
     return true;
 }
 
-bool read_auth_result(Reader& r, Revision revision, OpResult& out)
+namespace {
+
+// An op: its code, then its fields.
+template <typename Io>
+bool op_fields(Io& io, const LockOp& op)
 {
-    AuthResult o{.revision = revision};
-    if (!r.u64(o.auth_revision)) return false;
-    out = o;
-    return true;
+    return io.u8(static_cast<uint8_t>(op_code(op))) &&
+           std::visit([&](const auto& o) { return fields(io, o); }, op);
 }
 
-bool read_op_body(OpCode code, Reader& r, LockOp& out)
+// A result: its op code, its error code and the revision, then the error's detail or the
+// result's fields.
+template <typename Io>
+bool result_fields(Io& io, const OpResult& result)
 {
-    switch (code) {
-    case OpCode::none: break;
-    case OpCode::create_session: {
-        CreateSession o;
-        if (!(r.u32(o.ttl_ms) && r.u32(o.lock_delay_ms) && r.str(o.name) && r.str(o.owner)))
-            return false;
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::keep_alive: {
-        KeepAlive o;
-        if (!r.u64(o.session)) return false;
-        out = o;
-        return true;
-    }
-    case OpCode::close_session: {
-        CloseSession o;
-        if (!r.u64(o.session)) return false;
-        out = o;
-        return true;
-    }
-    case OpCode::expire_session: {
-        ExpireSession o;
-        if (!(r.u64(o.session) && r.u64(o.lease_epoch) && r.enumeration(o.reason, 2))) return false;
-        out = o;
-        return true;
-    }
-    case OpCode::acquire: {
-        Acquire o;
-        if (!(r.str(o.lock) && r.u64(o.session) && r.enumeration(o.mode, 2) && r.u32(o.wait_ms)))
-            return false;
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::release: {
-        Release o;
-        if (!(r.str(o.lock) && r.u64(o.session))) return false;
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::check_sequencer: {
-        CheckSequencer o;
-        if (!r.sequencer(o.sequencer)) return false;
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::put: {
-        Put o;
-        uint8_t flags = 0;
-        if (!(r.flags(flags, kPutPrevRevision | kPutSequencer) && r.str(o.key) && r.str(o.value) &&
-              r.u64(o.session)))
-            return false;
-        if (flags & kPutPrevRevision) {
-            uint64_t prev = 0;
-            if (!r.u64(prev)) return false;
-            o.prev_revision = prev;
-        }
-        if (flags & kPutSequencer) {
-            Sequencer s;
-            if (!r.sequencer(s)) return false;
-            o.sequencer = std::move(s);
-        }
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::erase: {
-        Delete o;
-        uint8_t flags = 0;
-        if (!(r.flags(flags, kDeletePrefix | kDeletePrevRevision | kDeleteSequencer) &&
-              r.str(o.key)))
-            return false;
-        o.prefix = (flags & kDeletePrefix) != 0;
-        if (flags & kDeletePrevRevision) {
-            uint64_t prev = 0;
-            if (!r.u64(prev)) return false;
-            o.prev_revision = prev;
-        }
-        if (flags & kDeleteSequencer) {
-            Sequencer s;
-            if (!r.sequencer(s)) return false;
-            o.sequencer = std::move(s);
-        }
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::get: {
-        Get o;
-        uint8_t flags = 0;
-        if (!(r.flags(flags, kGetPrefix) && r.str(o.key) && r.str(o.after) && r.u32(o.limit) &&
-              r.u32(o.max_result_bytes)))
-            return false;
-        o.prefix = (flags & kGetPrefix) != 0;
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::barrier_enter: {
-        BarrierEnter o;
-        if (!(r.str(o.barrier) && r.u64(o.session) && r.u32(o.count) && r.u32(o.wait_ms)))
-            return false;
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::barrier_leave: {
-        BarrierLeave o;
-        if (!(r.str(o.barrier) && r.u64(o.session) && r.u32(o.wait_ms))) return false;
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::expire_waiters:
-        out = ExpireWaiters{};
-        return true;
-    case OpCode::auth: return read_auth_op(r, out);
-    }
-    return r.fail(OpDecodeError::unknown_op);
+    const auto* error = std::get_if<OpError>(&result);
+    VL_ASSERT(!error || error->code != ErrorCode::ok, "an OpError carries an error");
+    return io.u8(static_cast<uint8_t>(result_op_code(result))) &&
+           io.u8(static_cast<uint8_t>(error ? error->code : ErrorCode::ok)) &&
+           io.u64(result_revision(result)) &&
+           std::visit([&](const auto& r) { return fields(io, r); }, result);
 }
 
-bool read_key_value(Reader& r, KeyValue& kv)
+// Measured first, so that the bytes are allocated once.
+template <typename Value, typename Layout>
+Bytes encode_with(const Value& value, Layout layout)
 {
-    return r.str(kv.key) && r.str(kv.value) && r.u64(kv.create_revision) &&
-           r.u64(kv.mod_revision) && r.u64(kv.version) && r.u64(kv.session);
-}
-
-bool read_result_body(OpCode code, Revision revision, Reader& r, OpResult& out)
-{
-    switch (code) {
-    case OpCode::none: break;
-    case OpCode::create_session: {
-        CreateSessionResult o{.revision = revision};
-        if (!(r.u64(o.session) && r.u64(o.lease_epoch) && r.u64(o.deadline_ms))) return false;
-        out = o;
-        return true;
-    }
-    case OpCode::keep_alive: {
-        KeepAliveResult o{.revision = revision};
-        if (!(r.u64(o.lease_epoch) && r.u64(o.deadline_ms))) return false;
-        out = o;
-        return true;
-    }
-    case OpCode::close_session: {
-        CloseSessionResult o{.revision = revision};
-        if (!(r.boolean(o.ended) && r.u32(o.locks_released) && r.u32(o.keys_deleted)))
-            return false;
-        out = o;
-        return true;
-    }
-    case OpCode::expire_session: {
-        ExpireSessionResult o{.revision = revision};
-        if (!(r.boolean(o.ended) && r.u32(o.locks_released) && r.u32(o.keys_deleted)))
-            return false;
-        out = o;
-        return true;
-    }
-    case OpCode::acquire: {
-        AcquireResult o{.revision = revision};
-        if (!r.enumeration(o.status, 2)) return false;
-        if (o.status == AcquireStatus::granted) {
-            if (!r.sequencer(o.sequencer)) return false;
-        } else if (!(r.u64(o.deadline_ms) && r.u32(o.position))) {
-            return false;
-        }
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::release: {
-        ReleaseResult o{.revision = revision};
-        if (!(r.boolean(o.released) && r.boolean(o.wait_withdrawn) && r.u32(o.granted)))
-            return false;
-        out = o;
-        return true;
-    }
-    case OpCode::check_sequencer: {
-        CheckSequencerResult o{.revision = revision};
-        if (!r.boolean(o.valid)) return false;
-        out = o;
-        return true;
-    }
-    case OpCode::put: {
-        PutResult o{.revision = revision};
-        if (!(r.u64(o.prev_mod_revision) && r.u64(o.create_revision) && r.u64(o.version)))
-            return false;
-        out = o;
-        return true;
-    }
-    case OpCode::erase: {
-        DeleteResult o{.revision = revision};
-        if (!r.u32(o.deleted)) return false;
-        out = o;
-        return true;
-    }
-    case OpCode::get: {
-        GetResult o{.revision = revision};
-        uint32_t count = 0;
-        if (!(r.boolean(o.more) && r.u32(count))) return false;
-        // No reservation from the count: a lying count runs out of bytes, not of memory.
-        for (uint32_t i = 0; i < count; i++) {
-            KeyValue kv;
-            if (!read_key_value(r, kv)) return false;
-            o.kvs.push_back(std::move(kv));
-        }
-        out = std::move(o);
-        return true;
-    }
-    case OpCode::barrier_enter: {
-        BarrierEnterResult o{.revision = revision};
-        if (!(r.enumeration(o.status, 2) && r.u64(o.deadline_ms))) return false;
-        out = o;
-        return true;
-    }
-    case OpCode::barrier_leave: {
-        BarrierLeaveResult o{.revision = revision};
-        if (!(r.enumeration(o.status, 2) && r.u64(o.deadline_ms))) return false;
-        out = o;
-        return true;
-    }
-    case OpCode::expire_waiters:
-        out = ExpireWaitersResult{.revision = revision};
-        return true;
-    case OpCode::auth: return read_auth_result(r, revision, out);
-    }
-    return r.fail(OpDecodeError::unknown_op);
+    codec::Counter counter;
+    layout(counter, value);
+    Bytes out(counter.size(), '\0');
+    codec::Writer writer(out);
+    const bool written = layout(writer, value);
+    VL_ASSERT(written, "validate() keeps every string within its u16 length");
+    return out;
 }
 
 // ---- Validation helpers --------------------------------------------------------------------
@@ -860,26 +610,19 @@ std::string describe(const Invalid& invalid)
 
 size_t encoded_size(const LockOp& op)
 {
-    Counter c;
-    write_op(c, op);
-    return c.size();
+    codec::Counter counter;
+    op_fields(counter, op);
+    return counter.size();
 }
 
 Bytes encode_op(const LockOp& op)
 {
-    Bytes out;
-    out.reserve(encoded_size(op));
-    Writer w(out);
-    write_op(w, op);
-    return out;
+    return encode_with(op, [](auto& io, const LockOp& o) { return op_fields(io, o); });
 }
 
 Bytes encode_result(const OpResult& result)
 {
-    Bytes out;
-    Writer w(out);
-    write_result(w, result);
-    return out;
+    return encode_with(result, [](auto& io, const OpResult& r) { return result_fields(io, r); });
 }
 
 std::optional<size_t> max_value_bytes(const Put& put, size_t op_budget, size_t result_budget)
@@ -896,36 +639,37 @@ std::optional<size_t> max_value_bytes(const Put& put, size_t op_budget, size_t r
 
 OpDecodeResult<LockOp> decode_op(std::string_view payload)
 {
-    Reader r(payload);
+    codec::Reader r(payload);
     uint8_t code = 0;
     if (!r.u8(code)) return OpDecodeError::empty;
     if (code < 1 || code > kMaxOpCode) return OpDecodeError::unknown_op;
-    LockOp op;
-    if (!read_op_body(static_cast<OpCode>(code), r, op) || !r.done()) return r.error();
+    auto op = codec::alternative<LockOp>(code - 1u);
+    if (!std::visit([&](auto& o) { return fields(r, o); }, op) || !r.done())
+        return op_decode_error(r);
     return op;
 }
 
 OpDecodeResult<OpResult> decode_result(std::string_view result)
 {
-    Reader r(result);
+    codec::Reader r(result);
     uint8_t code = 0;
     uint8_t error = 0;
     Revision revision = 0;
     if (!r.u8(code)) return OpDecodeError::empty;
     if (code > kMaxOpCode) return OpDecodeError::unknown_op;
-    if (!(r.u8(error) && r.u64(revision))) return r.error();
+    if (!(r.u8(error) && r.u64(revision))) return op_decode_error(r);
     if (error > kMaxErrorCode) return OpDecodeError::bad_enum;
-    OpResult out;
-    if (error != static_cast<uint8_t>(ErrorCode::ok)) {
-        OpError e{.op = static_cast<OpCode>(code), .code = static_cast<ErrorCode>(error),
-                  .revision = revision};
-        if (!r.u64(e.detail)) return r.error();
-        out = e;
-    } else {
-        // Only an error may answer a payload without a known op (OpCode::none).
-        if (code == 0) return OpDecodeError::unknown_op;
-        if (!read_result_body(static_cast<OpCode>(code), revision, r, out)) return r.error();
+    // Only an error may answer a payload without a known op (OpCode::none).
+    if (code == 0 && error == static_cast<uint8_t>(ErrorCode::ok)) return OpDecodeError::unknown_op;
+    // OpError is alternative 0, and each op's result is at its op code.
+    const bool ok = error == static_cast<uint8_t>(ErrorCode::ok);
+    auto out = codec::alternative<OpResult>(ok ? code : 0u);
+    if (auto* e = std::get_if<OpError>(&out)) {
+        e->op = static_cast<OpCode>(code);
+        e->code = static_cast<ErrorCode>(error);
     }
+    std::visit([&](auto& o) { o.revision = revision; }, out);
+    if (!std::visit([&](auto& o) { return fields(r, o); }, out)) return op_decode_error(r);
     if (!r.done()) return OpDecodeError::trailing_bytes;
     return out;
 }

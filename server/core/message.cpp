@@ -1,304 +1,236 @@
 #include "core/message.h"
 
-#include "core/byte_reader.h"
+#include "core/codec.h"
 #include "core/overloaded.h"
 
+#include <concepts>
 #include <cstring>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 namespace voltlock {
 
 namespace {
 
-// Appends little-endian fields to a bounded buffer; remembers if anything did not fit.
-class Writer {
-public:
-    explicit Writer(std::span<uint8_t> out) : out_(out) {}
-
-    void u8(uint8_t v) { put(&v, sizeof v); }
-    void u16(uint16_t v) { put(&v, sizeof v); }
-    void u64(uint64_t v) { put(&v, sizeof v); }
-    void bytes(const Bytes& b) { put(b.data(), b.size()); }
-    void entry(const Entry& e)
-    {
-        if (e.payload.size() > UINT16_MAX) {
-            ok_ = false;
-            return;
-        }
-        u64(e.timestamp_ms);
-        u64(e.client_id);
-        u64(e.request_number);
-        u16(static_cast<uint16_t>(e.payload.size()));
-        bytes(e.payload);
-    }
-    bool ok() const { return ok_; }
-    size_t size() const { return size_; }
-
-private:
-    void put(const void* p, size_t n)
-    {
-        if (!ok_ || n > out_.size() - size_) {
-            ok_ = false;
-            return;
-        }
-        if (n > 0) std::memcpy(out_.data() + size_, p, n);
-        size_ += n;
-    }
-
-    std::span<uint8_t> out_;
-    size_t size_ = 0;
-    bool ok_ = true;
-};
-
-// The wire's fields, and log entries on top of them.
-class Reader : public ByteReader {
-public:
-    using ByteReader::ByteReader;
-
-    bool flag(bool& v)  // one byte, 0 or 1
-    {
-        uint8_t byte = 0;
-        if (!u8(byte) || byte > 1) return false;
-        v = byte == 1;
-        return true;
-    }
-
-    bool entry(Entry& e)
-    {
-        uint16_t len = 0;
-        return u64(e.timestamp_ms) && u64(e.client_id) && u64(e.request_number) && u16(len) &&
-               bytes(e.payload, len);
-    }
-    bool entries(std::vector<Entry>& out, uint16_t count)
-    {
-        // Each entry takes at least VL_ENTRY_FIXED_BYTES, so a count that cannot fit is a lie
-        // caught before anything is allocated for it.
-        if (static_cast<size_t>(count) * VL_ENTRY_FIXED_BYTES > remaining()) return false;
-        out.resize(count);
-        for (Entry& e : out)
-            if (!entry(e)) return false;
-        return true;
-    }
-};
-
+// The vl_header fields a message fills; the rest of the header is the same for every message.
 struct HeaderFields {
     ReplicaIndex replica = 0;
     View view = 0;
     Op op = 0;
     Op commit = 0;
     uint16_t batch_count = 0;
-    bool operator==(const HeaderFields&) const = default;
 };
 
-HeaderFields header_fields(const Message& message)
+// A codec sink or source (codec.h) that also carries a message's header fields: its layout
+// below names the header slots it fills, then its body. Encoding collects the header; decoding
+// is given it, and remembers which slots the type left, which must be zero.
+template <typename Io>
+class WireIo : public Io {
+public:
+    using Io::Io;
+    WireIo(std::span<const uint8_t> body, const HeaderFields& header)
+        requires std::same_as<Io, codec::Reader>
+        : Io(body), header_(header)
+    {
+    }
+
+    bool replica(auto& v) { return slot(header_.replica, v, kReplica); }
+    bool view(auto& v) { return slot(header_.view, v, kView); }
+    bool op(auto& v) { return slot(header_.op, v, kOp); }
+    bool commit(auto& v) { return slot(header_.commit, v, kCommit); }
+    // A Request: from a client, whose sender slot is VL_CLIENT_SENDER (checked before decoding).
+    bool client_sender()
+    {
+        uint8_t sender = VL_CLIENT_SENDER;
+        return slot(header_.replica, sender, kReplica);
+    }
+    // Log entries, counted by the header's batch_count.
+    template <typename Entries>
+    bool entries(Entries& entries)
+    {
+        claimed_ |= kBatch;
+        if constexpr (std::is_const_v<Entries>) {
+            header_.batch_count = static_cast<uint16_t>(entries.size());
+        } else {
+            // Each entry takes at least VL_ENTRY_FIXED_BYTES, so a count that cannot fit is a
+            // lie caught before anything is allocated for it.
+            if (size_t{header_.batch_count} * VL_ENTRY_FIXED_BYTES > this->remaining())
+                return false;
+            entries.resize(header_.batch_count);
+        }
+        for (auto& e : entries)
+            if (!(this->u64(e.timestamp_ms) && this->u64(e.client_id) &&
+                  this->u64(e.request_number) && this->template str<uint16_t>(e.payload)))
+                return false;
+        return true;
+    }
+
+    const HeaderFields& header() const { return header_; }
+    bool batch_claimed() const { return (claimed_ & kBatch) != 0; }
+    // Every slot the type does not fill is zero: one message has one encoding, and whatever
+    // reads headers in place (the XDP programs) sees what the core sees.
+    bool unclaimed_slots_zero() const
+    {
+        return ((claimed_ & kReplica) || header_.replica == 0) &&
+               ((claimed_ & kView) || header_.view == 0) && ((claimed_ & kOp) || header_.op == 0) &&
+               ((claimed_ & kCommit) || header_.commit == 0);
+    }
+
+private:
+    static constexpr uint8_t kReplica = 1, kView = 2, kOp = 4, kCommit = 8, kBatch = 16;
+
+    template <typename Slot, typename Field>
+    bool slot(Slot& slot, Field& field, uint8_t which)
+    {
+        claimed_ |= which;
+        if constexpr (std::is_const_v<Field> || !std::same_as<Io, codec::Reader>)
+            slot = field;
+        else
+            field = slot;
+        return true;
+    }
+
+    HeaderFields header_{};
+    uint8_t claimed_ = 0;
+};
+
+}  // namespace
+
+// ---- The layouts: header slots, then the body (wire.h) --------------------------------------
+
+template <typename Io, codec::MaybeConst<Request> M>
+bool fields(Io& io, M& m)
+{
+    return io.client_sender() && io.view(m.view) && io.u64(m.client_id) &&
+           io.u64(m.request_number) && io.rest(m.payload);
+}
+
+template <typename Io, codec::MaybeConst<Reply> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.commit(m.commit) &&
+           io.u64(m.client_id) && io.u64(m.request_number) && io.rest(m.result);
+}
+
+template <typename Io, codec::MaybeConst<Prepare> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.op(m.op) && io.commit(m.commit) &&
+           io.entries(m.entries);
+}
+
+template <typename Io, codec::MaybeConst<PrepareOk> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.op(m.op);
+}
+
+template <typename Io, codec::MaybeConst<Commit> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.op(m.heartbeat) && io.commit(m.commit);
+}
+
+template <typename Io, codec::MaybeConst<StartViewChange> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view);
+}
+
+template <typename Io, codec::MaybeConst<DoViewChange> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.op(m.op) && io.commit(m.commit) &&
+           io.u64(m.last_normal_view) && io.u64(m.fence_view);
+}
+
+// StartView and NewState carry the same log suffix: one layout for both.
+template <typename M>
+concept LogSuffix = codec::MaybeConst<M, StartView> || codec::MaybeConst<M, NewState>;
+
+template <typename Io, LogSuffix M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.op(m.op) && io.commit(m.commit) &&
+           io.u64(m.first_op) && io.boolean(m.state_unconfirmed) && io.entries(m.entries);
+}
+
+template <typename Io, codec::MaybeConst<Recovery> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.u64(m.nonce);
+}
+
+template <typename Io, codec::MaybeConst<RecoveryResponse> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.op(m.op) && io.commit(m.commit) &&
+           io.u64(m.nonce) && io.u64(m.last_normal_view) && io.boolean(m.restarting);
+}
+
+template <typename Io, codec::MaybeConst<GetState> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.op(m.op);
+}
+
+template <typename Io, codec::MaybeConst<SnapshotOffer> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.op(m.op) &&
+           io.boolean(m.state_unconfirmed);
+}
+
+template <typename Io, codec::MaybeConst<CommitOk> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.op(m.heartbeat);
+}
+
+namespace {
+
+// What the decoder checks beyond the layout: the header's numbers agree with each other.
+bool consistent(const Message& message)
 {
     return std::visit(
         Overloaded{
-            [](const Request& m) { return HeaderFields{VL_CLIENT_SENDER, m.view, 0, 0, 0}; },
-            [](const Reply& m) { return HeaderFields{m.replica, m.view, 0, m.commit, 0}; },
-            [](const Prepare& m) {
-                return HeaderFields{m.replica, m.view, m.op, m.commit,
-                                    static_cast<uint16_t>(m.entries.size())};
-            },
-            [](const PrepareOk& m) { return HeaderFields{m.replica, m.view, m.op, 0, 0}; },
-            [](const Commit& m) {
-                return HeaderFields{m.replica, m.view, m.heartbeat, m.commit, 0};
-            },
-            [](const StartViewChange& m) { return HeaderFields{m.replica, m.view, 0, 0, 0}; },
+            // A Prepare holds ops (op - count, op]: at least one, and none below op 1.
+            [](const Prepare& m) { return !m.entries.empty() && m.op >= m.entries.size(); },
             [](const DoViewChange& m) {
-                return HeaderFields{m.replica, m.view, m.op, m.commit, 0};
+                return m.last_normal_view <= m.view && m.fence_view <= m.view && m.commit <= m.op;
             },
-            [](const StartView& m) {
-                return HeaderFields{m.replica, m.view, m.op, m.commit,
-                                    static_cast<uint16_t>(m.entries.size())};
+            [](const LogSuffix auto& m) {
+                return m.commit <= m.op && m.first_op <= m.op &&
+                       m.op - m.first_op >= m.entries.size();
             },
-            [](const Recovery& m) { return HeaderFields{m.replica, 0, 0, 0, 0}; },
             [](const RecoveryResponse& m) {
-                return HeaderFields{m.replica, m.view, m.op, m.commit, 0};
+                return m.commit <= m.op && m.last_normal_view <= m.view;
             },
-            [](const GetState& m) { return HeaderFields{m.replica, m.view, m.op, 0, 0}; },
-            [](const NewState& m) {
-                return HeaderFields{m.replica, m.view, m.op, m.commit,
-                                    static_cast<uint16_t>(m.entries.size())};
-            },
-            [](const SnapshotOffer& m) { return HeaderFields{m.replica, m.view, m.op, 0, 0}; },
-            [](const CommitOk& m) { return HeaderFields{m.replica, m.view, m.heartbeat, 0, 0}; },
+            [](const auto&) { return true; },
         },
         message);
 }
 
-void write_body(const Message& message, Writer& w)
+// The size of `message`'s body and its header fields, from its layout.
+WireIo<codec::Counter> measure(const Message& message)
 {
-    std::visit(Overloaded{
-                   [&](const Request& m) {
-                       w.u64(m.client_id);
-                       w.u64(m.request_number);
-                       w.bytes(m.payload);
-                   },
-                   [&](const Reply& m) {
-                       w.u64(m.client_id);
-                       w.u64(m.request_number);
-                       w.bytes(m.result);
-                   },
-                   [&](const Prepare& m) {
-                       for (const Entry& e : m.entries) w.entry(e);
-                   },
-                   [](const PrepareOk&) {},
-                   [](const Commit&) {},
-                   [](const StartViewChange&) {},
-                   [&](const DoViewChange& m) {
-                       w.u64(m.last_normal_view);
-                       w.u64(m.fence_view);
-                   },
-                   [&](const StartView& m) {
-                       w.u64(m.first_op);
-                       w.u8(m.state_unconfirmed ? 1 : 0);
-                       for (const Entry& e : m.entries) w.entry(e);
-                   },
-                   [&](const Recovery& m) { w.u64(m.nonce); },
-                   [&](const RecoveryResponse& m) {
-                       w.u64(m.nonce);
-                       w.u64(m.last_normal_view);
-                       w.u8(m.restarting ? 1 : 0);
-                   },
-                   [](const GetState&) {},
-                   [&](const NewState& m) {
-                       w.u64(m.first_op);
-                       w.u8(m.state_unconfirmed ? 1 : 0);
-                       for (const Entry& e : m.entries) w.entry(e);
-                   },
-                   [&](const SnapshotOffer& m) { w.u8(m.state_unconfirmed ? 1 : 0); },
-                   [](const CommitOk&) {},
-               },
-               message);
+    WireIo<codec::Counter> io;
+    std::visit([&](const auto& m) { fields(io, m); }, message);
+    return io;
 }
 
-size_t entries_bytes(const std::vector<Entry>& entries)
+// A default value of the message type at `index`.
+template <size_t... I>
+Message blank_message(size_t index, std::index_sequence<I...>)
 {
-    size_t n = 0;
-    for (const Entry& e : entries) n += entry_wire_bytes(e);
-    return n;
-}
-
-size_t body_size(const Message& message)
-{
-    return std::visit(
-        Overloaded{
-            [](const Request& m) { return VL_REQUEST_FIXED_BYTES + m.payload.size(); },
-            [](const Reply& m) { return VL_REPLY_FIXED_BYTES + m.result.size(); },
-            [](const Prepare& m) { return entries_bytes(m.entries); },
-            [](const PrepareOk&) { return size_t{0}; },
-            [](const Commit&) { return size_t{0}; },
-            [](const StartViewChange&) { return size_t{0}; },
-            [](const DoViewChange&) { return size_t{16}; },
-            [](const StartView& m) { return kStateTransferPrefixBytes + entries_bytes(m.entries); },
-            [](const Recovery&) { return size_t{8}; },
-            [](const RecoveryResponse&) { return size_t{17}; },
-            [](const GetState&) { return size_t{0}; },
-            [](const NewState& m) { return kStateTransferPrefixBytes + entries_bytes(m.entries); },
-            [](const SnapshotOffer&) { return size_t{1}; },
-            [](const CommitOk&) { return size_t{0}; },
-        },
-        message);
-}
-
-// Parses the body of a message of `type` whose header fields are `h`.
-bool read_body(vl_message_type type, const HeaderFields& h, Reader& r, Message& out)
-{
-    switch (type) {
-    case VL_MSG_REQUEST: {
-        Request m{.view = h.view};
-        if (!(r.u64(m.client_id) && r.u64(m.request_number) && r.rest(m.payload))) return false;
-        out = std::move(m);
-        return true;
-    }
-    case VL_MSG_REPLY: {
-        Reply m{.view = h.view, .replica = h.replica, .commit = h.commit};
-        if (!(r.u64(m.client_id) && r.u64(m.request_number) && r.rest(m.result))) return false;
-        out = std::move(m);
-        return true;
-    }
-    case VL_MSG_PREPARE: {
-        Prepare m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
-        // A Prepare holds ops (op - count, op]: at least one, and none below op 1.
-        if (h.batch_count == 0 || h.op < h.batch_count) return false;
-        if (!r.entries(m.entries, h.batch_count)) return false;
-        out = std::move(m);
-        return true;
-    }
-    case VL_MSG_PREPARE_OK:
-        out = PrepareOk{.view = h.view, .replica = h.replica, .op = h.op};
-        return true;
-    case VL_MSG_COMMIT:
-        out = Commit{.view = h.view, .replica = h.replica, .commit = h.commit, .heartbeat = h.op};
-        return true;
-    case VL_MSG_START_VIEW_CHANGE:
-        out = StartViewChange{.view = h.view, .replica = h.replica};
-        return true;
-    case VL_MSG_DO_VIEW_CHANGE: {
-        DoViewChange m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
-        if (!r.u64(m.last_normal_view) || !r.u64(m.fence_view) || m.last_normal_view > m.view ||
-            m.fence_view > m.view || m.commit > m.op)
-            return false;
-        out = m;
-        return true;
-    }
-    case VL_MSG_START_VIEW: {
-        StartView m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
-        if (!(r.u64(m.first_op) && r.flag(m.state_unconfirmed) &&
-              r.entries(m.entries, h.batch_count)))
-            return false;
-        if (m.commit > m.op || m.first_op > m.op || m.op - m.first_op < m.entries.size())
-            return false;
-        out = std::move(m);
-        return true;
-    }
-    case VL_MSG_RECOVERY: {
-        Recovery m{.replica = h.replica};
-        if (!r.u64(m.nonce)) return false;
-        out = m;
-        return true;
-    }
-    case VL_MSG_RECOVERY_RESPONSE: {
-        RecoveryResponse m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
-        if (!(r.u64(m.nonce) && r.u64(m.last_normal_view) && r.flag(m.restarting))) return false;
-        if (m.commit > m.op || m.last_normal_view > m.view) return false;
-        out = m;
-        return true;
-    }
-    case VL_MSG_GET_STATE:
-        out = GetState{.view = h.view, .replica = h.replica, .op = h.op};
-        return true;
-    case VL_MSG_NEW_STATE: {
-        NewState m{.view = h.view, .replica = h.replica, .op = h.op, .commit = h.commit};
-        if (!(r.u64(m.first_op) && r.flag(m.state_unconfirmed) &&
-              r.entries(m.entries, h.batch_count)))
-            return false;
-        if (m.commit > m.op || m.first_op > m.op || m.op - m.first_op < m.entries.size())
-            return false;
-        out = std::move(m);
-        return true;
-    }
-    case VL_MSG_SNAPSHOT_OFFER: {
-        SnapshotOffer m{.view = h.view, .replica = h.replica, .op = h.op};
-        if (!r.flag(m.state_unconfirmed)) return false;
-        out = m;
-        return true;
-    }
-    case VL_MSG_COMMIT_OK:
-        out = CommitOk{.view = h.view, .replica = h.replica, .heartbeat = h.op};
-        return true;
-    }
-    return false;
-}
-
-bool type_has_entries(uint8_t type)
-{
-    return type == VL_MSG_PREPARE || type == VL_MSG_START_VIEW || type == VL_MSG_NEW_STATE;
+    Message message;
+    ((index == I ? (message.emplace<I>(), 0) : 0), ...);
+    return message;
 }
 
 }  // namespace
+
 
 const char* message_type_name(vl_message_type type)
 {
@@ -313,7 +245,7 @@ const char* message_type_name(vl_message_type type)
     return names[type - VL_MSG_TYPE_MIN];
 }
 
-ReplicaIndex sender_of(const Message& message) { return header_fields(message).replica; }
+ReplicaIndex sender_of(const Message& message) { return measure(message).header().replica; }
 
 const char* message_name(const Message& message)
 {
@@ -326,7 +258,7 @@ vl_message_type message_type(const Message& message)
     return static_cast<vl_message_type>(VL_MSG_TYPE_MIN + message.index());
 }
 
-size_t encoded_size(const Message& message) { return VL_HEADER_BYTES + body_size(message); }
+size_t encoded_size(const Message& message) { return VL_HEADER_BYTES + measure(message).size(); }
 
 uint64_t message_tag(const uint8_t* msg, uint32_t len, const CellWire& wire)
 {
@@ -358,7 +290,9 @@ size_t encode(const Message& message, const CellWire& wire, uint16_t flags,
     static_assert(VL_MAX_BODY_BYTES / VL_ENTRY_FIXED_BYTES < UINT16_MAX);
     const size_t total = encoded_size(message);
     if (total > out.size() || total > VL_MAX_MESSAGE_BYTES) return 0;
-    const HeaderFields h = header_fields(message);
+    WireIo<codec::Writer> body(out.subspan(VL_HEADER_BYTES, total - VL_HEADER_BYTES));
+    if (!std::visit([&](const auto& m) { return fields(body, m); }, message)) return 0;
+    const HeaderFields& h = body.header();
 
     vl_header header{};
     header.magic = VL_MAGIC;
@@ -373,10 +307,6 @@ size_t encode(const Message& message, const CellWire& wire, uint16_t flags,
     header.commit = h.commit;
     header.body_len = static_cast<uint32_t>(total - VL_HEADER_BYTES);
     std::memcpy(out.data(), &header, sizeof header);
-
-    Writer body(out.subspan(VL_HEADER_BYTES, total - VL_HEADER_BYTES));
-    write_body(message, body);
-    if (!body.ok() || body.size() != header.body_len) return 0;
 
     header.checksum = message_tag(out.data(), static_cast<uint32_t>(total), wire);
     std::memcpy(out.data() + offsetof(vl_header, checksum), &header.checksum,
@@ -410,17 +340,19 @@ DecodeResult decode(std::span<const uint8_t> datagram, const CellWire& wire)
     const bool from_client = type == VL_MSG_REQUEST;
     if (from_client ? header.replica != VL_CLIENT_SENDER : header.replica >= VL_MAX_REPLICAS)
         return DecodeError::bad_replica;
-    if (!type_has_entries(type) && header.batch_count != 0) return DecodeError::bad_body;
 
     const HeaderFields h{header.replica, header.view, header.op, header.commit,
                          header.batch_count};
-    Reader reader(datagram.subspan(VL_HEADER_BYTES));
-    Decoded decoded{.message = Request{}, .flags = header.flags};
-    if (!read_body(type, h, reader, decoded.message) || !reader.done())
+    WireIo<codec::Reader> body(datagram.subspan(VL_HEADER_BYTES), h);
+    Decoded decoded{
+        .message = blank_message(type - VL_MSG_TYPE_MIN,
+                                 std::make_index_sequence<std::variant_size_v<Message>>{}),
+        .flags = header.flags};
+    const bool parsed =
+        std::visit([&](auto& m) { return fields(body, m); }, decoded.message) && body.done();
+    if (!parsed || (!body.batch_claimed() && h.batch_count != 0) || !consistent(decoded.message))
         return DecodeError::bad_body;
-    // A header field that the type does not carry must be zero, so that one message has one
-    // encoding and whatever reads headers in place (the XDP programs) sees what the core sees.
-    if (header_fields(decoded.message) != h) return DecodeError::bad_reserved;
+    if (!body.unclaimed_slots_zero()) return DecodeError::bad_reserved;
     return decoded;
 }
 

@@ -3,14 +3,28 @@
 #include <cstring>
 #include <utility>
 
-#include "core/byte_reader.h"
-#include "core/byte_writer.h"
+#include "core/codec.h"
 #include "voltlock/wire.h"
 
 namespace voltlock {
 
 namespace {
 constexpr uint32_t kSnapshotMagic = 0x31524C56;  // "VLR1" in little-endian byte order
+
+// What the register's snapshot holds.
+struct RegisterState {
+    uint64_t version = 0;
+    uint64_t digest = 0;
+    Bytes value;  // one payload: it fits a datagram, and the u32 length
+};
+
+template <typename Io, codec::MaybeConst<RegisterState> R>
+bool fields(Io& io, R& r)
+{
+    uint32_t magic = kSnapshotMagic;
+    return io.u32(magic) && magic == kSnapshotMagic && io.u64(r.version) && io.u64(r.digest) &&
+           io.template str<uint32_t>(r.value);
+}
 }  // namespace
 
 uint64_t RegisterMachine::next_digest(uint64_t digest, const Bytes& value)
@@ -46,32 +60,18 @@ bool RegisterMachine::parse_result(const Bytes& result, Result& out)
 
 Bytes RegisterMachine::snapshot() const
 {
-    Bytes out;
-    ByteWriter w(out);
-    w.u32(kSnapshotMagic);
-    w.u64(version_);
-    w.u64(digest_);
-    w.u32(static_cast<uint32_t>(value_.size()));  // a value is one payload: it fits a datagram
-    w.bytes(value_);
-    return out;
+    return codec::encode(RegisterState{version_, digest_, value_}).value();
 }
 
 bool RegisterMachine::restore(std::string_view snapshot)
 {
-    ByteReader in(snapshot);
-    uint32_t magic = 0;
-    uint64_t version = 0;
-    uint64_t digest = 0;
-    uint32_t value_size = 0;
-    Bytes value;
-    if (!(in.u32(magic) && magic == kSnapshotMagic && in.u64(version) && in.u64(digest) &&
-          in.u32(value_size) && in.bytes(value, value_size) && in.done()))
-        return false;
+    auto state = codec::decode<RegisterState>(snapshot);
+    if (!state) return false;
     // Before the first write there is neither a digest nor a value.
-    if (version == 0 && (digest != 0 || !value.empty())) return false;
-    version_ = version;
-    digest_ = digest;
-    value_ = std::move(value);
+    if (state->version == 0 && (state->digest != 0 || !state->value.empty())) return false;
+    version_ = state->version;
+    digest_ = state->digest;
+    value_ = std::move(state->value);
     return true;
 }
 

@@ -19,9 +19,10 @@
 #include <thread>
 #include <utility>
 
-#include "core/byte_reader.h"
-#include "core/byte_writer.h"
+#include "core/assert.h"
 #include "core/checksum.h"
+#include "core/codec.h"
+#include "shell/storage_records.h"
 
 namespace voltlock {
 
@@ -35,7 +36,78 @@ namespace voltlock {
 //                       whole CRC-32C u32, then each chunk's CRC-32C u32
 //   "chunk/" op index   the snapshot's bytes [index * chunk bytes, ...)
 // Ops (u64) and chunk indexes (u32) are big-endian so that keys sort by them; values are
-// little-endian, as everywhere else (ByteWriter).
+// little-endian, as everywhere else (codec.h).
+
+// ---- Values -----------------------------------------------------------------------------------
+
+// The log entry's layout at rest (codec.h); on the wire, entries go as message.cpp lays them out.
+template <typename Io, codec::MaybeConst<Entry> R>
+bool fields(Io& io, R& entry)
+{
+    return io.u64(entry.timestamp_ms) && io.u64(entry.client_id) &&
+           io.u64(entry.request_number) && io.template str<uint32_t>(entry.payload);
+}
+
+namespace storage_records {
+
+template <typename Io, codec::MaybeConst<IdentityRecord> R>
+bool fields(Io& io, R& r)
+{
+    return io.u32(r.format_version) && io.u32(r.identity.cluster_id) &&
+           io.u8(r.identity.replica) && io.u8(r.identity.replica_count);
+}
+
+template <typename Io, codec::MaybeConst<ViewsRecord> R>
+bool fields(Io& io, R& r)
+{
+    return io.u64(r.view) && io.u64(r.last_normal_view);
+}
+
+template <typename Io, codec::MaybeConst<SnapshotManifest> R>
+bool fields(Io& io, R& m)
+{
+    uint32_t chunk_count = static_cast<uint32_t>(m.chunk_crcs.size());
+    return io.u64(m.op) && io.u64(m.size_bytes) && io.u32(m.chunk_bytes) &&
+           io.u32(chunk_count) && io.u32(m.crc) && io.items(m.chunk_crcs, chunk_count);
+}
+
+// Records are small and written whole: the layouts above fit them by construction.
+template <typename Record>
+Bytes encode_record(const Record& record)
+{
+    auto bytes = codec::encode(record);
+    VL_ASSERT(bytes, "a record's strings fit their length fields");
+    return *std::move(bytes);
+}
+
+Bytes encode_identity(const IdentityRecord& record) { return encode_record(record); }
+std::optional<IdentityRecord> decode_identity(std::string_view in)
+{
+    return codec::decode<IdentityRecord>(in);
+}
+
+Bytes encode_views(const ViewsRecord& record) { return encode_record(record); }
+std::optional<ViewsRecord> decode_views(std::string_view in)
+{
+    return codec::decode<ViewsRecord>(in);
+}
+
+Bytes encode_entry(const Entry& entry) { return encode_record(entry); }
+std::optional<Entry> decode_entry(std::string_view in) { return codec::decode<Entry>(in); }
+
+Bytes encode_manifest(const SnapshotManifest& manifest) { return encode_record(manifest); }
+std::optional<SnapshotManifest> decode_manifest(std::string_view in)
+{
+    auto manifest = codec::decode<SnapshotManifest>(in);
+    // Every chunk of the snapshot has its checksum.
+    if (!manifest || manifest->chunk_bytes == 0 ||
+        manifest->chunk_crcs.size() !=
+            (manifest->size_bytes + manifest->chunk_bytes - 1) / manifest->chunk_bytes)
+        return std::nullopt;
+    return manifest;
+}
+
+}  // namespace storage_records
 
 namespace {
 
@@ -100,60 +172,15 @@ std::optional<Op> key_op(std::string_view key, const Bytes& prefix)
 
 std::string_view view_of(const rocksdb::Slice& slice) { return {slice.data(), slice.size()}; }
 
-// ---- Values -----------------------------------------------------------------------------------
-
-Bytes encode_identity(const CellIdentity& identity)
-{
-    Bytes out;
-    ByteWriter w(out);
-    w.u32(format_version);
-    w.u32(identity.cluster_id);
-    w.u8(identity.replica);
-    w.u8(identity.replica_count);
-    return out;
-}
-
 std::string describe(const CellIdentity& identity)
 {
     return "cluster " + std::to_string(identity.cluster_id) + " replica " +
            std::to_string(identity.replica) + " of " + std::to_string(identity.replica_count);
 }
 
-Bytes encode_entry(const Entry& entry)
+storage_records::SnapshotManifest make_manifest(Op op, const Bytes& snapshot)
 {
-    Bytes out;
-    out.reserve(28 + entry.payload.size());
-    ByteWriter w(out);
-    w.u64(entry.timestamp_ms);
-    w.u64(entry.client_id);
-    w.u64(entry.request_number);
-    w.u32(static_cast<uint32_t>(entry.payload.size()));
-    w.bytes(entry.payload);
-    return out;
-}
-
-std::optional<Entry> decode_entry(std::string_view in)
-{
-    ByteReader r(in);
-    Entry entry;
-    uint32_t payload_bytes = 0;
-    if (!r.u64(entry.timestamp_ms) || !r.u64(entry.client_id) || !r.u64(entry.request_number) ||
-        !r.u32(payload_bytes) || !r.bytes(entry.payload, payload_bytes) || !r.done())
-        return std::nullopt;
-    return entry;
-}
-
-struct SnapshotManifest {
-    Op op = 0;
-    uint64_t size_bytes = 0;
-    uint32_t chunk_bytes = 0;
-    uint32_t crc = 0;  // over the whole snapshot
-    std::vector<uint32_t> chunk_crcs;
-};
-
-SnapshotManifest make_manifest(Op op, const Bytes& snapshot)
-{
-    SnapshotManifest manifest{.op = op, .size_bytes = snapshot.size(),
+    storage_records::SnapshotManifest manifest{.op = op, .size_bytes = snapshot.size(),
                               .chunk_bytes = snapshot_chunk_bytes};
     const std::string_view bytes = snapshot;
     for (size_t offset = 0; offset < bytes.size(); offset += snapshot_chunk_bytes) {
@@ -161,37 +188,6 @@ SnapshotManifest make_manifest(Op op, const Bytes& snapshot)
         manifest.chunk_crcs.push_back(crc32c(chunk));
         manifest.crc = crc32c(chunk, manifest.crc);
     }
-    return manifest;
-}
-
-Bytes encode_manifest(const SnapshotManifest& manifest)
-{
-    Bytes out;
-    ByteWriter w(out);
-    w.u64(manifest.op);
-    w.u64(manifest.size_bytes);
-    w.u32(manifest.chunk_bytes);
-    w.u32(static_cast<uint32_t>(manifest.chunk_crcs.size()));
-    w.u32(manifest.crc);
-    for (const uint32_t crc : manifest.chunk_crcs) w.u32(crc);
-    return out;
-}
-
-// nullopt unless every field is present and consistent with the others.
-std::optional<SnapshotManifest> decode_manifest(std::string_view in)
-{
-    ByteReader r(in);
-    SnapshotManifest manifest;
-    uint32_t chunk_count = 0;
-    if (!r.u64(manifest.op) || !r.u64(manifest.size_bytes) || !r.u32(manifest.chunk_bytes) ||
-        !r.u32(chunk_count) || !r.u32(manifest.crc) || manifest.chunk_bytes == 0)
-        return std::nullopt;
-    const uint64_t expected_chunks =
-        (manifest.size_bytes + manifest.chunk_bytes - 1) / manifest.chunk_bytes;
-    if (chunk_count != expected_chunks || r.remaining() != uint64_t{chunk_count} * 4)
-        return std::nullopt;
-    manifest.chunk_crcs.resize(chunk_count);
-    for (uint32_t& crc : manifest.chunk_crcs) r.u32(crc);
     return manifest;
 }
 
@@ -307,23 +303,21 @@ Result<bool> check_identity(rocksdb::DB& db, const std::string& path,
     if (status.IsNotFound()) {
         rocksdb::WriteOptions sync;
         sync.sync = true;
-        status = db.Put(sync, identity_key, encode_identity(identity));
+        status = db.Put(sync, identity_key,
+                        storage_records::encode_identity({format_version, identity}));
         if (!status.ok())
             return failure("writing " + describe(identity) + ": " + status.ToString());
         return false;
     }
     if (!status.ok()) return failure(status.ToString());
-    ByteReader r(stored);
-    uint32_t version = 0;
-    CellIdentity found;
-    if (!r.u32(version) || !r.u32(found.cluster_id) || !r.u8(found.replica) ||
-        !r.u8(found.replica_count) || !r.done())
-        return failure("garbled record");
-    if (version != format_version)
-        return failure("format version " + std::to_string(version) + ", this build reads " +
-                       std::to_string(format_version));
-    if (found != identity)
-        return failure("belongs to " + describe(found) + ", not " + describe(identity));
+    const auto found = storage_records::decode_identity(stored);
+    if (!found) return failure("garbled record");
+    if (found->format_version != format_version)
+        return failure("format version " + std::to_string(found->format_version) +
+                       ", this build reads " + std::to_string(format_version));
+    if (found->identity != identity)
+        return failure("belongs to " + describe(found->identity) + ", not " +
+                       describe(identity));
     return true;
 }
 
@@ -441,9 +435,10 @@ Result<StoredState> Storage::load() const
     std::string views;
     const auto status = db_->Get(read_options(), view_key, &views);
     if (status.ok()) {
-        ByteReader r(views);
-        if (!r.u64(state.view) || !r.u64(state.last_normal_view) || !r.done())
-            return error("reading the view", "garbled record");
+        const auto record = storage_records::decode_views(views);
+        if (!record) return error("reading the view", "garbled record");
+        state.view = record->view;
+        state.last_normal_view = record->last_normal_view;
     } else if (!status.IsNotFound()) {
         return error("reading the view", status.ToString());
     }
@@ -484,7 +479,7 @@ Result<std::optional<std::string>> Storage::read_snapshot(Op op, Bytes& out) con
     auto status = db_->Get(options, op_key(manifest_prefix, op), &stored_manifest);
     if (status.IsCorruption()) return refuse("manifest: " + status.ToString());
     if (!status.ok()) return error("reading " + what + " manifest", status.ToString());
-    const auto manifest = decode_manifest(stored_manifest);
+    const auto manifest = storage_records::decode_manifest(stored_manifest);
     if (!manifest || manifest->op != op) return refuse("garbled manifest");
 
     out.clear();
@@ -537,7 +532,7 @@ Result<std::vector<Entry>> Storage::read_log(Op after) const
         if (*op != expected)
             return error(what, "missing (the next stored entry is op " + std::to_string(*op) +
                                    ")");
-        auto entry = decode_entry(view_of(it->value()));
+        auto entry = storage_records::decode_entry(view_of(it->value()));
         if (!entry) return error(what, "garbled record");
         log.push_back(std::move(*entry));
     }
@@ -552,7 +547,7 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
                              std::to_string(snapshot.size()) + " bytes)";
     if (op == 0) return error(what, "ops are numbered from 1");
 
-    const SnapshotManifest manifest = make_manifest(op, snapshot);
+    const storage_records::SnapshotManifest manifest = make_manifest(op, snapshot);
     const auto chunk_count = static_cast<uint32_t>(manifest.chunk_crcs.size());
     // One synced write per chunk, each holding mutex_ for its own length only: as one batch, a
     // snapshot of tens of MiB held every write() of the loop (durability sync: each step's log)
@@ -591,7 +586,7 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
     const bool older = op < snapshot_op_;
     batch.DeleteRange(log_prefix, older ? prefix_end(log_prefix)
                                         : key_after(storage_keys::log_entry(op)));
-    batch.Put(op_key(manifest_prefix, op), encode_manifest(manifest));
+    batch.Put(op_key(manifest_prefix, op), storage_records::encode_manifest(manifest));
 
     VL_TRY(commit(batch, true, what));
     snapshot_op_ = op;
@@ -680,7 +675,7 @@ Result<Ok> Storage::write(const StorageBatch& batch, bool sync)
                                    std::to_string(snapshot_op_));
         Op op = replacement.after;
         for (const Entry& entry : replacement.entries)
-            write_batch.Put(storage_keys::log_entry(++op), encode_entry(entry));
+            write_batch.Put(storage_keys::log_entry(++op), storage_records::encode_entry(entry));
         // Entries past the new end would survive as a stale suffix; appends skip this.
         if (op < last_op)
             write_batch.DeleteRange(key_after(storage_keys::log_entry(op)),
@@ -688,11 +683,8 @@ Result<Ok> Storage::write(const StorageBatch& batch, bool sync)
         last_op = op;
     }
     if (batch.views_) {
-        Bytes views;
-        ByteWriter w(views);
-        w.u64(batch.views_->view);
-        w.u64(batch.views_->last_normal_view);
-        write_batch.Put(view_key, views);
+        write_batch.Put(view_key, storage_records::encode_views(
+                                      {batch.views_->view, batch.views_->last_normal_view}));
     }
     if (batch.clean_stop_) {
         if (*batch.clean_stop_)

@@ -230,13 +230,23 @@ TEST_CASE("auth tables: in the snapshot (VLM3) and the digest; VLM2 restores wit
     {
         AuthState broken = source.state().auth;
         broken.users["ghost"] = UserRecord{.roles = {"nope"}};
-        AuthState decoded;
-        CHECK_FALSE(decode_auth_state(encode_auth_state(broken), decoded));
+        CHECK(broken_auth_state(broken) != nullptr);
         broken = source.state().auth;
         broken.tokens.begin()->second.user = "nobody";
-        CHECK_FALSE(decode_auth_state(encode_auth_state(broken), decoded));
-        CHECK(decode_auth_state(encode_auth_state(source.state().auth), decoded));
-        CHECK(decoded == source.state().auth);
+        CHECK(broken_auth_state(broken) != nullptr);
+        broken = source.state().auth;
+        broken.roles.begin()->second.grants[0].permissions = 0;
+        CHECK(broken_auth_state(broken) != nullptr);
+        CHECK(broken_auth_state(source.state().auth) == nullptr);
+        // In a snapshot: the user "billing" renamed, so that its tokens name no user.
+        Bytes renamed = snapshot;
+        const std::string user = std::string("\x07\0\0\0", 4) + "billing";
+        const size_t at = renamed.find(user);
+        REQUIRE(at != Bytes::npos);
+        renamed[at + user.size() - 1] = 'h';
+        LockMachine refused(kConfig);
+        CHECK_FALSE(refused.restore(renamed));
+        CHECK(refused.state() == LockMachine(kConfig).state());
     }
 }
 
