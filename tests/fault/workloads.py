@@ -331,6 +331,7 @@ class WatchWorker(threading.Thread):
         self.resumes = 0
         self.compacted_holes = 0
         self.next_revision = 1
+        self.stream_start = 1            # the first revision the current stream is to cover
         self.error: BaseException | None = None
         self.conn = None
 
@@ -351,7 +352,7 @@ class WatchWorker(threading.Thread):
         conn = NamespacedConnection(self.endpoints["client_namespace"], r["ip"], r["http_port"],
                                     self.QUIET_S)
         self.conn = conn
-        start = self.next_revision
+        self.stream_start = self.next_revision
         try:
             conn.request("GET", path, headers={"Accept": "text/event-stream"})
             response = conn.getresponse()
@@ -368,8 +369,8 @@ class WatchWorker(threading.Thread):
         finally:
             conn.close()
             self.conn = None
-            if self.last_complete() >= start:
-                self.covered.append((start, self.last_complete()))
+            if self.last_complete() >= self.stream_start:
+                self.covered.append((self.stream_start, self.last_complete()))
             else:                          # nothing came: that replica is down or cut off
                 self.stop_event.wait(0.1)
             self.resumes += 1
@@ -378,7 +379,11 @@ class WatchWorker(threading.Thread):
         """The start is older than this replica's history: go on from the oldest it has,
         leaving a hole in what the stream covers (a documented answer, not a violation)."""
         self.compacted_holes += 1
+        # What streamed before the hole is covered; the hole is not, so the range ends here.
+        if self.last_complete() >= self.stream_start:
+            self.covered.append((self.stream_start, self.last_complete()))
         self.next_revision = max(self.next_revision, error["details"]["oldest_revision"])
+        self.stream_start = self.next_revision
 
     def read_events(self, response) -> None:
         pending: list = []                 # events of the revision whose id has not come yet

@@ -635,8 +635,10 @@ def test_a_full_disk_fails_snapshot_writes_clearly_and_the_replica_restarts_from
         finally:
             client.close()
         for i in range(REPLICAS):  # every replica is on the full disk, and every one serves
-            s = status(cell, i)
-            assert s and s["status"] == "normal" and s["commit"] >= written["revision"], (i, s)
+            # A follower learns that the last op committed with the leader's next message.
+            wait_until(lambda: (lambda s: s and s["status"] == "normal" and
+                                s["commit"] >= written["revision"])(status(cell, i)), 10,
+                       f"r{i} to serve and commit the write made through r{victim}")
 
         # Room again: it restarts from its newest snapshot that was written whole (or from the
         # one whose write failed, if its record reached the WAL whole: storage.h).
