@@ -23,21 +23,12 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 sys.path.insert(0, HERE)
 from cell import Cell, unique_name, voltlockd_available, voltlockd_path  # noqa: E402
+from replication import wait_until  # noqa: E402
 from test_auth import request  # noqa: E402
 from cellrig.util import NamespacedConnection  # noqa: E402
 
 DEADLINE_S = 30.0
 REPLICAS = 3
-
-
-def wait_until(check, what: str, timeout: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -94,13 +85,13 @@ def works_everywhere(cell, token: str, key: str) -> None:
     for replica in range(REPLICAS):
         wait_until(lambda: call(cell, replica, "PUT", f"/v1/kv/{key}", {"value": "v"},
                                 token)[0] == 200,
-                   f"r{replica} to accept the new token")
+                   DEADLINE_S, f"r{replica} to accept the new token", interval=0.05)
 
 
 def refused_everywhere(cell, token: str, key: str) -> None:
     for replica in range(REPLICAS):
         wait_until(lambda: call(cell, replica, "GET", f"/v1/kv/{key}", token=token)[0] == 401,
-                   f"r{replica} to refuse the token")
+                   DEADLINE_S, f"r{replica} to refuse the token", interval=0.05)
 
 
 def test_a_token_made_by_the_admin_works_on_every_replica_until_revoked(cell, admin):
@@ -252,13 +243,14 @@ def test_the_tables_survive_a_restart_of_the_whole_cell_from_its_snapshots(cell,
         assert status == 200, body
         written += 1
         return False
-    wait_until(snapshotted, "a snapshot after the auth ops on every replica", timeout=60)
+    wait_until(snapshotted, 60, "a snapshot after the auth ops on every replica", interval=0.05)
 
     cell.kill("all")
     cell.start("all", timeout=20)
     cell.wait_for_leader(timeout=30)
     assert wait_until(lambda: call(cell, cell.leader, "GET", "/v1/auth/users",
-                                   token=admin)[0] == 200, "the restarted cell to serve")
+                                   token=admin)[0] == 200, DEADLINE_S,
+                      "the restarted cell to serve", interval=0.05)
     assert tables(cell, admin) == before
     works_everywhere(cell, created["token"], "frank/after")
     for replica in range(REPLICAS):
