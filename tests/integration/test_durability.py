@@ -84,6 +84,20 @@ def snapshots_written(cell: Cell, replica: int) -> list:
         return [int(op) for op in re.findall(r"snapshot of op (\d+) written", f.read())]
 
 
+def settled_snapshots(cell: Cell, replicas: list, every_ops: int) -> dict | None:
+    """Each replica's snapshot op once it is written and no further one is due (its commit is
+    less than `every_ops` past it); else None. A replica that has just learned of a commit past
+    the next boundary has a snapshot still to take, so its served snapshot is about to move."""
+    taken = {}
+    for i in replicas:
+        s = status(cell, i)
+        op = s["storage"]["snapshot_op"]
+        if op not in snapshots_written(cell, i) or s["commit"] - op >= every_ops:
+            return None
+        taken[i] = op
+    return taken
+
+
 def follower(cell: Cell) -> int:
     return (cell.leader + 1) % REPLICAS
 
@@ -354,7 +368,8 @@ def test_every_replica_killed_under_load_restarts_on_a_prefix_that_keeps_what_wa
 # restart first, the one with the newest snapshot after them.
 @pytest.mark.slow
 def test_a_replica_restored_ahead_of_the_restarted_cell_rejoins():
-    with Cell(replicas=REPLICAS, durability="snapshot", snapshot_every_ops=20) as cell:
+    every_ops = 20
+    with Cell(replicas=REPLICAS, durability="snapshot", snapshot_every_ops=every_ops) as cell:
         leader = cell.leader
         early = follower(cell)
         fill(cell, "ahead/a", 50, 100)
@@ -364,14 +379,12 @@ def test_a_replica_restored_ahead_of_the_restarted_cell_rejoins():
         # Until the two left have written snapshots of different ops: the leader's come at
         # multiples of 20, the follower's where it learns of a commit past one, which many
         # concurrent writes often make a little later.
-        for burst in range(30):
+        for burst in range(60):
             fill(cell, f"ahead/b{burst}", 25, 100, threads=16)
             for i in rest:  # idle: every replica knows the last commit and took its snapshots
                 wait_until(lambda: caught_up(cell, i, leader), 10, f"r{i} to catch up")
-            taken = wait_until(lambda: (lambda t: t if all(
-                t[i] in snapshots_written(cell, i) for i in rest) else None)(
-                    {i: status(cell, i)["storage"]["snapshot_op"] for i in rest}), 10,
-                "the snapshots taken to be written")
+            taken = wait_until(lambda: settled_snapshots(cell, rest, every_ops), 10,
+                               "the snapshots taken to be written")
             if len(set(taken.values())) == len(rest):
                 break
         else:
