@@ -317,12 +317,16 @@ def main() -> int:
     parser.add_argument("--slowloris", type=int, default=1_000)
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--io-threads", type=int, choices=(0, 1),
+                        help="the cell's http_io_threads (default: voltlockd's)")
     parser.add_argument("--json", help="write every number here too")
     args = parser.parse_args()
     raise_file_limit(args.watches + args.idle + args.slowloris + 4096)
     limit = max(args.watches, args.idle) + args.slowloris + 1000
     extra = {"http_max_connections": limit, "http_max_connections_per_address": limit,
              "http_max_streams": args.watches + 1000}
+    if args.io_threads is not None:
+        extra["http_io_threads"] = args.io_threads
     report = {}
     with Cell(replicas=3, voltlockd=os.path.join(REPO, "build", "voltlockd"),
               config_extra=extra) as cell:

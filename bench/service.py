@@ -47,6 +47,7 @@ WORKLOADS = ("put", "get", "stale_get", "lock", "lock_one")
 # keepalive (etcd's is a gRPC stream) and a linearizable read of a held lock's state.
 VOLTLOCK_ONLY = ("keepalive", "lock_read")
 PLACEMENTS = ("all", "leader", "followers")
+DEFAULT_IO_THREADS = 0  # voltlockd's http_io_threads (server/shell/config.h)
 
 
 class Stopped(Exception):
@@ -461,6 +462,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--electrode", default="off,on",
                         help="Voltlock cells to measure: off, on or off,on")
+    parser.add_argument("--io-threads", default="1",
+                        help="http_io_threads of the Voltlock cells, a list (0: HTTP on the "
+                             "replica's loop); a cell whose value is not voltlockd's default is "
+                             "named with -ioN")
     parser.add_argument("--old", help="another voltlockd to measure side by side (main's)")
     parser.add_argument("--no-etcd", action="store_true")
     parser.add_argument("--no-zookeeper", action="store_true")
@@ -484,6 +489,7 @@ def main() -> int:
     workloads = args.workloads.split(",")
     placements = args.at.split(",")
     modes = args.electrode.split(",")
+    io_threads = [int(n) for n in args.io_threads.split(",")]
     for value, allowed, what in ((workloads, WORKLOADS + VOLTLOCK_ONLY, "workload"),
                                  (placements, PLACEMENTS, "--at"),
                                  (modes, ("off", "on"), "--electrode")):
@@ -523,12 +529,15 @@ def main() -> int:
     systems, cells, services, results, data_roots = [], [], [], [], []
     try:
         daemon = os.path.join(BUILD, "voltlockd")
-        cell_kinds = [(f"voltlock-{mode}", mode, daemon) for mode in modes]
+        cell_kinds = [(f"voltlock-{mode}" + ("" if io == DEFAULT_IO_THREADS else f"-io{io}"),
+                       mode, daemon, io) for mode in modes for io in io_threads]
         if args.old:
-            cell_kinds.append(("old", "off", args.old))
-        for name, mode, daemon in cell_kinds:
+            cell_kinds.append(("old", "off", args.old, DEFAULT_IO_THREADS))
+        for name, mode, daemon, io in cell_kinds:
             data_roots.append(tempfile.mkdtemp(prefix="vl-bench-cell-", dir="/dev/shm"))
-            cell = Cell(replicas=3, electrode=mode, voltlockd=daemon, data_root=data_roots[-1])
+            extra = {} if io == DEFAULT_IO_THREADS else {"http_io_threads": io}
+            cell = Cell(replicas=3, electrode=mode, voltlockd=daemon, data_root=data_roots[-1],
+                        config_extra=extra)
             cells.append(cell)
             cell.up()
             systems.append(voltlock_system(name, cell))

@@ -242,7 +242,7 @@ Result<Ok> HttpApi::start(const std::string& ip, uint16_t port)
         spdlog::warn("r{}: AUTH IS OFF: any client that reaches {}:{} may read, write, lock and "
                      "close every session; set auth_token_file (docs/security-auth.md)",
                      node_.config().replica, ip, port);
-    return server_.start(ip, port);
+    return server_.start(ip, port, node_.config().http_io_threads == 0 ? &loop_ : nullptr);
 }
 
 void HttpApi::stop()

@@ -106,8 +106,9 @@ struct MhdCallbacks {
 };
 
 namespace {
-// The server whose I/O thread this is. GnuTLS's certificate callbacks take no argument of ours,
-// and they run inside MHD_run(), which only the server's own I/O thread calls.
+// The server whose passes run on this thread (its I/O thread, or the replica's loop). GnuTLS's
+// certificate callbacks take no argument of ours, and they run inside MHD_run(), which only a
+// pass calls.
 thread_local HttpServer* server_of_this_thread = nullptr;
 }  // namespace
 
@@ -310,7 +311,7 @@ Result<Ok> HttpServer::reload_tls()
     return Ok{};
 }
 
-Result<Ok> HttpServer::start(const std::string& ip, uint16_t port)
+Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on_loop)
 {
     // The listening socket is ours, so that its backlog is what the config says (issue 12: a
     // backlog of 5 dropped SYNs, and each cost the client a second).
@@ -390,16 +391,24 @@ Result<Ok> HttpServer::start(const std::string& ip, uint16_t port)
             return os_error("http: epoll_ctl");
     }
     running_ = true;
-    thread_ = std::thread([this] { run(); });
+    if (!on_loop) {
+        thread_ = std::thread([this] { run(); });
+        return Ok{};
+    }
+    on_loop_ = on_loop;
+    VL_TRY(on_loop_->watch(epoll_.get(), [this] { pass_on_loop(); }));
+    arm_loop_timer();
     return Ok{};
 }
 
 void HttpServer::stop()
 {
-    if (!thread_.joinable()) return;
+    if (!daemon_) return;
     running_ = false;
-    wake();
-    thread_.join();
+    if (thread_.joinable()) {
+        wake();
+        thread_.join();
+    }
     // libmicrohttpd must not stop with suspended connections: resume them; not running, they
     // are closed without an answer.
     watch_still_suspended();  // then every suspended exchange is in watched_for_hangup_
@@ -434,43 +443,85 @@ void HttpServer::schedule_resume(const std::shared_ptr<Exchange>& exchange)
     if (first) wake();
 }
 
+namespace {
+constexpr int kMaxEvents = 8;
+// With TLS, libmicrohttpd 0.9.75 asks to be run again at once (timeout 0) for as long as a
+// handshake waits for the client's next flight: a busy loop that took 5 ms of CPU per handshake
+// and slowed the client sharing the cores. After this many passes in a row with a zero wait and
+// no event, a pass waits up to 1 ms instead.
+constexpr int kIdlePassesBeforeWaiting = 16;
+}  // namespace
+
+int HttpServer::next_wait_ms()
+{
+    int wait = 200;
+    MHD_UNSIGNED_LONG_LONG mhd_timeout = 0;
+    if (MHD_get_timeout(daemon_, &mhd_timeout) == MHD_YES)
+        wait = static_cast<int>(std::min<MHD_UNSIGNED_LONG_LONG>(mhd_timeout, 200));
+    if (wait == 0 && tls_.on() && idle_zero_wait_passes_ >= kIdlePassesBeforeWaiting) wait = 1;
+    planned_wait_ms_ = wait;
+    return wait;
+}
+
 void HttpServer::run()
 {
-    constexpr int kMaxEvents = 8;
-    epoll_event events[kMaxEvents];
     server_of_this_thread = this;
-    // With TLS, libmicrohttpd 0.9.75 asks to be run again at once (timeout 0) for as long as a
-    // handshake waits for the client's next flight: a busy loop that took 5 ms of CPU per
-    // handshake here and slowed the client sharing the cores. After this many passes in a row
-    // with a zero timeout and no event, a pass waits up to 1 ms instead.
-    constexpr int kIdlePassesBeforeWaiting = 16;
-    int idle_zero_timeout_passes = 0;
+    epoll_event events[kMaxEvents];
     while (running_) {
-        int timeout = 200;
-        MHD_UNSIGNED_LONG_LONG mhd_timeout = 0;
-        if (MHD_get_timeout(daemon_, &mhd_timeout) == MHD_YES)
-            timeout = static_cast<int>(std::min<MHD_UNSIGNED_LONG_LONG>(mhd_timeout, 200));
-        if (timeout == 0 && tls_.on() && idle_zero_timeout_passes >= kIdlePassesBeforeWaiting)
-            timeout = 1;
-        const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout);
-        idle_zero_timeout_passes = n == 0 && timeout <= 1 ? idle_zero_timeout_passes + 1 : 0;
-        bool hangups_ready = false;  // only then is the hang-up set worth an epoll_wait
-        for (int i = 0; i < n; i++)
-            if (events[i].data.fd == wakeup_.get()) {
-                uint64_t count = 0;
-                [[maybe_unused]] ssize_t got = ::read(wakeup_.get(), &count, sizeof count);
-            } else if (events[i].data.fd == hangup_epoll_.get()) {
-                hangups_ready = true;
-            }
-        resume_scheduled();
-        if (hangups_ready) take_hangups();
-        MHD_run(daemon_);
-        on_batch_end_();
-        if (now_ms() >= next_deadline_check_ms_) {
-            enforce_deadlines();
-            watch_still_suspended();
-            next_deadline_check_ms_ = now_ms() + 100;
+        const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, next_wait_ms());
+        pass(events, std::max(n, 0));
+    }
+}
+
+void HttpServer::pass_on_loop()
+{
+    if (!running_) return;
+    server_of_this_thread = this;
+    epoll_event events[kMaxEvents];
+    // libmicrohttpd wants a second pass at once after most answers (the connection stays on its
+    // ready list until a read says EAGAIN): run it here rather than through a timer and a turn
+    // of the loop. Bounded, as a TLS handshake can ask for passes for milliseconds.
+    constexpr int kPassesAtOnce = 3;
+    for (int passes = 0; passes < kPassesAtOnce; passes++) {
+        const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, 0);
+        pass(events, std::max(n, 0));
+        if (next_wait_ms() != 0) break;
+    }
+    arm_loop_timer();
+}
+
+void HttpServer::arm_loop_timer()
+{
+    using Clock = std::chrono::steady_clock;
+    const auto due = Clock::now() + std::chrono::milliseconds(next_wait_ms());
+    if (loop_timer_due_ && *loop_timer_due_ <= due) return;  // that pass arms the next timer
+    loop_timer_due_ = due;
+    on_loop_->after(std::chrono::milliseconds(planned_wait_ms_), [this, due] {
+        if (loop_timer_due_ != due) return;  // an earlier timer took its place
+        loop_timer_due_.reset();
+        pass_on_loop();
+    });
+}
+
+void HttpServer::pass(const epoll_event* events, int count)
+{
+    idle_zero_wait_passes_ = count == 0 && planned_wait_ms_ <= 1 ? idle_zero_wait_passes_ + 1 : 0;
+    bool hangups_ready = false;  // only then is the hang-up set worth an epoll_wait
+    for (int i = 0; i < count; i++)
+        if (events[i].data.fd == wakeup_.get()) {
+            uint64_t value = 0;
+            [[maybe_unused]] ssize_t got = ::read(wakeup_.get(), &value, sizeof value);
+        } else if (events[i].data.fd == hangup_epoll_.get()) {
+            hangups_ready = true;
         }
+    resume_scheduled();
+    if (hangups_ready) take_hangups();
+    MHD_run(daemon_);
+    on_batch_end_();
+    if (now_ms() >= next_deadline_check_ms_) {
+        enforce_deadlines();
+        watch_still_suspended();
+        next_deadline_check_ms_ = now_ms() + 100;
     }
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,6 +42,7 @@
 
 struct MHD_Daemon;
 struct MHD_Connection;
+struct epoll_event;
 
 namespace voltlock::api {
 
@@ -188,7 +190,10 @@ public:
     HttpServer(const HttpServer&) = delete;
     HttpServer& operator=(const HttpServer&) = delete;
 
-    Result<Ok> start(const std::string& ip, uint16_t port);
+    // Serves on `ip`:`port` from an I/O thread of its own, or, with `on_loop`, on that event
+    // loop's thread (config http_io_thread false): no hand-off between threads per request, at
+    // the price of parsing HTTP on the thread that runs the replica.
+    Result<Ok> start(const std::string& ip, uint16_t port, EventLoop* on_loop);
     void stop();
     // Loads the certificate, key and client CA again, for handshakes from now on; on an error
     // the ones in use stay (and the error says why). Any thread.
@@ -203,7 +208,15 @@ private:
     friend struct MhdCallbacks;
     struct ConnectionRecord;
 
-    void run();
+    void run();  // the own I/O thread
+    // One pass over what is ready: `events` from epoll_, then libmicrohttpd and the batch end.
+    void pass(const ::epoll_event* events, int count);
+    // How long the next wait may last before libmicrohttpd needs a pass (its timeouts, a
+    // connection on its ready list, a TLS handshake under way), in milliseconds.
+    int next_wait_ms();
+    // On the replica's loop: a pass when epoll_ is readable or the time of next_wait_ms() is up.
+    void pass_on_loop();
+    void arm_loop_timer();
     void wake();
     // Any thread: the exchange has an answer or stream bytes; the I/O thread resumes it.
     void schedule_resume(const std::shared_ptr<Exchange>& exchange);
@@ -235,6 +248,9 @@ private:
     FileDescriptor hangup_epoll_;  // suspended exchanges' sockets, for EPOLLRDHUP
     std::atomic<bool> running_{false};
     std::thread thread_;
+    EventLoop* on_loop_ = nullptr;  // set: passes run on this loop, not on thread_
+    // On the loop: when the one timer that counts is due (later ones found earlier ones).
+    std::optional<std::chrono::steady_clock::time_point> loop_timer_due_;
     HttpServerCounters counters_;
 
     std::mutex resume_mutex_;
@@ -247,6 +263,9 @@ private:
     std::unordered_map<int, std::weak_ptr<Exchange>> watched_for_hangup_;  // by socket
     std::vector<std::weak_ptr<Exchange>> not_yet_watched_;  // suspended since the last check
     uint64_t next_deadline_check_ms_ = 0;
+    // With TLS, passes in a row that planned no wait and found nothing (next_wait_ms()).
+    int idle_zero_wait_passes_ = 0;
+    int planned_wait_ms_ = 0;
 };
 
 }  // namespace voltlock::api

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 namespace voltlock::api {
 
 void Router::add(const char* method, const char* pattern, std::string endpoint,
@@ -52,19 +54,28 @@ void Router::on_request(const std::shared_ptr<Exchange>& exchange)
 void Router::flush()
 {
     if (batch_.empty()) return;
-    loop_.post([batch = std::move(batch_)] {
-        for (const auto& [route, call] : batch) {
-            if (call->gone()) continue;
-            try {
-                route->handler(call);
-            } catch (const std::exception& e) {
-                spdlog::error("http {} {}: {}", call->method, call->target, e.what());
-                call->fail(ApiError{500, "internal", std::string("internal error: ") + e.what(),
-                                    Json::object()});
-            }
-        }
-    });
+    // On the loop's own thread (http_io_thread false) the batch runs now: posting it would only
+    // cost a wake-up of the same thread.
+    if (loop_.on_loop_thread()) {
+        run_batch(std::exchange(batch_, {}));
+        return;
+    }
+    loop_.post([batch = std::move(batch_)] { run_batch(batch); });
     batch_.clear();
+}
+
+void Router::run_batch(const Batch& batch)
+{
+    for (const auto& [route, call] : batch) {
+        if (call->gone()) continue;
+        try {
+            route->handler(call);
+        } catch (const std::exception& e) {
+            spdlog::error("http {} {}: {}", call->method, call->target, e.what());
+            call->fail(ApiError{500, "internal", std::string("internal error: ") + e.what(),
+                                Json::object()});
+        }
+    }
 }
 
 }  // namespace voltlock::api

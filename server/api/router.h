@@ -49,11 +49,14 @@ private:
         Handler handler;
     };
 
+    using Batch = std::vector<std::pair<const Route*, CallPtr>>;
+    static void run_batch(const Batch& batch);  // on the loop
+
     EventLoop& loop_;
     RequestCounters& counters_;
     const Access& access_;
     std::vector<Route> routes_;
-    std::vector<std::pair<const Route*, CallPtr>> batch_;  // I/O thread
+    Batch batch_;  // I/O thread
 };
 
 }  // namespace voltlock::api

@@ -177,6 +177,7 @@ Result<DaemonConfig> parse_config_fields(const std::string& json_text)
     VL_TRY(reader.integer("http_stream_buffer_bytes", config.http_stream_buffer_bytes, false,
                           1024, 1u << 30));
     VL_TRY(reader.integer("http_forward_threads", config.http_forward_threads, false, 1, 256));
+    VL_TRY(reader.integer("http_io_threads", config.http_io_threads, false, 0, 1));
     VL_TRY(reader.string("tls_cert_file", config.tls_cert_file, false));
     VL_TRY(reader.string("tls_key_file", config.tls_key_file, false));
     VL_TRY(reader.string("tls_ca_file", config.tls_ca_file, false));

@@ -58,6 +58,9 @@ struct DaemonConfig {
     uint32_t http_idle_timeout_ms = 60'000;
     uint32_t http_stream_buffer_bytes = 1 << 20;  // per watch: a reader further behind is cut
     uint32_t http_forward_threads = 16;  // kept-alive connections a follower forwards on
+    // 0: HTTP is parsed on the replica's event loop (no hand-off per request); 1: on an I/O
+    // thread of its own.
+    uint32_t http_io_threads = 0;
     // TLS on the HTTP API and on the replicas' HTTP to each other (shell/tls.h): on when
     // tls_cert_file is set. Every replica of a cell has it on, or none.
     std::string tls_cert_file;       // PEM: this replica's certificate (its chain after it)

@@ -118,6 +118,7 @@ void EventLoop::run_posted()
 void EventLoop::run()
 {
     running_ = true;
+    thread_ = std::this_thread::get_id();
     constexpr int max_events = 16;
     epoll_event events[max_events];
     while (running_) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -48,6 +49,8 @@ public:
     // Runs until stop(); returns after the iteration in which stop() was called.
     void run();
     void stop() { running_ = false; }
+    // Whether the caller is the thread in run(): work for the loop can run at once, not posted.
+    bool on_loop_thread() const { return std::this_thread::get_id() == thread_.load(); }
 
     // How long the loop's turns take (from epoll_wait's return to its next call: every handler
     // of one wake-up), so that a stall shows in /metrics and the log. Readable from any thread.
@@ -76,6 +79,7 @@ private:
     std::mutex posted_mutex_;
     std::vector<Handler> posted_;
     bool running_ = false;
+    std::atomic<std::thread::id> thread_;
     std::atomic<uint64_t> turns_{0};
     std::atomic<uint64_t> longest_turn_us_{0};
     std::atomic<uint64_t> turns_over_100ms_{0};

@@ -38,11 +38,14 @@ def fresh(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
 
 
-@pytest.fixture(scope="module")
-def cell():
+# Each test on a cell that parses HTTP on the replica's loop (the default) and on one with an
+# I/O thread of its own (http_io_threads 1).
+@pytest.fixture(scope="module", params=[0, 1], ids=["http-on-loop", "http-io-thread"])
+def cell(request):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    extra = {"http_header_timeout_ms": HEADER_TIMEOUT_MS,
+    extra = {"http_io_threads": request.param,
+             "http_header_timeout_ms": HEADER_TIMEOUT_MS,
              "http_stream_buffer_bytes": STREAM_BUFFER_BYTES,
              "http_max_connections": MAX_CONNECTIONS * SCALE,
              "http_max_connections_per_address": MAX_CONNECTIONS * SCALE}
