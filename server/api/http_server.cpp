@@ -311,10 +311,12 @@ Result<Ok> HttpServer::reload_tls()
     return Ok{};
 }
 
-Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on_loop)
+namespace {
+
+// The listening socket is ours, so that its backlog is what the config says (issue 12: a backlog
+// of 5 dropped SYNs, and each cost the client a second).
+Result<FileDescriptor> listen_on(const std::string& ip, uint16_t port, uint32_t backlog)
 {
-    // The listening socket is ours, so that its backlog is what the config says (issue 12: a
-    // backlog of 5 dropped SYNs, and each cost the client a second).
     FileDescriptor listener(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (listener.get() < 0) return os_error("socket");
     const int one = 1;
@@ -326,8 +328,16 @@ Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on
         return Error{0, "HTTP address " + ip + " is not an IPv4 address"};
     if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
         return os_error("bind HTTP " + ip + ":" + std::to_string(port));
-    if (::listen(listener.get(), static_cast<int>(limits_.listen_backlog)) != 0)
+    if (::listen(listener.get(), static_cast<int>(backlog)) != 0)
         return os_error("listen HTTP " + ip + ":" + std::to_string(port));
+    return listener;
+}
+
+}  // namespace
+
+Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on_loop)
+{
+    const FileDescriptor listener = VL_TRY(listen_on(ip, port, limits_.listen_backlog));
 
     // Connections over the limits are still accepted, to be told 503; past this many more the
     // descriptors would run out, and libmicrohttpd closes them unanswered.

@@ -94,6 +94,28 @@ Result<PeerAddress> parse_peer(const Json& json, const std::string& path)
     return peer;
 }
 
+// The HTTP front end's keys (docs/frontend.md, "Limits that protect the cell").
+Result<Ok> read_http_keys(ObjectReader& reader, DaemonConfig& config)
+{
+    VL_TRY(reader.integer("http_max_connections", config.http_max_connections, false, 1,
+                          1'000'000));
+    VL_TRY(reader.integer("http_max_connections_per_address",
+                          config.http_max_connections_per_address, false, 1, 1'000'000));
+    VL_TRY(reader.integer("http_max_streams", config.http_max_streams, false, 1, 1'000'000));
+    VL_TRY(reader.integer("http_listen_backlog", config.http_listen_backlog, false, 16, 65535));
+    VL_TRY(reader.integer("http_header_timeout_ms", config.http_header_timeout_ms, false, 100,
+                          600'000));
+    VL_TRY(reader.integer("http_body_timeout_ms", config.http_body_timeout_ms, false, 100,
+                          600'000));
+    VL_TRY(reader.integer("http_idle_timeout_ms", config.http_idle_timeout_ms, false, 1000,
+                          3'600'000));
+    VL_TRY(reader.integer("http_stream_buffer_bytes", config.http_stream_buffer_bytes, false,
+                          1024, 1u << 30));
+    VL_TRY(reader.integer("http_forward_threads", config.http_forward_threads, false, 1, 256));
+    VL_TRY(reader.integer("http_io_threads", config.http_io_threads, false, 0, 1));
+    return Ok{};
+}
+
 }  // namespace
 
 ReplicaConfig DaemonConfig::replica_config() const
@@ -162,22 +184,7 @@ Result<DaemonConfig> parse_config_fields(const std::string& json_text)
                           uint64_t{1} << 30));
     VL_TRY(reader.integer("snapshot_every_seconds", config.snapshot_every_seconds, false, 0,
                           7 * 24 * 3600));
-    VL_TRY(reader.integer("http_max_connections", config.http_max_connections, false, 1,
-                          1'000'000));
-    VL_TRY(reader.integer("http_max_connections_per_address",
-                          config.http_max_connections_per_address, false, 1, 1'000'000));
-    VL_TRY(reader.integer("http_max_streams", config.http_max_streams, false, 1, 1'000'000));
-    VL_TRY(reader.integer("http_listen_backlog", config.http_listen_backlog, false, 16, 65535));
-    VL_TRY(reader.integer("http_header_timeout_ms", config.http_header_timeout_ms, false, 100,
-                          600'000));
-    VL_TRY(reader.integer("http_body_timeout_ms", config.http_body_timeout_ms, false, 100,
-                          600'000));
-    VL_TRY(reader.integer("http_idle_timeout_ms", config.http_idle_timeout_ms, false, 1000,
-                          3'600'000));
-    VL_TRY(reader.integer("http_stream_buffer_bytes", config.http_stream_buffer_bytes, false,
-                          1024, 1u << 30));
-    VL_TRY(reader.integer("http_forward_threads", config.http_forward_threads, false, 1, 256));
-    VL_TRY(reader.integer("http_io_threads", config.http_io_threads, false, 0, 1));
+    VL_TRY(read_http_keys(reader, config));
     VL_TRY(reader.string("tls_cert_file", config.tls_cert_file, false));
     VL_TRY(reader.string("tls_key_file", config.tls_key_file, false));
     VL_TRY(reader.string("tls_ca_file", config.tls_ca_file, false));
