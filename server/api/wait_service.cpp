@@ -1,5 +1,8 @@
 #include "api/wait_service.h"
 
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
 
 #include "api/leader_path.h"
@@ -14,26 +17,23 @@ using std::chrono::milliseconds;
 constexpr size_t kEventsPerPass = 256;
 constexpr uint64_t kHeartbeatMs = 10'000;
 
-uint64_t steady_ms()
+uint64_t steady_us()
 {
-    return static_cast<uint64_t>(std::chrono::duration_cast<milliseconds>(
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                      std::chrono::steady_clock::now().time_since_epoch())
                                      .count());
 }
 
-std::string sse_events(const WatchBatch& batch, ValueEncoding encoding)
+uint64_t steady_ms() { return steady_us() / 1000; }
+
+// This thread's CPU time: what a slice cost, whatever preemption or a SIGSTOP added to its wall
+// time (which, times the multiple, would hold the watches back for as long again, fifty times).
+uint64_t thread_cpu_us()
 {
-    std::string out;
-    for (size_t i = 0; i < batch.events.size(); i++) {
-        const WatchEvent& e = batch.events[i];
-        // The id marks a revision as complete: a client resumes from the last id + 1.
-        const bool last_of_revision =
-            i + 1 == batch.events.size() || batch.events[i + 1].revision != e.revision;
-        if (last_of_revision) out += "id: " + std::to_string(e.revision) + "\n";
-        out += std::string("event: ") + event_type_name(e.type) + "\n";
-        out += "data: " + json_text(event_json(e, encoding)) + "\n\n";
-    }
-    return out;
+    timespec now{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<uint64_t>(now.tv_sec) * 1'000'000 +
+           static_cast<uint64_t>(now.tv_nsec) / 1000;
 }
 
 std::string sse_error(const ApiError& error)
@@ -131,12 +131,22 @@ void WaitService::watch(const CallPtr& call, const WatchFilter& filter, ValueEnc
     });
     Watch watch{.stream = std::move(stream), .filter = filter, .encoding = encoding, .next = from};
     bool more = false;
-    if (!feed(watch, more)) return;
+    EventTexts texts;
+    if (!feed(watch, more, texts)) return;
     watches_.emplace(next_id_++, std::move(watch));
     if (more && !std::exchange(feeding_again_, true)) loop_.post([this] { on_progress(); });
 }
 
-bool WaitService::feed(Watch& watch, bool& more)
+const std::string& WaitService::EventTexts::of(const WatchEvent& event, ValueEncoding encoding)
+{
+    auto [it, added] = texts_.try_emplace({&event, encoding});
+    if (added)
+        it->second = std::string("event: ") + event_type_name(event.type) + "\ndata: " +
+                     json_text(event_json(event, encoding)) + "\n";
+    return it->second;
+}
+
+bool WaitService::feed(Watch& watch, bool& more, EventTexts& texts)
 {
     if (watch.stream->finished()) return false;
     if (!watch.stream->has_room()) {
@@ -153,18 +163,32 @@ bool WaitService::feed(Watch& watch, bool& more)
         return false;
     }
     watch.full_since_ms = 0;
-    const WatchBatch batch = machine_.watch(watch.next, watch.filter, kEventsPerPass);
+    // Each event is written once the next is known: the id line, which marks a revision as
+    // complete (a client resumes from the last id + 1), goes on the last event of a revision.
+    std::string out;
+    const WatchEvent* pending = nullptr;
+    const auto write_pending = [&](bool last_of_revision) {
+        if (last_of_revision) out += "id: " + std::to_string(pending->revision) + "\n";
+        out += texts.of(*pending, watch.encoding);
+        out += "\n";
+    };
+    const WatchBatch batch = machine_.visit_watched(
+        watch.next, watch.filter, kEventsPerPass, [&](const WatchEvent& e) {
+            if (pending) write_pending(pending->revision != e.revision);
+            pending = &e;
+        });
     if (batch.compacted) {
         // Fell behind the history while streaming: say so, and end the stream.
         watch.stream->end(sse_error(compacted(batch.oldest_revision, watch.next)));
         return false;
     }
-    if (batch.events.empty()) {
+    if (!pending) {
         watch.next = std::max(watch.next, batch.next_revision);
         return true;
     }
+    write_pending(true);
     // Refused only when the batch does not fit the free half: it is sent again next time.
-    if (!watch.stream->push(sse_events(batch, watch.encoding))) return true;
+    if (!watch.stream->push(out)) return true;
     watch.next = batch.next_revision;
     more = more || batch.next_revision <= batch.revision;
     return true;
@@ -172,14 +196,67 @@ bool WaitService::feed(Watch& watch, bool& more)
 
 void WaitService::on_progress()
 {
-    feeding_again_ = false;
     for (auto it = waits_.begin(); it != waits_.end();)
         it = check(it->second) ? waits_.erase(it) : std::next(it);
+    feed_watches_when_due();
+}
+
+void WaitService::feed_watches_when_due()
+{
+    const uint64_t now = steady_us();
+    // Under a millisecond to wait (a few watches): not worth a timer.
+    if (now + 1000 >= next_feed_us_) return feed_watches();
+    if (std::exchange(feed_timer_set_, true)) return;
+    loop_.after(milliseconds((next_feed_us_ - now + 999) / 1000), [this] {
+        feed_timer_set_ = false;
+        feed_watches();
+    });
+}
+
+void WaitService::feed_watches()
+{
+    feeding_again_ = false;
+    const uint64_t started = steady_us();
+    const uint64_t cpu_started = thread_cpu_us();
+    EventTexts texts;
     bool more = false;
-    for (auto it = watches_.begin(); it != watches_.end();)
-        it = feed(it->second, more) ? std::next(it) : watches_.erase(it);
-    // A watch far behind gets the rest a pass at a time, between other work on the loop.
-    if (more && !std::exchange(feeding_again_, true)) loop_.post([this] { on_progress(); });
+    auto it = watches_.upper_bound(feed_cursor_);
+    while (it != watches_.end() && steady_us() - started < kFeedSliceUs) {
+        feed_cursor_ = it->first;
+        if (!feed(it->second, more, texts)) {
+            it = watches_.erase(it);
+            continue;
+        }
+        // A stream whose reader has not emptied its buffer waits for the reader, not for us.
+        if (it->second.full_since_ms == 0)
+            round_headroom_ = std::min(round_headroom_, headroom(it->second.next));
+        ++it;
+    }
+    const bool round_over = it == watches_.end();
+    if (round_over) {
+        feed_cursor_ = 0;
+        last_round_headroom_ = std::exchange(round_headroom_, 1.0);
+    }
+    next_feed_us_ = started + (thread_cpu_us() - cpu_started) * feed_cost_multiple();
+    // The rest of the round, or of a watch far behind, a slice at a time between other work.
+    if ((!round_over || more) && !std::exchange(feeding_again_, true))
+        loop_.post([this] { feed_watches_when_due(); });
+}
+
+double WaitService::headroom(Revision next) const
+{
+    const Revision oldest = machine_.oldest_revision();
+    const Revision span = machine_.revision() + 1 - oldest;
+    if (span == 0 || next <= oldest) return 0;
+    return std::min(1.0, double(next - oldest) / double(span));
+}
+
+uint64_t WaitService::feed_cost_multiple() const
+{
+    const double least = std::min(last_round_headroom_, round_headroom_);
+    const double paced = std::clamp((least - kHeadroomUnpaced) /
+                                        (kHeadroomPaced - kHeadroomUnpaced), 0.0, 1.0);
+    return 1 + static_cast<uint64_t>(paced * double(kFeedCostMultiple - 1));
 }
 
 void WaitService::heartbeat()

@@ -12,13 +12,27 @@
 // history keeps the events). A reader whose buffer stays full for kSlowReaderMs has fallen
 // behind: it is cut with an `error` event, code `slow_reader`, whose details name the revision
 // to resume from: the last `id` it received + 1, so nothing is lost.
+//
+// Feeding the watches costs the loop time in proportion to their number: each stream gets each
+// event in a send of its own. So that thousands of watches cannot starve the requests (issue 12:
+// 10,000 watches took the puts at that replica to 0.3%), the watches are fed in slices of at
+// most kFeedSliceUs, each event is formatted once per slice however many streams send it, and a
+// slice starts no sooner than a multiple of the previous one's CPU time after that one began:
+// kFeedCostMultiple while every watch is well inside the history, falling to 1 (the watches fed
+// back to back, between requests) as the one furthest behind nears its oldest end. With tens of
+// watches a slice takes microseconds and every event goes out at once. With thousands, a burst
+// of writes goes at full speed while each stream gets the events of many puts in one send, a
+// little later; a sustained load the watches cannot follow slows the writes at this replica,
+// rather than cutting the watches: nothing is lost.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "api/call.h"
 #include "api/lock_service.h"
@@ -28,6 +42,14 @@
 namespace voltlock::api {
 
 inline constexpr uint64_t kSlowReaderMs = 5'000;
+inline constexpr uint64_t kFeedSliceUs = 1'000;
+// The sends a slice causes run after it, in the HTTP server's pass, and cost several times the
+// slice itself: with this multiple the watches take about a tenth of the loop when they are many.
+inline constexpr uint64_t kFeedCostMultiple = 50;
+// The share of the history ahead of the watch furthest behind (its headroom) above which the
+// multiple is kFeedCostMultiple, and below which it is 1; in between it falls in proportion.
+inline constexpr double kHeadroomPaced = 0.75;
+inline constexpr double kHeadroomUnpaced = 0.25;
 
 class WaitService {
 public:
@@ -67,12 +89,27 @@ private:
         Revision next = 0;
     };
 
+    // Each event's text in a stream ("event: ...\ndata: ...\n"), formatted once per slice.
+    class EventTexts {
+    public:
+        const std::string& of(const WatchEvent& event, ValueEncoding encoding);
+
+    private:
+        std::map<std::pair<const WatchEvent*, ValueEncoding>, std::string> texts_;
+    };
+
     void on_progress();
+    // A slice of the watches now, or a timer for when the last slice's cost allows one.
+    void feed_watches_when_due();
+    void feed_watches();
     // True when the wait is over (answered).
     bool check(Wait& wait);
     // Sends what is new; false when the watch is over (cut, compacted, or its client gone).
     // `more`: there is more history to send than one pass sends.
-    bool feed(Watch& watch, bool& more);
+    bool feed(Watch& watch, bool& more, EventTexts& texts);
+    // The share of the history still ahead of `next` (1: at the newest end, 0: at the oldest).
+    double headroom(Revision next) const;
+    uint64_t feed_cost_multiple() const;
     void hung_up(uint64_t id);
     void heartbeat();
 
@@ -82,8 +119,14 @@ private:
     Withdraw withdraw_;
     uint64_t next_id_ = 1;
     std::unordered_map<uint64_t, Wait> waits_;
-    std::unordered_map<uint64_t, Watch> watches_;
-    bool feeding_again_ = false;  // a pass over the watches is posted
+    std::map<uint64_t, Watch> watches_;  // by id: a round of slices goes through them in order
+    uint64_t feed_cursor_ = 0;           // the last watch fed in the round under way (0: none)
+    bool feeding_again_ = false;         // a slice is posted
+    bool feed_timer_set_ = false;
+    uint64_t next_feed_us_ = 0;  // steady clock: the earliest start of the next slice
+    // The least headroom of the watches fed in the last round, and so far in this one.
+    double last_round_headroom_ = 1;
+    double round_headroom_ = 1;
     uint64_t slow_readers_cut_ = 0;
     uint64_t waits_withdrawn_ = 0;
 };

@@ -838,6 +838,17 @@ void LockMachine::remove_barrier_member(const std::string& name, SessionId sessi
 WatchBatch LockMachine::watch(Revision start_revision, const WatchFilter& filter,
                               size_t limit) const
 {
+    std::vector<WatchEvent> events;
+    WatchBatch batch = visit_watched(start_revision, filter, limit,
+                                     [&events](const WatchEvent& e) { events.push_back(e); });
+    batch.events = std::move(events);
+    return batch;
+}
+
+WatchBatch LockMachine::visit_watched(Revision start_revision, const WatchFilter& filter,
+                                      size_t limit,
+                                      const std::function<void(const WatchEvent&)>& visit) const
+{
     WatchBatch batch{.oldest_revision = oldest_revision(), .revision = state_.revision};
     start_revision = std::max<Revision>(start_revision, 1);
     if (start_revision <= state_.compacted_revision) {
@@ -848,20 +859,24 @@ WatchBatch LockMachine::watch(Revision start_revision, const WatchFilter& filter
     auto it = std::lower_bound(history.begin(), history.end(), start_revision,
                                [](const WatchEvent& e, Revision r) { return e.revision < r; });
     batch.next_revision = std::max(start_revision, state_.revision + 1);
+    size_t visited = 0;
+    Revision last_visited = 0;
     for (; it != history.end(); ++it) {
         const WatchEvent& e = *it;
         if ((filter.spaces & static_cast<uint8_t>(event_space(e.type))) == 0) continue;
         if (filter.prefix ? !starts_with(e.key, filter.key) : e.key != filter.key) continue;
         // Stop at a revision boundary once the limit is reached: never split a revision.
-        if (limit != 0 && batch.events.size() >= limit &&
-            batch.events.back().revision != e.revision) {
+        if (limit != 0 && visited >= limit && last_visited != e.revision) {
             batch.next_revision = e.revision;
             break;
         }
-        batch.events.push_back(e);
+        visit(e);
+        visited += 1;
+        last_visited = e.revision;
     }
     return batch;
 }
+
 // ---- Reset ------------------------------------------------------------------------------------
 
 void LockMachine::reset()

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -261,6 +262,10 @@ public:
     // `limit` (0 = all): a revision is never split, so a batch may exceed the limit by the rest of
     // its last revision. Resume from next_revision.
     WatchBatch watch(Revision start_revision, const WatchFilter& filter, size_t limit = 0) const;
+    // watch() without copies: `visit` sees each event of the batch where it lies in the history
+    // (the reference stays valid until the next apply), and the batch returned has no events.
+    WatchBatch visit_watched(Revision start_revision, const WatchFilter& filter, size_t limit,
+                             const std::function<void(const WatchEvent&)>& visit) const;
     Revision oldest_revision() const { return state_.compacted_revision + 1; }
     // The earliest pending deadline (lock wait, barrier wait, lock-delay end), if any: the leader
     // proposes ExpireWaiters once its clock passes it.

@@ -978,6 +978,22 @@ void write_mix(Machine& h)
     h.put("w/9", "last");
 }
 
+// The wait service formats each event once for every stream that sends it, keyed by where the
+// event lies: a visit must hand out the history's own events, the same ones each time.
+TEST_CASE("lock machine: visit_watched hands out the history's events themselves")
+{
+    Machine h;
+    write_mix(h);
+    const WatchFilter filter{.key = "", .prefix = true, .spaces = kAllEventSpaces};
+    std::vector<const WatchEvent*> first, second;
+    h.machine().visit_watched(1, filter, 0, [&](const WatchEvent& e) { first.push_back(&e); });
+    h.machine().visit_watched(1, filter, 0, [&](const WatchEvent& e) { second.push_back(&e); });
+    CHECK(first == second);
+    const std::vector<WatchEvent> all = h.events();
+    REQUIRE(first.size() == all.size());
+    for (size_t i = 0; i < all.size(); i++) CHECK(*first[i] == all[i]);
+}
+
 TEST_CASE("lock machine: watch events are ordered, and resuming misses and repeats nothing")
 {
     Machine h;
