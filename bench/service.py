@@ -462,7 +462,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--electrode", default="off,on",
                         help="Voltlock cells to measure: off, on or off,on")
-    parser.add_argument("--io-threads", default="1",
+    parser.add_argument("--io-threads", default=str(DEFAULT_IO_THREADS),
                         help="http_io_threads of the Voltlock cells, a list (0: HTTP on the "
                              "replica's loop); a cell whose value is not voltlockd's default is "
                              "named with -ioN")

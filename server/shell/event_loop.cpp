@@ -92,6 +92,8 @@ Result<Ok> EventLoop::watch(int fd, Handler on_readable)
     return Ok{};
 }
 
+void EventLoop::at_end_of_turn(Handler work) { end_of_turn_.push_back(std::move(work)); }
+
 void EventLoop::post(Handler work)
 {
     {
@@ -129,6 +131,8 @@ void EventLoop::run()
             const auto it = handlers_.find(events[i].data.fd);
             if (it != handlers_.end()) it->second();
         }
+        while (!end_of_turn_.empty())
+            for (Handler& work : std::exchange(end_of_turn_, {})) work();
         count_turn(Clock::now() - turn_started);
     }
 }

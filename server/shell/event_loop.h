@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "shell/result.h"
@@ -46,6 +47,9 @@ public:
     void post(Handler work);
     // Runs `work` on the loop thread once `delay` has passed. Loop thread only.
     void after(std::chrono::milliseconds delay, Handler work);
+    // Runs `work` once every handler of this turn has run (what a turn's handlers queued can
+    // leave together, e.g. in one sendmmsg). Loop thread only.
+    void at_end_of_turn(Handler work);
     // Runs until stop(); returns after the iteration in which stop() was called.
     void run();
     void stop() { running_ = false; }
@@ -76,6 +80,7 @@ private:
     FileDescriptor timer_;   // timerfd, armed for the earliest of timers_
     std::multimap<Clock::time_point, Handler> timers_;
     std::unordered_map<int, Handler> handlers_;
+    std::vector<Handler> end_of_turn_;
     std::mutex posted_mutex_;
     std::vector<Handler> posted_;
     bool running_ = false;

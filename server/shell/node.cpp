@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 namespace voltlock {
 
@@ -574,7 +575,7 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
 void Node::send_request(ReplicaIndex leader, const Request& request)
 {
     send_message(peers_.at(leader), request);
-    socket_.flush();
+    flush_at_end_of_turn();
 }
 
 void Node::answer_request(const Reply& reply)
@@ -582,7 +583,16 @@ void Node::answer_request(const Reply& reply)
     const auto client = clients_.find(reply.client_id);
     if (client == clients_.end()) return;  // the follower asks again
     send_message(client->second, reply);
-    socket_.flush();
+    flush_at_end_of_turn();
+}
+
+void Node::flush_at_end_of_turn()
+{
+    if (std::exchange(flush_pending_, true)) return;
+    loop_.at_end_of_turn([this] {
+        flush_pending_ = false;
+        socket_.flush();
+    });
 }
 
 void Node::step_and_flush(const Input& input)

@@ -134,6 +134,8 @@ private:
     // For work that arrives on its own (a proposal, a storage thread's result): the leader
     // sends its partial batch and the socket its queue.
     void step_and_flush(const Input& input);
+    // The Requests and Replies the API queues in one turn of the loop leave in one sendmmsg.
+    void flush_at_end_of_turn();
     void execute(Effect& effect);
     // Storage: the data directory's writes, and the snapshot transfer.
     void persist(StorageBatch& batch);
@@ -165,6 +167,7 @@ private:
     std::unique_ptr<StateMachine> machine_;
     Replica replica_;
     UdpSocket socket_;
+    bool flush_pending_ = false;  // flush_at_end_of_turn() has a flush queued
     FileDescriptor timer_;
     std::vector<sockaddr_in> peers_;  // by replica index
     std::unordered_map<ClientId, sockaddr_in> clients_;
