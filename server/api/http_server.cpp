@@ -450,7 +450,13 @@ void HttpServer::schedule_resume(const std::shared_ptr<Exchange>& exchange)
         to_resume_.push_back(exchange);
         first = !std::exchange(wake_pending_, true);
     }
-    if (first) wake();
+    if (!first) return;
+    // On the loop's own thread the answers of this turn go out in a pass at its end: no eventfd
+    // write and read, and no turn of their own.
+    if (on_loop_ && on_loop_->on_loop_thread())
+        on_loop_->at_end_of_turn([this] { pass_on_loop(); });
+    else
+        wake();
 }
 
 namespace {
