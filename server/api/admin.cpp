@@ -19,15 +19,6 @@ uint64_t steady_ms()
                                      .count());
 }
 
-Parsed<std::optional<uint64_t>> u64_query(const Call& call, const char* name)
-{
-    const auto text = call.param(name);
-    if (!text) return std::optional<uint64_t>{};
-    auto value = parse_u64_param(name, *text);
-    if (!value.ok()) return value.error();
-    return std::optional<uint64_t>{value.value()};
-}
-
 }  // namespace
 
 void RoleBoard::publish(const Role& role)
@@ -235,86 +226,92 @@ void Admin::install(Router& router)
 {
     using Where = Router::Where;
     router.add("GET", "/v1/status", "/v1/status", {"digest"}, Where::loop,
-               [this](const CallPtr& call) {
-                   bool digest = false;
-                   if (const auto text = call->param("digest")) {
-                       auto parsed = parse_bool_param("digest", *text);
-                       if (!parsed.ok()) return call->fail(parsed.error());
-                       digest = parsed.value();
-                   }
+               [this](const CallPtr& call) -> Served {
+                   const bool digest = VL_TRY(bool_param(*call, "digest"));
                    call->answer_json(200, node_.status(digest));
+                   return answering;
                });
     router.add("GET", "/v1/cluster", "/v1/cluster", {}, Where::loop,
-               [this](const CallPtr& call) { serve_cluster(call); });
+               [this](const CallPtr& call) -> Served {
+                   serve_cluster(call);
+                   return answering;
+               });
     router.add("GET", "/metrics", "/metrics", {}, Where::loop, [this](const CallPtr& call) {
         HttpResponse response;
         response.content_type = "text/plain; version=0.0.4; charset=utf-8";
         response.body = render_metrics(cluster_json(), counters_.snapshot());
         call->answer(std::move(response));
+        return Served(answering);
     });
     router.add("GET", kSnapshotPath, kSnapshotPath, {"offset", "op"}, Where::io_thread,
-               [this](const CallPtr& call) {
-                   // State transfer by snapshot (shell/snapshot_transfer.h): one chunk of the
-                   // snapshot this replica serves, from byte `offset`; `op`, when given, must
-                   // still be the one served.
-                   auto offset = u64_query(*call, "offset");
-                   if (!offset.ok()) return call->fail(offset.error());
-                   auto op = u64_query(*call, "op");
-                   if (!op.ok()) return call->fail(op.error());
-                   const auto served = node_.served_snapshot();  // thread-safe, immutable
-                   if (!served)
-                       return call->fail(ApiError{404, "no_snapshot",
-                                                  "this replica has no snapshot to serve yet",
-                                                  Json::object()});
-                   if (op.value() && *op.value() != served->op)
-                       return call->fail(ApiError{409, "snapshot_replaced",
-                                                  "the snapshot asked for was replaced by a newer "
-                                                  "one; start again from offset 0",
-                                                  Json{{"op", served->op}}});
-                   const uint64_t from = offset.value().value_or(0);
-                   if (from > served->bytes.size())
-                       return call->fail(ApiError{
-                           400, "invalid_argument",
-                           "offset: must be at most the snapshot's size, " +
-                               std::to_string(served->bytes.size()),
-                           Json{{"field", "offset"}}});
-                   SnapshotChunk chunk = snapshot_chunk(*served, from);
-                   HttpResponse response;
-                   response.content_type = "application/octet-stream";
-                   response.body = std::move(chunk.bytes);
-                   response.headers = std::move(chunk.headers);
-                   call->answer(std::move(response));
-               });
+               [this](const CallPtr& call) { return serve_snapshot_chunk(call); });
     router.add("GET", "/v1/openapi.json", "/v1/openapi.json", {}, Where::io_thread,
                [](const CallPtr& call) {
                    HttpResponse response;
                    response.body = openapi_json();
                    call->answer(std::move(response));
+                   return Served(answering);
                });
-    router.add("GET", "/healthz", "/healthz", {}, Where::io_thread,
-               [](const CallPtr& call) { call->answer_json(200, Json{{"ok", true}}); });
-    router.add("GET", "/readyz", "/readyz", {}, Where::io_thread, [this](const CallPtr& call) {
-        probe_wanted_ = true;
-        const RoleBoard::Role role = board_.role();
-        Json body{{"status", status_name(role.status)},
-                  {"view", role.view},
-                  {"leader", role.status == Status::normal ? Json(role.leader) : Json()}};
-        // Ready: in normal status, so a leader is known and requests can be served or
-        // forwarded; and a leader still has its quorum.
-        if (role.status != Status::normal)
-            return call->fail(ApiError{503, "not_ready",
-                                       "the replica is not in normal status (a view change or "
-                                       "recovery is under way)",
-                                       body});
-        if (!role.quorum_confirmed)
-            return call->fail(ApiError{503, "not_ready",
-                                       "this leader has waited " +
-                                           std::to_string(kQuorumLostMs / 1000) +
-                                           " s for a quorum to commit an op: it cannot commit",
-                                       body});
-        body["ready"] = true;
-        call->answer_json(200, body);
+    router.add("GET", "/healthz", "/healthz", {}, Where::io_thread, [](const CallPtr& call) {
+        call->answer_json(200, Json{{"ok", true}});
+        return Served(answering);
     });
+    router.add("GET", "/readyz", "/readyz", {}, Where::io_thread,
+               [this](const CallPtr& call) { return serve_readyz(call); });
+}
+
+Served Admin::serve_snapshot_chunk(const CallPtr& call) const
+{
+    // State transfer by snapshot (shell/snapshot_transfer.h): one chunk of the snapshot this
+    // replica serves, from byte `offset`; `op`, when given, must still be the one served.
+    const std::optional<uint64_t> offset = VL_TRY(u64_param(*call, "offset"));
+    const std::optional<uint64_t> op = VL_TRY(u64_param(*call, "op"));
+    const auto served = node_.served_snapshot();  // thread-safe, immutable
+    if (!served)
+        return ApiError{404, "no_snapshot", "this replica has no snapshot to serve yet",
+                        Json::object()};
+    if (op && *op != served->op)
+        return ApiError{409, "snapshot_replaced",
+                        "the snapshot asked for was replaced by a newer one; start again from "
+                        "offset 0",
+                        Json{{"op", served->op}}};
+    const uint64_t from = offset.value_or(0);
+    if (from > served->bytes.size())
+        return ApiError{400, "invalid_argument",
+                        "offset: must be at most the snapshot's size, " +
+                            std::to_string(served->bytes.size()),
+                        Json{{"field", "offset"}}};
+    SnapshotChunk chunk = snapshot_chunk(*served, from);
+    HttpResponse response;
+    response.content_type = "application/octet-stream";
+    response.body = std::move(chunk.bytes);
+    response.headers = std::move(chunk.headers);
+    call->answer(std::move(response));
+    return answering;
+}
+
+Served Admin::serve_readyz(const CallPtr& call)
+{
+    probe_wanted_ = true;
+    const RoleBoard::Role role = board_.role();
+    Json body{{"status", status_name(role.status)},
+              {"view", role.view},
+              {"leader", role.status == Status::normal ? Json(role.leader) : Json()}};
+    // Ready: in normal status, so a leader is known and requests can be served or forwarded;
+    // and a leader still has its quorum.
+    if (role.status != Status::normal)
+        return ApiError{503, "not_ready",
+                        "the replica is not in normal status (a view change or recovery is under "
+                        "way)",
+                        body};
+    if (!role.quorum_confirmed)
+        return ApiError{503, "not_ready",
+                        "this leader has waited " + std::to_string(kQuorumLostMs / 1000) +
+                            " s for a quorum to commit an op: it cannot commit",
+                        body};
+    body["ready"] = true;
+    call->answer_json(200, body);
+    return answering;
 }
 
 }  // namespace voltlock::api

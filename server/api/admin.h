@@ -73,6 +73,10 @@ private:
     void serve_cluster(const CallPtr& call);
     // A follower's /v1/cluster: cluster_json() with the members' liveness as `leader` sees it.
     void cluster_at_follower(const CallPtr& call);
+    // GET /v1/internal/snapshot (I/O thread): a chunk of the snapshot this replica serves.
+    Served serve_snapshot_chunk(const CallPtr& call) const;
+    // GET /readyz (I/O thread): 200 in normal status with a quorum, else 503 not_ready.
+    Served serve_readyz(const CallPtr& call);
 
     EventLoop& loop_;
     Node& node_;

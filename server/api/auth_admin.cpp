@@ -35,7 +35,7 @@ AuthAdmin::AuthAdmin(const LockMachine* machine, uint32_t max_message_bytes, Run
 void AuthAdmin::install(const AddRoute& add)
 {
     add("GET", "/v1/auth/roles", "/v1/auth/roles", {"stale"}, [this](const CallPtr& call) {
-        list(call, [](const AuthState& state) {
+        return list(call, [](const AuthState& state) {
             Json roles = Json::array();
             for (const auto& [name, role] : state.roles) roles.push_back(role_json(name, role));
             return Json{{"roles", roles}};
@@ -43,21 +43,21 @@ void AuthAdmin::install(const AddRoute& add)
     });
     add("GET", R"(/v1/auth/roles/([^/]+))", "/v1/auth/roles/{role}", {"stale"},
         [this](const CallPtr& call) {
-            list(call, [name = call->match(1)](const AuthState& state) {
+            return list(call, [name = call->match(1)](const AuthState& state) {
                 const auto found = state.roles.find(name);
                 if (found == state.roles.end()) return error_body(not_found("role", name));
                 return role_json(name, found->second);
             });
         });
     add("PUT", R"(/v1/auth/roles/([^/]+))", "/v1/auth/roles/{role}", {},
-        [this](const CallPtr& call) { put_role(call); });
+        [this](const CallPtr& call) { return put_role(call); });
     add("DELETE", R"(/v1/auth/roles/([^/]+))", "/v1/auth/roles/{role}", {},
         [this](const CallPtr& call) {
-            run(call, delete_role_op(call->match(1), max_message_bytes_));
+            return run(call, delete_role_op(call->match(1), max_message_bytes_));
         });
 
     add("GET", "/v1/auth/users", "/v1/auth/users", {"stale"}, [this](const CallPtr& call) {
-        list(call, [](const AuthState& state) {
+        return list(call, [](const AuthState& state) {
             Json users = Json::array();
             for (const auto& [name, user] : state.users)
                 users.push_back(user_json(name, user, state));
@@ -66,46 +66,46 @@ void AuthAdmin::install(const AddRoute& add)
     });
     add("GET", R"(/v1/auth/users/([^/]+))", "/v1/auth/users/{user}", {"stale"},
         [this](const CallPtr& call) {
-            list(call, [name = call->match(1)](const AuthState& state) {
+            return list(call, [name = call->match(1)](const AuthState& state) {
                 const auto found = state.users.find(name);
                 if (found == state.users.end()) return error_body(not_found("user", name));
                 return user_json(name, found->second, state);
             });
         });
     add("PUT", R"(/v1/auth/users/([^/]+))", "/v1/auth/users/{user}", {},
-        [this](const CallPtr& call) { put_user(call); });
+        [this](const CallPtr& call) { return put_user(call); });
     add("DELETE", R"(/v1/auth/users/([^/]+))", "/v1/auth/users/{user}", {},
         [this](const CallPtr& call) {
-            run(call, delete_user_op(call->match(1), max_message_bytes_));
+            return run(call, delete_user_op(call->match(1), max_message_bytes_));
         });
 
     add("GET", "/v1/auth/tokens", "/v1/auth/tokens", {"stale"}, [this](const CallPtr& call) {
-        list(call, [](const AuthState& state) {
+        return list(call, [](const AuthState& state) {
             Json tokens = Json::array();
             for (const auto& [id, token] : state.tokens) tokens.push_back(token_json(id, token));
             return Json{{"tokens", tokens}};
         });
     });
     add("POST", "/v1/auth/tokens", "/v1/auth/tokens", {},
-        [this](const CallPtr& call) { create_token(call); });
+        [this](const CallPtr& call) { return create_token(call); });
     add("DELETE", R"(/v1/auth/tokens/([^/]+))", "/v1/auth/tokens/{id}", {},
         [this](const CallPtr& call) {
-            run(call, revoke_token_op(call->match(1), max_message_bytes_));
+            return run(call, revoke_token_op(call->match(1), max_message_bytes_));
         });
 }
 
-void AuthAdmin::run(const CallPtr& call, const Parsed<LockOp>& op)
+Served AuthAdmin::run(const CallPtr& call, Parsed<LockOp> op)
 {
-    if (!op.ok()) return call->fail(op.error());
-    run_op_(call, op.value(), [call](const OpResult& result) {
+    run_op_(call, VL_TRY(std::move(op)), [call](const OpResult& result) {
         call->answer_json(200, result_json(result, ValueEncoding::automatic));
     });
+    return answering;
 }
 
-void AuthAdmin::list(const CallPtr& call, std::function<Json(const AuthState&)> body)
+Served AuthAdmin::list(const CallPtr& call, std::function<Json(const AuthState&)> body)
 {
     const LockMachine* machine = machine_;
-    read_state_(call, [machine, body = std::move(body)] {
+    return read_state_(call, [machine, body = std::move(body)] {
         Json json = body(machine->state().auth);
         // An error body (a name not found) keeps its shape; its status comes from "status".
         if (json.contains("code"))
@@ -116,26 +116,24 @@ void AuthAdmin::list(const CallPtr& call, std::function<Json(const AuthState&)> 
     });
 }
 
-void AuthAdmin::put_role(const CallPtr& call)
+Served AuthAdmin::put_role(const CallPtr& call)
 {
-    run(call, put_role_op(call->match(1), call->body, max_message_bytes_));
+    return run(call, put_role_op(call->match(1), call->body, max_message_bytes_));
 }
 
-void AuthAdmin::put_user(const CallPtr& call)
+Served AuthAdmin::put_user(const CallPtr& call)
 {
-    run(call, put_user_op(call->match(1), call->body, max_message_bytes_));
+    return run(call, put_user_op(call->match(1), call->body, max_message_bytes_));
 }
 
-void AuthAdmin::create_token(const CallPtr& call)
+Served AuthAdmin::create_token(const CallPtr& call)
 {
     auto token = make_token();
-    if (!token.ok())
-        return call->fail(ApiError{500, "internal", token.error().message(), Json::object()});
+    if (!token.ok()) return ApiError{500, "internal", token.error().message(), Json::object()};
     const TokenDigest hash = sha256(token.value());
-    auto op = create_token_op(call->body, hash, max_message_bytes_);
-    if (!op.ok()) return call->fail(op.error());
-    const CreateToken& create = std::get<CreateToken>(std::get<AuthOp>(op.value()).change);
-    run_op_(call, op.value(),
+    const LockOp op = VL_TRY(create_token_op(call->body, hash, max_message_bytes_));
+    const CreateToken& create = std::get<CreateToken>(std::get<AuthOp>(op).change);
+    run_op_(call, op,
             [call, secret = token.value(), id = token_id(hash), user = create.user,
              ttl_s = create.ttl_ms / 1000](const OpResult& result) {
                 const auto& r = std::get<AuthResult>(result);
@@ -147,6 +145,7 @@ void AuthAdmin::create_token(const CallPtr& call)
                                             {"auth_revision", r.auth_revision},
                                             {"revision", r.revision}});
             });
+    return answering;
 }
 
 }  // namespace voltlock::api

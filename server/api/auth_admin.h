@@ -18,21 +18,21 @@ class AuthAdmin {
 public:
     using Answer = std::function<void(const OpResult&)>;
     using RunOp = std::function<void(const CallPtr&, const LockOp&, Answer)>;
-    using ReadState = std::function<void(const CallPtr&, std::function<Json()>)>;
+    using ReadState = std::function<Served(const CallPtr&, std::function<Json()>)>;
     using AddRoute = std::function<void(const char* method, const char* pattern,
                                         const char* endpoint, std::vector<std::string> params,
-                                        std::function<void(const CallPtr&)> handler)>;
+                                        std::function<Served(const CallPtr&)> handler)>;
 
     AuthAdmin(const LockMachine* machine, uint32_t max_message_bytes, RunOp run_op,
               ReadState read_state);
     void install(const AddRoute& add);
 
 private:
-    void put_role(const CallPtr& call);
-    void put_user(const CallPtr& call);
-    void create_token(const CallPtr& call);
-    void run(const CallPtr& call, const Parsed<LockOp>& op);
-    void list(const CallPtr& call, std::function<Json(const AuthState&)> body);
+    Served put_role(const CallPtr& call);
+    Served put_user(const CallPtr& call);
+    Served create_token(const CallPtr& call);
+    Served run(const CallPtr& call, Parsed<LockOp> op);
+    Served list(const CallPtr& call, std::function<Json(const AuthState&)> body);
 
     const LockMachine* machine_;
     const uint32_t max_message_bytes_;

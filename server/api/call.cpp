@@ -60,4 +60,18 @@ std::shared_ptr<Stream> Call::stream(HttpResponse head)
     return exchange->stream(std::move(head));
 }
 
+Parsed<bool> bool_param(const Call& call, const char* name)
+{
+    const auto text = call.param(name);
+    if (!text) return false;
+    return parse_bool_param(name, *text);
+}
+
+Parsed<std::optional<uint64_t>> u64_param(const Call& call, const char* name)
+{
+    const auto text = call.param(name);
+    if (!text) return std::optional<uint64_t>{};
+    return std::optional<uint64_t>{VL_TRY(parse_u64_param(name, *text))};
+}
+
 }  // namespace voltlock::api

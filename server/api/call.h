@@ -64,4 +64,14 @@ struct Call {
 };
 using CallPtr = std::shared_ptr<Call>;
 
+// Query parameters, each parsed (absent: false, nullopt) or the 400 that names it.
+Parsed<bool> bool_param(const Call& call, const char* name);
+Parsed<std::optional<uint64_t>> u64_param(const Call& call, const char* name);
+
+// What an endpoint returns: the call is answered, or will be (`answering`), or the error that
+// the router answers it with. So an endpoint takes each parameter with VL_TRY.
+struct Answering {};
+inline constexpr Answering answering{};
+using Served = Parsed<Answering>;
+
 }  // namespace voltlock::api

@@ -19,23 +19,6 @@ using Clock = std::chrono::steady_clock;
 using Proposed = LeaderPath::Proposed;
 using Where = Router::Where;
 
-// Query parameters, each parsed or the 400 that names it.
-Parsed<bool> bool_param(const Call& call, const char* name)
-{
-    const auto text = call.param(name);
-    if (!text) return false;
-    return parse_bool_param(name, *text);
-}
-
-Parsed<std::optional<uint64_t>> u64_param(const Call& call, const char* name)
-{
-    const auto text = call.param(name);
-    if (!text) return std::optional<uint64_t>{};
-    auto value = parse_u64_param(name, *text);
-    if (!value.ok()) return value.error();
-    return std::optional<uint64_t>{value.value()};
-}
-
 Parsed<ValueEncoding> encoding_param(const Call& call)
 {
     return parse_encoding_param(call.param("encoding").value_or(""));
@@ -201,7 +184,7 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
               run_op(call, op, 0, std::move(answer));
           },
           [this](const CallPtr& call, std::function<Json()> body) {
-              read_state(call, ReadAt::commit_point, std::move(body));
+              return read_state(call, ReadAt::commit_point, std::move(body));
           }),
       access_(node.config()),
       router_(loop, counters_, access_),
@@ -277,58 +260,62 @@ void HttpApi::install_routes()
     // Names and keys may contain '/' and ':' (the patterns are greedy and anchored), and any other
     // character: [\s\S], not '.', which does not match '\r' or '\n' (those names are then 400).
     auto add = [this](const char* method, const char* pattern, const char* endpoint,
-                      std::vector<std::string> params,
-                      std::function<void(const CallPtr&)> handler) {
+                      std::vector<std::string> params, Router::Handler handler) {
         router_.add(method, pattern, endpoint, std::move(params), Where::loop,
-                    [this, handler = std::move(handler)](const CallPtr& call) {
+                    [this, handler = std::move(handler)](const CallPtr& call) -> Served {
                         if (!machine_)
-                            return call->fail(ApiError{
-                                501, "not_lock_service",
-                                "this cell replicates the register machine, not the lock "
-                                "service (config \"machine\")",
-                                Json::object()});
-                        handler(call);
+                            return ApiError{501, "not_lock_service",
+                                            "this cell replicates the register machine, not the "
+                                            "lock service (config \"machine\")",
+                                            Json::object()};
+                        return handler(call);
                     });
     };
-    add("POST", "/v1/sessions", "/v1/sessions", {}, [this](auto& c) { create_session(c); });
+    add("POST", "/v1/sessions", "/v1/sessions", {}, [this](auto& c) { return create_session(c); });
     add("POST", R"(/v1/sessions/([^/]+):keepalive)", "/v1/sessions/{id}:keepalive", {},
-        [this](auto& c) { keep_alive(c); });
+        [this](auto& c) { return keep_alive(c); });
     add("DELETE", R"(/v1/sessions/([^/]+))", "/v1/sessions/{id}", {},
-        [this](auto& c) { close_session(c); });
+        [this](auto& c) { return close_session(c); });
     add("GET", "/v1/sessions", "/v1/sessions", {"stale"},
-        [this](auto& c) { get_sessions(c, false); });
+        [this](auto& c) { return get_sessions(c, false); });
     add("GET", R"(/v1/sessions/([^/]+))", "/v1/sessions/{id}", {"stale"},
-        [this](auto& c) { get_sessions(c, true); });
+        [this](auto& c) { return get_sessions(c, true); });
 
     add("POST", R"(/v1/locks/([\s\S]+):acquire)", "/v1/locks/{name}:acquire", {},
-        [this](auto& c) { acquire(c); });
+        [this](auto& c) { return acquire(c); });
     add("POST", R"(/v1/locks/([\s\S]+):release)", "/v1/locks/{name}:release", {},
-        [this](auto& c) { release(c); });
-    add("GET", "/v1/locks", "/v1/locks", {"stale"}, [this](auto& c) { get_locks(c, false); });
+        [this](auto& c) { return release(c); });
+    add("GET", "/v1/locks", "/v1/locks", {"stale"},
+        [this](auto& c) { return get_locks(c, false); });
     add("GET", R"(/v1/locks/([\s\S]+))", "/v1/locks/{name}", {"stale"},
-        [this](auto& c) { get_locks(c, true); });
+        [this](auto& c) { return get_locks(c, true); });
     add("POST", "/v1/sequencers:check", "/v1/sequencers:check", {},
-        [this](auto& c) { check_sequencer(c); });
+        [this](auto& c) { return check_sequencer(c); });
 
     add("GET", R"(/v1/kv/([\s\S]*))", "/v1/kv/{key}",
-        {"prefix", "after", "limit", "encoding", "stale"}, [this](auto& c) { get_kv(c); });
-    add("PUT", R"(/v1/kv/([\s\S]+))", "/v1/kv/{key}", {}, [this](auto& c) { put_kv(c); });
+        {"prefix", "after", "limit", "encoding", "stale"}, [this](auto& c) { return get_kv(c); });
+    add("PUT", R"(/v1/kv/([\s\S]+))", "/v1/kv/{key}", {}, [this](auto& c) { return put_kv(c); });
     add("DELETE", R"(/v1/kv/([\s\S]*))", "/v1/kv/{key}", {"prefix", "prev_revision"},
-        [this](auto& c) { delete_kv(c); });
+        [this](auto& c) { return delete_kv(c); });
     add("GET", R"(/v1/watch/([\s\S]*))", "/v1/watch/{key}",
-        {"prefix", "start_revision", "spaces", "encoding"}, [this](auto& c) { watch(c); });
+        {"prefix", "start_revision", "spaces", "encoding"}, [this](auto& c) { return watch(c); });
 
     add("POST", R"(/v1/barriers/([\s\S]+):enter)", "/v1/barriers/{name}:enter", {},
-        [this](auto& c) { barrier(c, true); });
+        [this](auto& c) { return barrier(c, true); });
     add("POST", R"(/v1/barriers/([\s\S]+):leave)", "/v1/barriers/{name}:leave", {},
-        [this](auto& c) { barrier(c, false); });
+        [this](auto& c) { return barrier(c, false); });
     add("GET", "/v1/barriers", "/v1/barriers", {"stale"},
-        [this](auto& c) { get_barriers(c, false); });
+        [this](auto& c) { return get_barriers(c, false); });
     add("GET", R"(/v1/barriers/([\s\S]+))", "/v1/barriers/{name}", {"stale"},
-        [this](auto& c) { get_barriers(c, true); });
+        [this](auto& c) { return get_barriers(c, true); });
 
     admin_.install(router_);
     auth_admin_.install(add);
+    install_cluster_and_ui_routes();
+}
+
+void HttpApi::install_cluster_and_ui_routes()
+{
     // Every replica's /v1/status as this one gets it (api/replica_statuses.h): the peers are
     // asked over HTTP with a deadline, on a forwarding thread, never on the loop.
     router_.add("GET", "/v1/cluster/replicas", "/v1/cluster/replicas", {}, Where::loop,
@@ -339,6 +326,7 @@ void HttpApi::install_routes()
                                                    [&own] { return std::optional<Json>(own); },
                                                    call->header("Authorization")));
                     });
+                    return Served(answering);
                 });
     // The web UI's embedded files (api/ui_assets.h), on the I/O thread; "/" leads there.
     router_.add("GET", R"(/|/ui(/[\s\S]*)?)", "/ui", {}, Where::io_thread,
@@ -352,6 +340,7 @@ void HttpApi::install_routes()
                     response.body = std::string(ui.body);
                     response.headers = ui.headers;
                     call->answer(std::move(response));
+                    return Served(answering);
                 });
 }
 
@@ -484,15 +473,17 @@ void HttpApi::read_at_commit_point(const CallPtr& call, std::function<Json()> sn
     leader_.run_op(call, encode_op(ExpireWaiters{}), 0, std::move(finish));
 }
 
-void HttpApi::read_state(const CallPtr& call, ReadAt at, std::function<Json()> snapshot)
+Served HttpApi::read_state(const CallPtr& call, ReadAt at, std::function<Json()> snapshot)
 {
-    auto stale = bool_param(*call, "stale");
-    if (!stale.ok()) return call->fail(stale.error());
-    if (!stale.value() && at == ReadAt::leader) return read_at_leader(call, std::move(snapshot));
-    if (!stale.value()) return read_at_commit_point(call, std::move(snapshot));
-    Json body = snapshot();
-    if (!body.contains("code")) body["stale"] = staleness_json(node_, machine_);
-    send_snapshot(*call, body);
+    const bool stale = VL_TRY(bool_param(*call, "stale"));
+    if (!stale && at == ReadAt::leader) read_at_leader(call, std::move(snapshot));
+    else if (!stale) read_at_commit_point(call, std::move(snapshot));
+    else {
+        Json body = snapshot();
+        if (!body.contains("code")) body["stale"] = staleness_json(node_, machine_);
+        send_snapshot(*call, body);
+    }
+    return answering;
 }
 
 // ---- Waits -------------------------------------------------------------------------------------
@@ -555,11 +546,10 @@ void HttpApi::withdraw(const std::string& lock, SessionId session)
 
 // ---- Sessions ----------------------------------------------------------------------------------
 
-void HttpApi::create_session(const CallPtr& call)
+Served HttpApi::create_session(const CallPtr& call)
 {
-    auto op = create_session_op(call->body, max_message_bytes_);
-    if (!op.ok()) return call->fail(op.error());
-    CreateSession create = std::get<CreateSession>(op.value());
+    CreateSession create =
+        std::get<CreateSession>(VL_TRY(create_session_op(call->body, max_message_bytes_)));
     create.owner = call->user;  // "" with auth off
     run_op(call, create, 0, [call, create](const OpResult& result) {
         Json body = result_json(result, ValueEncoding::automatic);
@@ -568,14 +558,13 @@ void HttpApi::create_session(const CallPtr& call)
         body["name"] = create.name;
         call->answer_json(201, body);
     });
+    return answering;
 }
 
-void HttpApi::keep_alive(const CallPtr& call)
+Served HttpApi::keep_alive(const CallPtr& call)
 {
-    auto session = parse_session_id(call->match(1));
-    if (!session.ok()) return call->fail(session.error());
-    const SessionId id = session.value();
-    if (auto refused = foreign_session(*call, id)) return call->fail(*refused);
+    const SessionId id = VL_TRY(parse_session_id(call->match(1)));
+    if (auto refused = foreign_session(*call, id)) return *refused;
     auto serve = [this, call, id](const LeaderPath::AtLeader& at,
                                   LeaderPath::NotLeader not_leader) {
         auto answer = [call](HttpResponse response) { call->answer(std::move(response)); };
@@ -583,7 +572,10 @@ void HttpApi::keep_alive(const CallPtr& call)
     };
     // A session this replica has not applied: the leader checks its owner with the client's
     // credentials, which travel over HTTP only.
-    if (owner_unknown_here(*call, id)) return leader_.at_leader(call, 0, std::move(serve));
+    if (owner_unknown_here(*call, id)) {
+        leader_.at_leader(call, 0, std::move(serve));
+        return answering;
+    }
     // From a follower: a Request that the leader's API takes and answers (take_keepalive_request)
     // with the very answer it gives at its own front end.
     leader_.run_request(
@@ -607,6 +599,7 @@ void HttpApi::keep_alive(const CallPtr& call)
             keepalives_as_requests_ += 1;
             call->answer(std::move(*answer));
         });
+    return answering;
 }
 
 void HttpApi::renew_at_leader(SessionId id, const LeaderPath::AtLeader& at,
@@ -681,26 +674,19 @@ bool HttpApi::take_keepalive_request(const Request& request)
     return true;
 }
 
-void HttpApi::close_session(const CallPtr& call)
+Served HttpApi::close_session(const CallPtr& call)
 {
-    auto session = parse_session_id(call->match(1));
-    if (!session.ok()) return call->fail(session.error());
-    run_op(call, CloseSession{.session = session.value()}, 0, [call](const OpResult& result) {
-        call->answer_json(200, result_json(result, ValueEncoding::automatic));
-    });
+    const SessionId session = VL_TRY(parse_session_id(call->match(1)));
+    run_op_answering_result(call, CloseSession{.session = session});
+    return answering;
 }
 
-void HttpApi::get_sessions(const CallPtr& call, bool one)
+Served HttpApi::get_sessions(const CallPtr& call, bool one)
 {
-    SessionId id = 0;
-    if (one) {
-        auto session = parse_session_id(call->match(1));
-        if (!session.ok()) return call->fail(session.error());
-        id = session.value();
-    }
+    const SessionId id = one ? VL_TRY(parse_session_id(call->match(1))) : 0;
     LockMachine* machine = machine_;
     LockService* service = service_.get();
-    read_state(call, ReadAt::leader, [machine, service, id, one] {
+    return read_state(call, ReadAt::leader, [machine, service, id, one] {
         const auto& sessions = machine->state().sessions;
         if (one) {
             const auto it = sessions.find(id);
@@ -721,14 +707,12 @@ void HttpApi::get_sessions(const CallPtr& call, bool one)
 
 // ---- Locks -------------------------------------------------------------------------------------
 
-void HttpApi::acquire(const CallPtr& call)
+Served HttpApi::acquire(const CallPtr& call)
 {
-    auto op = acquire_op(call->match(1), call->body, max_message_bytes_);
-    if (!op.ok()) return call->fail(op.error());
-    const Acquire acquire = std::get<Acquire>(op.value());
-    if (acquire.wait_ms > 0 && waits_->full())
-        return call->fail(too_many_streams(limits_.max_streams));
-    run_op(call, op.value(), acquire.wait_ms,
+    const LockOp op = VL_TRY(acquire_op(call->match(1), call->body, max_message_bytes_));
+    const Acquire acquire = std::get<Acquire>(op);
+    if (acquire.wait_ms > 0 && waits_->full()) return too_many_streams(limits_.max_streams);
+    run_op(call, op, acquire.wait_ms,
            [this, call, acquire](const OpResult& result) {
                const auto& r = std::get<AcquireResult>(result);
                if (r.status == AcquireStatus::granted)
@@ -737,22 +721,23 @@ void HttpApi::acquire(const CallPtr& call)
                              r.deadline_ms);
            },
            wait_here(call, WaitKind::lock, acquire.lock, acquire.session));
+    return answering;
 }
 
-void HttpApi::release(const CallPtr& call)
+Served HttpApi::release(const CallPtr& call)
 {
-    auto op = release_op(call->match(1), call->body, max_message_bytes_);
-    if (!op.ok()) return call->fail(op.error());
-    run_op_answering_result(call, op.value());
+    run_op_answering_result(call, VL_TRY(release_op(call->match(1), call->body,
+                                                    max_message_bytes_)));
+    return answering;
 }
 
-void HttpApi::get_locks(const CallPtr& call, bool one)
+Served HttpApi::get_locks(const CallPtr& call, bool one)
 {
     const std::string name = one ? call->match(1) : std::string();
     if (one)
-        if (auto bad = check_name("lock", name, false)) return call->fail(*bad);
+        if (auto bad = check_name("lock", name, false)) return *bad;
     LockMachine* machine = machine_;
-    read_state(call, ReadAt::commit_point, [machine, name, one] {
+    return read_state(call, ReadAt::commit_point, [machine, name, one] {
         const auto& locks = machine->state().locks;
         if (one) {
             const auto it = locks.find(name);
@@ -766,113 +751,96 @@ void HttpApi::get_locks(const CallPtr& call, bool one)
     });
 }
 
-void HttpApi::check_sequencer(const CallPtr& call)
+Served HttpApi::check_sequencer(const CallPtr& call)
 {
-    auto op = check_sequencer_op(call->body, max_message_bytes_);
-    if (!op.ok()) return call->fail(op.error());
-    run_op_answering_result(call, op.value());
+    run_op_answering_result(call, VL_TRY(check_sequencer_op(call->body, max_message_bytes_)));
+    return answering;
 }
 
 // ---- Key/value ---------------------------------------------------------------------------------
 
-void HttpApi::get_kv(const CallPtr& call)
+Served HttpApi::get_kv(const CallPtr& call)
 {
     const std::string key = call->match(1);
-    auto prefix = bool_param(*call, "prefix");
-    if (!prefix.ok()) return call->fail(prefix.error());
-    auto stale = bool_param(*call, "stale");
-    if (!stale.ok()) return call->fail(stale.error());
-    auto limit = u64_param(*call, "limit");
-    if (!limit.ok()) return call->fail(limit.error());
-    auto encoding = encoding_param(*call);
-    if (!encoding.ok()) return call->fail(encoding.error());
+    const bool prefix = VL_TRY(bool_param(*call, "prefix"));
+    const bool stale = VL_TRY(bool_param(*call, "stale"));
+    const std::optional<uint64_t> limit = VL_TRY(u64_param(*call, "limit"));
+    const ValueEncoding encoding = VL_TRY(encoding_param(*call));
     const std::string after = call->param("after").value_or("");
-    if (!prefix.value() && (!after.empty() || limit.value()))
-        return call->fail(ApiError{400, "invalid_argument",
-                                   "after and limit apply only with prefix=true",
-                                   Json{{"field", after.empty() ? "limit" : "after"}}});
-    if (auto bad = check_name("key", key, prefix.value())) return call->fail(*bad);
+    if (!prefix && (!after.empty() || limit))
+        return ApiError{400, "invalid_argument", "after and limit apply only with prefix=true",
+                        Json{{"field", after.empty() ? "limit" : "after"}}};
+    if (auto bad = check_name("key", key, prefix)) return *bad;
     const uint32_t page = static_cast<uint32_t>(
-        std::min<uint64_t>(limit.value().value_or(0), std::numeric_limits<uint32_t>::max()));
-    auto op = get_op(key, prefix.value(), after, page, max_message_bytes_);
-    if (!op.ok()) return call->fail(op.error());
-    const bool is_prefix = prefix.value();
-    const ValueEncoding enc = encoding.value();
-    if (!stale.value())
-        return run_op(call, op.value(), 0, [call, is_prefix, enc](const OpResult& result) {
-            answer_get(*call, std::get<GetResult>(result), is_prefix, enc, Json());
+        std::min<uint64_t>(limit.value_or(0), std::numeric_limits<uint32_t>::max()));
+    const LockOp op = VL_TRY(get_op(key, prefix, after, page, max_message_bytes_));
+    if (!stale) {
+        run_op(call, op, 0, [call, prefix, encoding](const OpResult& result) {
+            answer_get(*call, std::get<GetResult>(result), prefix, encoding, Json());
         });
+        return answering;
+    }
     // A stale read: this replica's state as of its last apply, and how far behind it may be.
-    const OpResult result = machine_->get(std::get<Get>(op.value()));
-    if (const auto* error = std::get_if<OpError>(&result)) return call->fail(op_error(*error));
-    answer_get(*call, std::get<GetResult>(result), is_prefix, enc,
+    const OpResult result = machine_->get(std::get<Get>(op));
+    if (const auto* error = std::get_if<OpError>(&result)) return op_error(*error);
+    answer_get(*call, std::get<GetResult>(result), prefix, encoding,
                Json{{"stale", staleness_json(node_, machine_)}});
+    return answering;
 }
 
-void HttpApi::put_kv(const CallPtr& call)
+Served HttpApi::put_kv(const CallPtr& call)
 {
-    auto op = put_op(call->match(1), call->body, max_message_bytes_);
-    if (!op.ok()) return call->fail(op.error());
-    run_op_answering_result(call, op.value());
+    run_op_answering_result(call, VL_TRY(put_op(call->match(1), call->body, max_message_bytes_)));
+    return answering;
 }
 
-void HttpApi::delete_kv(const CallPtr& call)
+Served HttpApi::delete_kv(const CallPtr& call)
 {
     const std::string key = call->match(1);
-    auto prefix = bool_param(*call, "prefix");
-    if (!prefix.ok()) return call->fail(prefix.error());
-    auto prev = u64_param(*call, "prev_revision");
-    if (!prev.ok()) return call->fail(prev.error());
-    if (auto bad = check_name("key", key, prefix.value())) return call->fail(*bad);
-    auto op = delete_op(key, prefix.value(), prev.value(), call->body, max_message_bytes_);
-    if (!op.ok()) return call->fail(op.error());
-    run_op_answering_result(call, op.value());
+    const bool prefix = VL_TRY(bool_param(*call, "prefix"));
+    const std::optional<uint64_t> prev = VL_TRY(u64_param(*call, "prev_revision"));
+    if (auto bad = check_name("key", key, prefix)) return *bad;
+    run_op_answering_result(
+        call, VL_TRY(delete_op(key, prefix, prev, call->body, max_message_bytes_)));
+    return answering;
 }
 
 // ---- Watches -----------------------------------------------------------------------------------
 
-void HttpApi::watch(const CallPtr& call)
+Served HttpApi::watch(const CallPtr& call)
 {
     const std::string key = call->match(1);
-    auto prefix = bool_param(*call, "prefix");
-    if (!prefix.ok()) return call->fail(prefix.error());
-    auto start = u64_param(*call, "start_revision");
-    if (!start.ok()) return call->fail(start.error());
-    auto spaces = spaces_param(*call);
-    if (!spaces.ok()) return call->fail(spaces.error());
-    auto encoding = encoding_param(*call);
-    if (!encoding.ok()) return call->fail(encoding.error());
-    if (auto bad = check_name("key", key, prefix.value())) return call->fail(*bad);
-    std::optional<Revision> from = start.value();
-    if (const auto last_event = call->header("Last-Event-ID"); !from && last_event) {
-        auto last = parse_u64_param("Last-Event-ID", *last_event);
-        if (!last.ok()) return call->fail(last.error());
-        from = last.value() + 1;
-    }
-    if (waits_->full()) return call->fail(too_many_streams(limits_.max_streams));
-    const WatchFilter filter{.key = key, .prefix = prefix.value(), .spaces = spaces.value()};
+    const bool prefix = VL_TRY(bool_param(*call, "prefix"));
+    std::optional<Revision> from = VL_TRY(u64_param(*call, "start_revision"));
+    const uint8_t spaces = VL_TRY(spaces_param(*call));
+    const ValueEncoding encoding = VL_TRY(encoding_param(*call));
+    if (auto bad = check_name("key", key, prefix)) return *bad;
+    if (const auto last_event = call->header("Last-Event-ID"); !from && last_event)
+        from = VL_TRY(parse_u64_param("Last-Event-ID", *last_event)) + 1;
+    if (waits_->full()) return too_many_streams(limits_.max_streams);
+    const WatchFilter filter{.key = key, .prefix = prefix, .spaces = spaces};
     // Without a start revision the watch sees what happens from now on.
     const Revision begin = from ? std::max<Revision>(*from, 1) : machine_->revision() + 1;
     const WatchBatch first = machine_->watch(begin, filter, 1);
-    if (first.compacted) return call->fail(compacted(first.oldest_revision, begin));
-    waits_->watch(call, filter, encoding.value(), begin);
+    if (first.compacted) return compacted(first.oldest_revision, begin);
+    waits_->watch(call, filter, encoding, begin);
+    return answering;
 }
 
 // ---- Barriers ----------------------------------------------------------------------------------
 
-void HttpApi::barrier(const CallPtr& call, bool enter)
+Served HttpApi::barrier(const CallPtr& call, bool enter)
 {
     const std::string name = call->match(1);
-    auto op = enter ? barrier_enter_op(name, call->body, max_message_bytes_)
-                    : barrier_leave_op(name, call->body, max_message_bytes_);
-    if (!op.ok()) return call->fail(op.error());
-    const SessionId session = enter ? std::get<BarrierEnter>(op.value()).session
-                                    : std::get<BarrierLeave>(op.value()).session;
-    const uint32_t wait_ms = enter ? std::get<BarrierEnter>(op.value()).wait_ms
-                                   : std::get<BarrierLeave>(op.value()).wait_ms;
-    if (wait_ms > 0 && waits_->full()) return call->fail(too_many_streams(limits_.max_streams));
+    const LockOp op = VL_TRY(enter ? barrier_enter_op(name, call->body, max_message_bytes_)
+                                   : barrier_leave_op(name, call->body, max_message_bytes_));
+    const SessionId session =
+        enter ? std::get<BarrierEnter>(op).session : std::get<BarrierLeave>(op).session;
+    const uint32_t wait_ms =
+        enter ? std::get<BarrierEnter>(op).wait_ms : std::get<BarrierLeave>(op).wait_ms;
+    if (wait_ms > 0 && waits_->full()) return too_many_streams(limits_.max_streams);
     const WaitKind kind = enter ? WaitKind::barrier_enter : WaitKind::barrier_leave;
-    run_op(call, op.value(), wait_ms,
+    run_op(call, op, wait_ms,
            [this, call, kind, name, session](const OpResult& result) {
                BarrierStatus status = BarrierStatus::passed;
                Revision revision = 0;
@@ -886,15 +854,16 @@ void HttpApi::barrier(const CallPtr& call, bool enter)
                await_outcome(call, kind, name, session, revision, deadline);
            },
            wait_here(call, kind, name, session));
+    return answering;
 }
 
-void HttpApi::get_barriers(const CallPtr& call, bool one)
+Served HttpApi::get_barriers(const CallPtr& call, bool one)
 {
     const std::string name = one ? call->match(1) : std::string();
     if (one)
-        if (auto bad = check_name("barrier", name, false)) return call->fail(*bad);
+        if (auto bad = check_name("barrier", name, false)) return *bad;
     LockMachine* machine = machine_;
-    read_state(call, ReadAt::commit_point, [machine, name, one] {
+    return read_state(call, ReadAt::commit_point, [machine, name, one] {
         const auto& barriers = machine->state().barriers;
         if (one) {
             const auto it = barriers.find(name);

@@ -61,6 +61,8 @@ private:
     using Answer = std::function<void(const OpResult&)>;
 
     void install_routes();
+    // /v1/cluster/replicas (on a forwarding thread) and the web UI's files (on the I/O thread).
+    void install_cluster_and_ui_routes();
     // 403 when auth is on and `session` was opened by another identity than the call's (and the
     // caller is no admin), as far as this replica's state knows the session.
     std::optional<ApiError> foreign_session(const Call& call, SessionId session) const;
@@ -83,7 +85,7 @@ private:
     // leader (sessions: their lease deadlines are the leader's alone).
     enum class ReadAt { commit_point, leader };
     // Linearizable (where `at` says), or with ?stale=true from this replica's applied state.
-    void read_state(const CallPtr& call, ReadAt at, std::function<Json()> snapshot);
+    Served read_state(const CallPtr& call, ReadAt at, std::function<Json()> snapshot);
     // A keepalive at the leader: the lease tracker renews, and a KeepAlive is proposed when the
     // machine's idea of the lease needs it; `answer` gets the HTTP answer.
     void renew_at_leader(SessionId session, const LeaderPath::AtLeader& at,
@@ -101,21 +103,21 @@ private:
     // A lock waiter's client left: withdraw its wait through the log.
     void withdraw(const std::string& lock, SessionId session);
 
-    // Endpoints (loop thread).
-    void create_session(const CallPtr& call);
-    void keep_alive(const CallPtr& call);
-    void close_session(const CallPtr& call);
-    void get_sessions(const CallPtr& call, bool one);
-    void acquire(const CallPtr& call);
-    void release(const CallPtr& call);
-    void get_locks(const CallPtr& call, bool one);
-    void check_sequencer(const CallPtr& call);
-    void get_kv(const CallPtr& call);
-    void put_kv(const CallPtr& call);
-    void delete_kv(const CallPtr& call);
-    void watch(const CallPtr& call);
-    void barrier(const CallPtr& call, bool enter);
-    void get_barriers(const CallPtr& call, bool one);
+    // Endpoints (loop thread): each answers its call, or returns the error to answer it with.
+    Served create_session(const CallPtr& call);
+    Served keep_alive(const CallPtr& call);
+    Served close_session(const CallPtr& call);
+    Served get_sessions(const CallPtr& call, bool one);
+    Served acquire(const CallPtr& call);
+    Served release(const CallPtr& call);
+    Served get_locks(const CallPtr& call, bool one);
+    Served check_sequencer(const CallPtr& call);
+    Served get_kv(const CallPtr& call);
+    Served put_kv(const CallPtr& call);
+    Served delete_kv(const CallPtr& call);
+    Served watch(const CallPtr& call);
+    Served barrier(const CallPtr& call, bool enter);
+    Served get_barriers(const CallPtr& call, bool one);
 
     Json api_stats() const;
     // Keepalives this follower sent the leader as VR Requests and got the leader's answer for.

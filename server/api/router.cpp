@@ -43,7 +43,7 @@ void Router::on_request(const std::shared_ptr<Exchange>& exchange)
         call->endpoint = route.endpoint;
         if (auto unknown = check_query(call->parsed, route.params)) return call->fail(*unknown);
         if (auto refused = access_.check(*call)) return call->fail(*refused);
-        if (route.where == Where::io_thread) return route.handler(call);
+        if (route.where == Where::io_thread) return serve(route, call);
         batch_.emplace_back(&route, std::move(call));
         return;
     }
@@ -69,13 +69,19 @@ void Router::run_batch(const Batch& batch)
     for (const auto& [route, call] : batch) {
         if (call->gone()) continue;
         try {
-            route->handler(call);
+            serve(*route, call);
         } catch (const std::exception& e) {
             spdlog::error("http {} {}: {}", call->method, call->target, e.what());
             call->fail(ApiError{500, "internal", std::string("internal error: ") + e.what(),
                                 Json::object()});
         }
     }
+}
+
+void Router::serve(const Route& route, const CallPtr& call)
+{
+    const Served served = route.handler(call);
+    if (!served.ok()) call->fail(served.error());
 }
 
 }  // namespace voltlock::api

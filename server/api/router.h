@@ -21,7 +21,7 @@ namespace voltlock::api {
 
 class Router {
 public:
-    using Handler = std::function<void(const CallPtr&)>;
+    using Handler = std::function<Served(const CallPtr&)>;
     enum class Where { io_thread, loop };
 
     // Every routed request passes `access` (401/403 answered here, on the I/O thread).
@@ -51,6 +51,8 @@ private:
 
     using Batch = std::vector<std::pair<const Route*, CallPtr>>;
     static void run_batch(const Batch& batch);  // on the loop
+    // Runs the route's handler and answers the error it returns, if any.
+    static void serve(const Route& route, const CallPtr& call);
 
     EventLoop& loop_;
     RequestCounters& counters_;
