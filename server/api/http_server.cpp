@@ -17,7 +17,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "api/translate.h"
+#include "api/call.h"
 
 namespace voltlock::api {
 
@@ -59,13 +59,15 @@ std::optional<std::string> client_certificate_cn(MHD_Connection* connection)
     return cn;
 }
 
-HttpResponse error_answer(const ApiError& error)
+// 413, and the connection closed: the rest of the body is not read.
+HttpResponse too_large_answer(uint64_t max_body_bytes)
 {
-    HttpResponse response;
-    response.status = error.status;
-    response.body = json_text(error_body(error));
-    if (error.status == 503) response.set_header("Retry-After", "1");
-    return response;
+    HttpResponse too_large = error_response(
+        ApiError{413, "too_large", "the request body is over " + std::to_string(max_body_bytes) +
+                                       " bytes",
+                 Json{{"limit_bytes", max_body_bytes}}});
+    too_large.set_header("Connection", "close");
+    return too_large;
 }
 
 // Raises the open-file limit to what the system allows: every connection is a descriptor.
@@ -765,7 +767,7 @@ MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const
         if (record && record->over_limit && !server.exempt_(e.target)) {
             e.refused_ = true;
             server.counters_.refused += 1;
-            HttpResponse refusal = error_answer(unavailable(
+            HttpResponse refusal = error_response(unavailable(
                 "too many connections (http_max_connections " +
                 std::to_string(server.limits_.max_connections) +
                 ", http_max_connections_per_address " +
@@ -780,13 +782,7 @@ MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const
             e.too_large_ = true;
         }
         if (e.too_large_) {
-            HttpResponse too_large = error_answer(ApiError{
-                413, "too_large",
-                "the request body is over " + std::to_string(server.limits_.max_body_bytes) +
-                    " bytes",
-                Json{{"limit_bytes", server.limits_.max_body_bytes}}});
-            too_large.set_header("Connection", "close");
-            e.answer(std::move(too_large));
+            e.answer(too_large_answer(server.limits_.max_body_bytes));
             return server.send_answer(e) ? MHD_YES : MHD_NO;
         }
         return MHD_YES;
@@ -795,13 +791,7 @@ MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const
         if (!e.refused_ && !e.too_large_) {
             if (e.body.size() + *upload_size > server.limits_.max_body_bytes) {
                 e.too_large_ = true;
-                HttpResponse too_large = error_answer(ApiError{
-                    413, "too_large",
-                    "the request body is over " + std::to_string(server.limits_.max_body_bytes) +
-                        " bytes",
-                    Json{{"limit_bytes", server.limits_.max_body_bytes}}});
-                too_large.set_header("Connection", "close");
-                e.answer(std::move(too_large));
+                e.answer(too_large_answer(server.limits_.max_body_bytes));
                 server.send_answer(e);
             } else {
                 e.body.append(upload_data, *upload_size);
