@@ -45,7 +45,11 @@ std::string sse_error(const ApiError& error)
 
 WaitService::WaitService(EventLoop& loop, LockMachine& machine, Progress& progress,
                          uint32_t max_streams, Withdraw withdraw)
-    : loop_(loop), machine_(machine), max_streams_(max_streams), withdraw_(std::move(withdraw))
+    : loop_(loop),
+      machine_(machine),
+      max_streams_(max_streams),
+      withdraw_(std::move(withdraw)),
+      index_(machine)
 {
     progress.on_change([this](Revision) { on_progress(); });
     loop_.after(milliseconds(kHeartbeatMs / 2), [this] { heartbeat(); });
@@ -64,7 +68,11 @@ void WaitService::await_outcome(const CallPtr& call, WaitKind kind, const std::s
                                     .spaces = static_cast<uint8_t>(kind == WaitKind::lock
                                                                        ? EventSpace::lock
                                                                        : EventSpace::barrier)}};
-    if (check(wait)) return;
+    index_.add(id, wait.filter);
+    if (check(id, wait)) {
+        index_.remove(id);
+        return;
+    }
     waits_.emplace(id, std::move(wait));
     const int64_t remaining_ms = int64_t(deadline_ms) - int64_t(wall_clock_ms());
     loop_.after(milliseconds(std::max<int64_t>(remaining_ms, 0) + kWaitGraceMs),
@@ -72,7 +80,7 @@ void WaitService::await_outcome(const CallPtr& call, WaitKind kind, const std::s
                     const auto it = waits_.find(id);
                     if (it == waits_.end()) return;
                     it->second.call->fail(wait_unknown(it->second.kind));
-                    waits_.erase(it);
+                    erase_wait(it);
                 });
     if (call->exchange) {
         call->exchange->on_hangup([this, id] { loop_.post([this, id] { hung_up(id); }); });
@@ -80,12 +88,17 @@ void WaitService::await_outcome(const CallPtr& call, WaitKind kind, const std::s
     }
 }
 
-bool WaitService::check(Wait& wait)
+bool WaitService::check(uint64_t id, Wait& wait)
 {
     if (wait.call->finished) return true;
     // Its client left: hung_up() is on its way to withdraw the wait; keep it until then.
     if (wait.call->gone()) return false;
-    const WatchBatch batch = machine_.watch(wait.next, wait.filter, 0);
+    const std::optional<Revision> from = index_.next_match(id, wait.next);
+    if (!from) {
+        wait.next = std::max(wait.next, index_.unread());
+        return false;
+    }
+    const WatchBatch batch = machine_.watch(*from, wait.filter, 0);
     // Fell out of the history (a very busy cell): the same request again finds out.
     if (batch.compacted) {
         wait.call->fail(wait_unknown(wait.kind));
@@ -101,12 +114,18 @@ bool WaitService::check(Wait& wait)
     return false;
 }
 
+void WaitService::erase_wait(std::unordered_map<uint64_t, Wait>::iterator wait)
+{
+    index_.remove(wait->first);
+    waits_.erase(wait);
+}
+
 void WaitService::hung_up(uint64_t id)
 {
     const auto it = waits_.find(id);
     if (it == waits_.end()) return;
     Wait wait = std::move(it->second);
-    waits_.erase(it);
+    erase_wait(it);
     // Nobody is waiting for this lock any more: take the session out of its line, or the lock
     // would be granted to a client that is gone.
     if (wait.kind == WaitKind::lock) {
@@ -129,12 +148,26 @@ void WaitService::watch(const CallPtr& call, const WatchFilter& filter, ValueEnc
     stream->on_drained([this] {
         loop_.post([this] { on_progress(); });
     });
+    const uint64_t id = next_id_++;
+    index_.add(id, filter);
     Watch watch{.stream = std::move(stream), .filter = filter, .encoding = encoding, .next = from};
-    bool more = false;
     EventTexts texts;
-    if (!feed(watch, more, texts)) return;
-    watches_.emplace(next_id_++, std::move(watch));
-    if (more && !std::exchange(feeding_again_, true)) loop_.post([this] { on_progress(); });
+    const Fed fed = feed(id, watch, texts);
+    if (fed == Fed::over) {
+        index_.remove(id);
+        return;
+    }
+    watches_.emplace(id, std::move(watch));
+    if (fed != Fed::caught_up) active_.insert(id);
+    if (fed == Fed::more && !std::exchange(feeding_again_, true))
+        loop_.post([this] { on_progress(); });
+}
+
+void WaitService::erase_watch(uint64_t id)
+{
+    index_.remove(id);
+    active_.erase(id);
+    watches_.erase(id);
 }
 
 const std::string& WaitService::EventTexts::of(const WatchEvent& event, ValueEncoding encoding)
@@ -146,13 +179,13 @@ const std::string& WaitService::EventTexts::of(const WatchEvent& event, ValueEnc
     return it->second;
 }
 
-bool WaitService::feed(Watch& watch, bool& more, EventTexts& texts)
+WaitService::Fed WaitService::feed(uint64_t id, Watch& watch, EventTexts& texts)
 {
-    if (watch.stream->finished()) return false;
+    if (watch.stream->finished()) return Fed::over;
     if (!watch.stream->has_room()) {
         const uint64_t now = steady_ms();
         if (watch.full_since_ms == 0) watch.full_since_ms = now;
-        if (now - watch.full_since_ms < kSlowReaderMs) return true;
+        if (now - watch.full_since_ms < kSlowReaderMs) return Fed::waiting;
         slow_readers_cut_ += 1;
         watch.stream->end(sse_error(ApiError{
             503, "slow_reader",
@@ -160,9 +193,14 @@ bool WaitService::feed(Watch& watch, bool& more, EventTexts& texts)
                 std::to_string(kSlowReaderMs / 1000) + " s): resume from start_revision " +
                 std::to_string(watch.next) + " (the last id received + 1)",
             Json{{"resume_revision", watch.next}}}));
-        return false;
+        return Fed::over;
     }
     watch.full_since_ms = 0;
+    const std::optional<Revision> from = index_.next_match(id, watch.next);
+    if (!from) {
+        watch.next = std::max(watch.next, index_.unread());
+        return Fed::caught_up;
+    }
     // Each event is written once the next is known: the id line, which marks a revision as
     // complete (a client resumes from the last id + 1), goes on the last event of a revision.
     std::string out;
@@ -173,31 +211,37 @@ bool WaitService::feed(Watch& watch, bool& more, EventTexts& texts)
         out += "\n";
     };
     const WatchBatch batch = machine_.visit_watched(
-        watch.next, watch.filter, kEventsPerPass, [&](const WatchEvent& e) {
+        *from, watch.filter, kEventsPerPass, [&](const WatchEvent& e) {
             if (pending) write_pending(pending->revision != e.revision);
             pending = &e;
         });
     if (batch.compacted) {
         // Fell behind the history while streaming: say so, and end the stream.
         watch.stream->end(sse_error(compacted(batch.oldest_revision, watch.next)));
-        return false;
+        return Fed::over;
     }
-    if (!pending) {
+    if (!pending) {  // nothing matched up to the newest revision
         watch.next = std::max(watch.next, batch.next_revision);
-        return true;
+        return Fed::caught_up;
     }
     write_pending(true);
     // Refused only when the batch does not fit the free half: it is sent again next time.
-    if (!watch.stream->push(out)) return true;
+    if (!watch.stream->push(out)) return Fed::waiting;
     watch.next = batch.next_revision;
-    more = more || batch.next_revision <= batch.revision;
-    return true;
+    return batch.next_revision <= batch.revision ? Fed::more : Fed::caught_up;
 }
 
 void WaitService::on_progress()
 {
-    for (auto it = waits_.begin(); it != waits_.end();)
-        it = check(it->second) ? waits_.erase(it) : std::next(it);
+    std::vector<uint64_t> woken_waits;  // checked after the update: a check may end a wait
+    index_.update([&](uint64_t id) {
+        if (watches_.contains(id)) active_.insert(id);
+        else woken_waits.push_back(id);
+    });
+    for (const uint64_t id : woken_waits) {
+        const auto it = waits_.find(id);
+        if (it != waits_.end() && check(id, it->second)) erase_wait(it);
+    }
     feed_watches_when_due();
 }
 
@@ -220,19 +264,23 @@ void WaitService::feed_watches()
     const uint64_t cpu_started = thread_cpu_us();
     EventTexts texts;
     bool more = false;
-    auto it = watches_.upper_bound(feed_cursor_);
-    while (it != watches_.end() && steady_us() - started < kFeedSliceUs) {
-        feed_cursor_ = it->first;
-        if (!feed(it->second, more, texts)) {
-            it = watches_.erase(it);
+    auto it = active_.upper_bound(feed_cursor_);
+    while (it != active_.end() && steady_us() - started < kFeedSliceUs) {
+        const uint64_t id = feed_cursor_ = *it;
+        Watch& watch = watches_.at(id);
+        const Fed fed = feed(id, watch, texts);
+        if (fed == Fed::over || fed == Fed::caught_up) {
+            it = active_.erase(it);
+            if (fed == Fed::over) erase_watch(id);
             continue;
         }
+        more = more || fed == Fed::more;
         // A stream whose reader has not emptied its buffer waits for the reader, not for us.
-        if (it->second.full_since_ms == 0)
-            round_headroom_ = std::min(round_headroom_, headroom(it->second.next));
+        if (watch.full_since_ms == 0)
+            round_headroom_ = std::min(round_headroom_, headroom(watch.next));
         ++it;
     }
-    const bool round_over = it == watches_.end();
+    const bool round_over = it == active_.end();
     if (round_over) {
         feed_cursor_ = 0;
         last_round_headroom_ = std::exchange(round_headroom_, 1.0);
@@ -263,16 +311,13 @@ void WaitService::heartbeat()
 {
     on_progress();  // also finds the readers that stopped reading while nothing was applied
     const uint64_t now = steady_ms();
-    for (auto it = watches_.begin(); it != watches_.end();) {
-        Watch& watch = it->second;
-        if (watch.stream->finished()) {
-            it = watches_.erase(it);
-            continue;
-        }
-        if (now - watch.stream->last_push_ms() >= kHeartbeatMs)
+    std::vector<uint64_t> finished;
+    for (auto& [id, watch] : watches_) {
+        if (watch.stream->finished()) finished.push_back(id);
+        else if (now - watch.stream->last_push_ms() >= kHeartbeatMs)
             watch.stream->push(": heartbeat\n\n");
-        ++it;
     }
+    for (const uint64_t id : finished) erase_watch(id);
     loop_.after(milliseconds(kHeartbeatMs / 2), [this] { heartbeat(); });
 }
 

@@ -24,18 +24,24 @@
 // of writes goes at full speed while each stream gets the events of many puts in one send, a
 // little later; a sustained load the watches cannot follow slows the writes at this replica,
 // rather than cutting the watches: nothing is lost.
+//
+// An applied event wakes only the waits and watches whose filter it matches (WatchIndex), and a
+// watch with nothing to send is out of the rounds until one does: 10,000 watches or waits on as
+// many keys cost each event about what one does.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
 #include "api/call.h"
 #include "api/lock_service.h"
+#include "api/watch_index.h"
 #include "core/lock_machine.h"
 #include "shell/event_loop.h"
 
@@ -89,6 +95,14 @@ private:
         Revision next = 0;
     };
 
+    // What feeding a watch left it as.
+    enum class Fed {
+        over,       // cut, compacted, or its client gone: drop it
+        more,       // more history to send than one pass sends
+        waiting,    // for its reader to make room
+        caught_up,  // sent everything up to the index's newest update
+    };
+
     // Each event's text in a stream ("event: ...\ndata: ...\n"), formatted once per slice.
     class EventTexts {
     public:
@@ -103,10 +117,11 @@ private:
     void feed_watches_when_due();
     void feed_watches();
     // True when the wait is over (answered).
-    bool check(Wait& wait);
-    // Sends what is new; false when the watch is over (cut, compacted, or its client gone).
-    // `more`: there is more history to send than one pass sends.
-    bool feed(Watch& watch, bool& more, EventTexts& texts);
+    bool check(uint64_t id, Wait& wait);
+    void erase_wait(std::unordered_map<uint64_t, Wait>::iterator wait);
+    // Sends what is new.
+    Fed feed(uint64_t id, Watch& watch, EventTexts& texts);
+    void erase_watch(uint64_t id);
     // The share of the history still ahead of `next` (1: at the newest end, 0: at the oldest).
     double headroom(Revision next) const;
     uint64_t feed_cost_multiple() const;
@@ -118,9 +133,13 @@ private:
     const uint32_t max_streams_;
     Withdraw withdraw_;
     uint64_t next_id_ = 1;
+    WatchIndex index_;  // the filters of every wait and watch, by id
     std::unordered_map<uint64_t, Wait> waits_;
-    std::map<uint64_t, Watch> watches_;  // by id: a round of slices goes through them in order
-    uint64_t feed_cursor_ = 0;           // the last watch fed in the round under way (0: none)
+    std::unordered_map<uint64_t, Watch> watches_;
+    // The watches with something to send or waiting for room, by id: a round of slices goes
+    // through them in order.
+    std::set<uint64_t> active_;
+    uint64_t feed_cursor_ = 0;  // the last watch fed in the round under way (0: none)
     bool feeding_again_ = false;         // a slice is posted
     bool feed_timer_set_ = false;
     uint64_t next_feed_us_ = 0;  // steady clock: the earliest start of the next slice
