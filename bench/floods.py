@@ -2,19 +2,25 @@
 """The issue 12 flood goals, measured against a 3-replica cell of this build (needs root):
 
   (a) N watches (10,000) on one replica, each of which must see every event, while honest clients
-      put: the put throughput against the same put load without the watches (goal >= 90%);
+      put: the put throughput against the same put load without the watches (goal >= 90%).
+      Two shapes (--watch-keys): `prefix`, every watch on the prefix the honest clients write
+      (each put is N deliveries); `own`, each watch on a key of its own (an application
+      watching its config), whose value a config writer changes once during the load (each put
+      of the honest clients concerns no watch, each of the writer's one);
   (b) 10,000 idle connections and (c) 1,000 slowloris connections (one header byte a second,
       reconnecting when cut) on the leader, while honest clients put there and /healthz is
       probed on a fresh connection every 50 ms: the honest clients' p50/p99 (goal p99 < 50 ms)
       and /healthz's (goal under 10 ms), each against the same load with no flood.
 
     sudo .venv/bin/python bench/floods.py [--watches 10000] [--idle 10000] [--slowloris 1000]
-                                          [--seconds 5] [--clients 16] [--json out.json]
+                                          [--watch-keys prefix,own] [--seconds 5] [--clients 16]
+                                          [--json out.json]
 
 Honest clients are build/vl_http_load (closed loop, kept-alive connections). The process's open
 file limit is raised to its hard limit (and the hard limit to what the floods need, as root).
 """
 import argparse
+import http.client
 import json
 import os
 import resource
@@ -124,19 +130,60 @@ class HealthProbe:
         return out
 
 
-def measured(cell, replica, clients, seconds) -> dict:
+class ConfigWriter:
+    """Puts `own_key(i)` for i = 0, 1, ... once each, on one kept-alive connection, on a thread,
+    until every key is written or it is stopped: the revision of each write, by key index."""
+
+    def __init__(self, cell: Cell, replica: int, count: int):
+        self.cell, self.replica, self.count = cell, replica, count
+        self.revisions = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        r = self.cell.replicas[self.replica]
+        with entered_netns(self.cell.endpoints["client_namespace"]):
+            conn = http.client.HTTPConnection(r["ip"], r["http_port"], timeout=10)
+            conn.connect()
+        for i in range(self.count):
+            if self.stop.is_set():
+                break
+            conn.request("PUT", "/v1/kv/" + own_key(i), body=json.dumps({"value": str(i)}))
+            response = conn.getresponse()
+            body = json.loads(response.read())
+            if response.status == 200:
+                self.revisions[i] = body["revision"]
+        conn.close()
+
+
+def own_key(i: int) -> str:
+    return f"app/{i}/config"
+
+
+def measured(cell, replica, clients, seconds, config_keys=0) -> dict:
+    """The honest clients' puts and the health probes; with `config_keys`, a ConfigWriter of
+    that many keys alongside (its writes' revisions in "config_writes")."""
+    writer = ConfigWriter(cell, replica, config_keys)
     with HealthProbe(cell, replica) as probe:
+        if config_keys:
+            writer.thread.start()
         puts = honest_puts(cell, replica, clients, seconds)
-    return {"puts": puts, "health": probe.summary()}
+        writer.stop.set()
+        if config_keys:
+            writer.thread.join()
+    result = {"puts": puts, "health": probe.summary()}
+    if config_keys:
+        result["config_writes"] = writer.revisions
+    return result
 
 
 # ---- (a) watches -------------------------------------------------------------------------------
 
 class Watches:
-    """`count` watch streams of the prefix the honest clients write (bench/), read on a thread:
-    the last event id each stream saw and how many events."""
+    """`count` watch streams, read on a thread: of the prefix the honest clients write (bench/),
+    or each of its own key (own_key(i)); the last event id each stream saw and how many events."""
 
-    def __init__(self, cell: Cell, replica: int, count: int, start_revision: int):
+    def __init__(self, cell: Cell, replica: int, count: int, start_revision: int, own: bool):
         self.socks = connect_many(cell, replica, count)
         self.last_id = [0] * count
         self.events = [0] * count
@@ -146,10 +193,10 @@ class Watches:
         self.in_body = [False] * count
         self.out_of_order = [False] * count
         self.selector = selectors.DefaultSelector()
-        request = (f"GET /v1/watch/bench/?prefix=true&start_revision={start_revision} HTTP/1.1\r\n"
-                   "Host: x\r\nAccept: text/event-stream\r\n\r\n").encode()
         for i, sock in enumerate(self.socks):
-            sock.sendall(request)
+            target = (f"/v1/watch/{own_key(i)}?" if own else "/v1/watch/bench/?prefix=true&")
+            sock.sendall((f"GET {target}start_revision={start_revision} HTTP/1.1\r\n"
+                          "Host: x\r\nAccept: text/event-stream\r\n\r\n").encode())
             sock.setblocking(False)
             self.selector.register(sock, selectors.EVENT_READ, i)
         self.stop = threading.Event()
@@ -222,31 +269,39 @@ def cell_json(cell: Cell, replica: int) -> dict:
     return body
 
 
-def flood_watches(cell, replica, count, clients, seconds) -> dict:
+def flood_watches(cell, replica, count, clients, seconds, own: bool) -> dict:
     start = revision(cell, replica) + 1
     opened = time.monotonic()
-    watches = Watches(cell, replica, count, start)
+    watches = Watches(cell, replica, count, start, own)
     open_s = time.monotonic() - opened
     try:
-        result = measured(cell, replica, clients, seconds)
+        result = measured(cell, replica, clients, seconds, config_keys=count if own else 0)
         final = revision(cell, replica)
+        if own:  # stream i sees exactly the writer's put of its key, if there was one
+            writes = result["config_writes"]
+            expected = [(1, writes[i]) if i in writes else (0, 0) for i in range(count)]
+        else:
+            expected = None
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not all(
-                last >= final or ended for last, ended in zip(watches.last_id, watches.ended)):
+                (last >= final if not own else last >= expected[i][1]) or ended
+                for i, (last, ended) in enumerate(zip(watches.last_id, watches.ended))):
             time.sleep(0.5)
-        # Every put under bench/ is one event; other revisions (the leader's no-ops) are not
-        # events of this prefix, so "every event" is: the same count as the stream that saw the
-        # most, in order, up to the last put's revision.
-        expected = max(watches.events)
-        last_event = max(watches.last_id)
-        complete = sum(1 for e, last, bad in zip(watches.events, watches.last_id,
-                                                 watches.out_of_order)
-                       if e == expected and last == last_event and not bad)
-        result["watches"] = {"count": count, "opened_in_s": round(open_s, 1),
-                             "events_each": expected, "last_event_revision": last_event,
+        if not own:
+            # Every put under bench/ is one event; other revisions (the leader's no-ops) are
+            # not events of this prefix, so "every event" is: the same count as the stream that
+            # saw the most, in order, up to the last put's revision.
+            expected = [(max(watches.events), max(watches.last_id))] * count
+        complete = sum(1 for i in range(count)
+                       if (watches.events[i], watches.last_id[i]) == expected[i]
+                       and not watches.out_of_order[i])
+        result["watches"] = {"count": count, "keys": "own" if own else "prefix",
+                             "opened_in_s": round(open_s, 1),
+                             "events": sum(e for e, _ in expected),
                              "final_revision": final, "saw_every_event": complete,
                              "cut_or_ended": sum(watches.ended),
                              "caught_up_in_s": round(time.monotonic() - (deadline - 120), 1)}
+        result.pop("config_writes", None)
     finally:
         watches.close()
     return result
@@ -315,6 +370,8 @@ def main() -> int:
     parser.add_argument("--watches", type=int, default=10_000)
     parser.add_argument("--idle", type=int, default=10_000)
     parser.add_argument("--slowloris", type=int, default=1_000)
+    parser.add_argument("--watch-keys", default="prefix,own",
+                        help="the watches' shapes, comma-separated: prefix, own (see above)")
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--io-threads", type=int, choices=(0, 1),
@@ -334,21 +391,29 @@ def main() -> int:
         watched = next(r for r in range(3) if r != leader)
         # (a) the watches on a follower, the puts through it: the events it applies go out to
         # every stream while it forwards the puts.
-        report["watch_baseline"] = measured(cell, watched, args.clients, args.seconds)
-        report["watches"] = flood_watches(cell, watched, args.watches, args.clients, args.seconds)
+        for shape in args.watch_keys.split(","):
+            own = shape == "own"
+            config_keys = args.watches if own else 0
+            report[f"watch_baseline_{shape}"] = measured(cell, watched, args.clients,
+                                                         args.seconds, config_keys)
+            report[f"watch_baseline_{shape}"].pop("config_writes", None)
+            report[f"watches_{shape}"] = flood_watches(cell, watched, args.watches, args.clients,
+                                                       args.seconds, own)
         report["baseline"] = measured(cell, leader, args.clients, args.seconds)
         report["idle"] = flood_idle(cell, leader, args.idle, args.clients, args.seconds)
         report["slowloris"] = flood_slowloris(cell, leader, args.slowloris, args.clients,
                                               args.seconds)
 
-    base = report["watch_baseline"]["puts"]["ops_per_s"]
-    with_watches = report["watches"]["puts"]["ops_per_s"]
-    w = report["watches"]["watches"]
-    ratio = with_watches / base if base else 0
-    print(f"(a) {w['count']} watches: puts {with_watches} ops/s vs {base} without "
-          f"({ratio:.0%}; goal >= 90%: {verdict(ratio >= 0.9)}); {w['saw_every_event']} of "
-          f"{w['count']} saw all {w['events_each']} events "
-          f"({verdict(w['saw_every_event'] == w['count'])}), {w['cut_or_ended']} cut")
+    for shape in args.watch_keys.split(","):
+        base = report[f"watch_baseline_{shape}"]["puts"]["ops_per_s"]
+        with_watches = report[f"watches_{shape}"]["puts"]["ops_per_s"]
+        w = report[f"watches_{shape}"]["watches"]
+        ratio = with_watches / base if base else 0
+        print(f"(a) {w['count']} watches, {shape} keys: puts {with_watches} ops/s vs {base} "
+              f"without ({ratio:.0%}; goal >= 90%: {verdict(ratio >= 0.9)}); "
+              f"{w['saw_every_event']} of {w['count']} saw every event of theirs "
+              f"({w['events']} in all; {verdict(w['saw_every_event'] == w['count'])}), "
+              f"{w['cut_or_ended']} cut")
     for name in ("baseline", "idle", "slowloris"):
         puts, health = report[name]["puts"], report[name]["health"]
         p99_ms = puts.get("p99_us", 0) / 1000
