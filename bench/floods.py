@@ -376,6 +376,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--io-threads", type=int, choices=(0, 1),
                         help="the cell's http_io_threads (default: voltlockd's)")
+    parser.add_argument("--voltlockd", default=os.path.join(REPO, "build", "voltlockd"),
+                        help="the daemon to flood (default: this build's)")
     parser.add_argument("--json", help="write every number here too")
     args = parser.parse_args()
     raise_file_limit(args.watches + args.idle + args.slowloris + 4096)
@@ -385,8 +387,7 @@ def main() -> int:
     if args.io_threads is not None:
         extra["http_io_threads"] = args.io_threads
     report = {}
-    with Cell(replicas=3, voltlockd=os.path.join(REPO, "build", "voltlockd"),
-              config_extra=extra) as cell:
+    with Cell(replicas=3, voltlockd=args.voltlockd, config_extra=extra) as cell:
         leader = cell.leader
         watched = next(r for r in range(3) if r != leader)
         # (a) the watches on a follower, the puts through it: the events it applies go out to
