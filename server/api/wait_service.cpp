@@ -235,8 +235,9 @@ void WaitService::on_progress()
 {
     std::vector<uint64_t> woken_waits;  // checked after the update: a check may end a wait
     index_.update([&](uint64_t id) {
-        if (watches_.contains(id)) active_.insert(id);
-        else woken_waits.push_back(id);
+        if (!watches_.contains(id)) woken_waits.push_back(id);
+        // Behind the cursor of the round under way: it needs a round of its own.
+        else if (active_.insert(id).second && id <= feed_cursor_) woken_behind_cursor_ = true;
     });
     for (const uint64_t id : woken_waits) {
         const auto it = waits_.find(id);
@@ -260,6 +261,9 @@ void WaitService::feed_watches_when_due()
 void WaitService::feed_watches()
 {
     feeding_again_ = false;
+    // Nothing to send (the usual case): not even the clock reads below, whose thread CPU time
+    // is a system call, on every apply.
+    if (active_.empty()) return;
     const uint64_t started = steady_us();
     const uint64_t cpu_started = thread_cpu_us();
     EventTexts texts;
@@ -283,6 +287,7 @@ void WaitService::feed_watches()
     const bool round_over = it == active_.end();
     if (round_over) {
         feed_cursor_ = 0;
+        more = more || std::exchange(woken_behind_cursor_, false);
         last_round_headroom_ = std::exchange(round_headroom_, 1.0);
     }
     next_feed_us_ = started + (thread_cpu_us() - cpu_started) * feed_cost_multiple();

@@ -140,6 +140,7 @@ private:
     // through them in order.
     std::set<uint64_t> active_;
     uint64_t feed_cursor_ = 0;  // the last watch fed in the round under way (0: none)
+    bool woken_behind_cursor_ = false;  // a watch the round under way has passed needs feeding
     bool feeding_again_ = false;         // a slice is posted
     bool feed_timer_set_ = false;
     uint64_t next_feed_us_ = 0;  // steady clock: the earliest start of the next slice

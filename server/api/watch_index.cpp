@@ -61,18 +61,20 @@ void WatchIndex::update(const std::function<void(Id)>& wake)
         for (const Id id : group.members) wake(id);
     };
     const WatchFilter every_event{.key = "", .prefix = true, .spaces = kAllEventSpaces};
-    const WatchBatch read = machine_.visit_watched(unread_, every_event, 0, [&](const WatchEvent& e) {
+    const auto record = [&](const WatchEvent& e) {
         visit_matching(e, [&](Group& group) {
             if (group.matches.empty() || group.matches.back() != e.revision)
                 group.matches.push_back(e.revision);
             drop_compacted(group);
             wake_members(group);
         });
-    });
+    };
+    const WatchBatch read = machine_.visit_watched(unread_, every_event, 0, record);
     if (read.compacted) {
         // What happened in between is gone: nobody can skip over it.
         for (auto& [filter, group] : groups_) {
             group.matches.clear();
+            group.last_dropped = 0;
             group.indexed_from = machine_.revision() + 1;
             wake_members(group);
         }
@@ -85,10 +87,11 @@ std::optional<Revision> WatchIndex::next_match(Id id, Revision next)
     const auto found = member_group_.find(id);
     VL_ASSERT(found != member_group_.end(), "next_match of a member never added");
     Group& group = found->second->second;
-    // Before the records, or before the history's oldest event (whose matches are dropped):
-    // only reading tells.
-    if (next < group.indexed_from || next < machine_.oldest_revision()) return next;
+    if (next < group.indexed_from) return next;  // before the records: only reading tells
     drop_compacted(group);
+    // A match it has not read fell out of the history: reading tells it so (compacted). A
+    // member behind the history's oldest event with no such match has lost nothing.
+    if (next <= group.last_dropped) return next;
     const auto match = std::lower_bound(group.matches.begin(), group.matches.end(), next);
     if (match == group.matches.end()) return std::nullopt;
     return *match;
@@ -97,8 +100,10 @@ std::optional<Revision> WatchIndex::next_match(Id id, Revision next)
 void WatchIndex::drop_compacted(Group& group) const
 {
     // The history no longer holds them: a member that far behind is told so when it reads.
-    while (!group.matches.empty() && group.matches.front() < machine_.oldest_revision())
+    while (!group.matches.empty() && group.matches.front() < machine_.oldest_revision()) {
+        group.last_dropped = group.matches.front();
         group.matches.pop_front();
+    }
 }
 
 }  // namespace voltlock::api

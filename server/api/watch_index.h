@@ -10,7 +10,10 @@
 // one (`next_match`) instead of reading every event in between.
 //
 // A group's matches are recorded from the update that created it (`indexed_from`): a member that
-// starts further back reads the history itself until it has caught up. A gap in the history (an
+// starts further back reads the history itself until it has caught up. A match the history no
+// longer holds is dropped from the records, and a member that had not read it reads the history,
+// which tells it `compacted`; a member that had read every match of its group loses nothing when
+// the history moves past where it stood, however long it stayed quiet. A gap in the history (an
 // update finds the events it has not read compacted away, or replaced by a whole-cell restart)
 // drops every record and wakes every member, which then reads the history itself and finds out.
 #pragma once
@@ -53,6 +56,7 @@ private:
         std::vector<Id> members;
         std::deque<Revision> matches;  // ascending, from indexed_from on
         Revision indexed_from = 0;
+        Revision last_dropped = 0;  // the newest match dropped as the history moved past it
         uint64_t woken_in = 0;  // the update that last woke the members
     };
 
