@@ -1300,6 +1300,19 @@ void print_change(Context& ctx, const std::string& sentence, uint64_t auth_revis
     else std::cout << sentence << "\n";
 }
 
+// `role delete NAME`, `user delete NAME`, `token revoke ID`: one call on the name or id.
+int remove_one(Context& ctx, const std::string& usage,
+               vl_status (*remove)(vl_client*, const char*, uint64_t*), const std::string& kind,
+               const std::string& done)
+{
+    expect_usage(ctx.args(), {}, 3, 3, usage);
+    const std::string& name = ctx.args().words[2];
+    uint64_t revision = 0;
+    check(remove(ctx.client(), name.c_str(), &revision), ctx.client());
+    print_change(ctx, kind + " " + name + " " + done, revision);
+    return kExitOk;
+}
+
 int refuse(const std::string& code, const std::string& message)
 {
     std::cerr << "Error: " << code << ": " << message << "\n";
@@ -1430,12 +1443,7 @@ int role_list(Context& ctx)
 
 int role_delete(Context& ctx)
 {
-    expect_usage(ctx.args(), {}, 3, 3, "role delete NAME");
-    const std::string& name = ctx.args().words[2];
-    uint64_t revision = 0;
-    check(vl_role_delete(ctx.client(), name.c_str(), &revision), ctx.client());
-    print_change(ctx, "Role " + name + " deleted", revision);
-    return kExitOk;
+    return remove_one(ctx, "role delete NAME", vl_role_delete, "Role", "deleted");
 }
 
 int user_add(Context& ctx)
@@ -1506,12 +1514,7 @@ int user_list(Context& ctx)
 
 int user_delete(Context& ctx)
 {
-    expect_usage(ctx.args(), {}, 3, 3, "user delete NAME");
-    const std::string& name = ctx.args().words[2];
-    uint64_t revision = 0;
-    check(vl_user_delete(ctx.client(), name.c_str(), &revision), ctx.client());
-    print_change(ctx, "User " + name + " deleted", revision);
-    return kExitOk;
+    return remove_one(ctx, "user delete NAME", vl_user_delete, "User", "deleted");
 }
 
 int token_create(Context& ctx)
@@ -1539,12 +1542,7 @@ int token_create(Context& ctx)
 
 int token_revoke(Context& ctx)
 {
-    expect_usage(ctx.args(), {}, 3, 3, "token revoke ID");
-    const std::string& id = ctx.args().words[2];
-    uint64_t revision = 0;
-    check(vl_token_revoke(ctx.client(), id.c_str(), &revision), ctx.client());
-    print_change(ctx, "Token " + id + " revoked", revision);
-    return kExitOk;
+    return remove_one(ctx, "token revoke ID", vl_token_revoke, "Token", "revoked");
 }
 
 int token_list(Context& ctx)
