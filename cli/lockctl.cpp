@@ -13,12 +13,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -69,6 +72,14 @@ Commands:
   snapshot save FILE               back up the newest snapshot of the first endpoint that
                                    answers (give one --endpoints URL to pick the replica); FILE
                                    is what `voltlockd --import-snapshot FILE` restores
+  role add NAME | get NAME | list | delete NAME
+  role grant-permission NAME PERMS RESOURCE | revoke-permission NAME RESOURCE [PERMS]
+                                   PERMS: read,write,lock,watch,admin; RESOURCE: key:PREFIX,
+                                   lock:PREFIX, barrier:PREFIX or '*' (needs the admin role,
+                                   as do user and token)
+  user add NAME | get NAME | list | delete NAME | grant-role NAME ROLE | revoke-role NAME ROLE
+  token create USER [--ttl 24h] | revoke ID | list
+                                   create prints the new token: the only time it is shown
   version | completion bash|zsh
 
 Global flags:
@@ -90,7 +101,8 @@ Durations: 500ms, 10s, 1m, 1h (a bare number is seconds).
 Exit codes:
   0  success
   1  a failed condition: key not found, CAS mismatch, lock busy, wait timed out, sequencer
-     invalid, session unknown or lost, barrier not ready
+     invalid, session unknown or lost, barrier not ready, no such user, role or token, or one
+     that exists already
   2  usage error (bad command, flag or argument)
   3  the cell is unavailable or unreachable (no endpoint answered in time, no leader)
   4  any other server error
@@ -370,6 +382,7 @@ int exit_code_for(vl_status status)
     case VL_ERR_BARRIER_IN_USE:
     case VL_ERR_WAIT_WITHDRAWN:
     case VL_ERR_COMPACTED:
+    case VL_ERR_NOT_FOUND:
         return kExitFailedCondition;
     case VL_ERR_INVALID_ARGUMENT:
         return kExitUsage;
@@ -1151,13 +1164,445 @@ int cmd_snapshot(Context& ctx)
     return kExitOk;
 }
 
+// ---- Users, roles and tokens (the admin role; docs/security-auth.md) ---------------------------
+// The cell replaces a role's grants and a user's roles whole (PUT /v1/auth/...), so grant and
+// revoke read the role or user, change it here and write it back.
+
+template <class T>
+using Owned = std::unique_ptr<T, void (*)(T*)>;
+
+// The names of the permission bits set in `bits`, as libvoltlock names them.
+std::vector<std::string> permission_names(unsigned bits)
+{
+    std::vector<std::string> names;
+    for (unsigned bit = 1; const char* name = vl_permission_name(bit); bit <<= 1)
+        if (bits & bit) names.emplace_back(name);
+    return names;
+}
+
+std::string joined(const std::vector<std::string>& words, const char* separator)
+{
+    std::string text;
+    for (const std::string& word : words) text += (text.empty() ? "" : separator) + word;
+    return text;
+}
+
+std::vector<std::string> strings(char* const* items, size_t count)
+{
+    return {items, items + count};
+}
+
+// "read,write" -> bits; an unknown name is a usage error.
+unsigned parse_permissions(const std::string& text)
+{
+    unsigned bits = 0;
+    std::istringstream names(text);
+    for (std::string word; std::getline(names, word, ',');) {
+        unsigned found = 0;
+        for (unsigned bit = 1; const char* name = vl_permission_name(bit); bit <<= 1)
+            if (word == name) found = bit;
+        if (found == 0)
+            throw UsageError{"PERMS: '" + word + "' is not a permission (" +
+                             joined(permission_names(~0u), ", ") + ")"};
+        bits |= found;
+    }
+    if (bits == 0) throw UsageError{"PERMS: give one or more, like read,write"};
+    return bits;
+}
+
+std::string utc_text(uint64_t unix_ms)
+{
+    const auto seconds = static_cast<std::time_t>(unix_ms / 1000);
+    std::tm utc{};
+    gmtime_r(&seconds, &utc);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    return text;
+}
+
+Json role_json(const vl_role& role)
+{
+    Json grants = Json::array();
+    for (size_t i = 0; i < role.grant_count; i++)
+        grants.push_back({{"permissions", permission_names(role.grants[i].permissions)},
+                          {"resource", role.grants[i].resource}});
+    return {{"name", role.name}, {"grants", grants}};
+}
+
+Json user_json(const vl_user& user)
+{
+    return {{"name", user.name},
+            {"roles", strings(user.roles, user.role_count)},
+            {"tokens", strings(user.token_ids, user.token_count)}};
+}
+
+Json token_json(const vl_token_info& token)
+{
+    return {{"id", token.id},
+            {"user", token.user},
+            {"created_ms", token.created_ms},
+            {"expires_ms", token.expires_ms ? Json(token.expires_ms) : Json(nullptr)}};
+}
+
+// "read,watch key:app/"
+std::string grant_text(const vl_grant& grant)
+{
+    return joined(permission_names(grant.permissions), ",") + " " + grant.resource;
+}
+
+// One table row per grant (one with empty cells for a role without grants).
+void add_role_rows(std::vector<std::vector<std::string>>& rows, const vl_role& role)
+{
+    if (role.grant_count == 0) rows.push_back({role.name, "", ""});
+    for (size_t i = 0; i < role.grant_count; i++)
+        rows.push_back({role.name, joined(permission_names(role.grants[i].permissions), ","),
+                        role.grants[i].resource});
+}
+
+std::vector<std::string> user_row(const vl_user& user)
+{
+    return {user.name, joined(strings(user.roles, user.role_count), ","),
+            joined(strings(user.token_ids, user.token_count), ",")};
+}
+
+std::vector<std::string> token_row(const vl_token_info& token)
+{
+    return {token.id, token.user, utc_text(token.created_ms),
+            token.expires_ms ? utc_text(token.expires_ms) : "never"};
+}
+
+// A role, user or token listing in each format: one JSON document {<field>: [...],
+// auth_revision}, a table, or a line per item.
+struct Listing {
+    const char* field;
+    uint64_t auth_revision;
+    std::vector<std::string> header;
+    std::vector<Json> documents;
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> lines;
+};
+
+int print_listing(Context& ctx, const Listing& listing)
+{
+    if (ctx.format() == Format::json)
+        print_json({{listing.field, listing.documents}, {"auth_revision", listing.auth_revision}});
+    else if (ctx.format() == Format::table) print_table(listing.header, listing.rows);
+    else for (const std::string& line : listing.lines) std::cout << line << "\n";
+    return kExitOk;
+}
+
+// What a change prints: etcdctl's sentence, or the auth tables' revision after it.
+void print_change(Context& ctx, const std::string& sentence, uint64_t auth_revision)
+{
+    if (ctx.format() == Format::json) print_json({{"auth_revision", auth_revision}});
+    else if (ctx.format() == Format::table)
+        print_table({"AUTH_REVISION"}, {{std::to_string(auth_revision)}});
+    else std::cout << sentence << "\n";
+}
+
+// `role delete NAME`, `user delete NAME`, `token revoke ID`: one call on the name or id.
+int remove_one(Context& ctx, const std::string& usage,
+               vl_status (*remove)(vl_client*, const char*, uint64_t*), const std::string& kind,
+               const std::string& done)
+{
+    expect_usage(ctx.args(), {}, 3, 3, usage);
+    const std::string& name = ctx.args().words[2];
+    uint64_t revision = 0;
+    check(remove(ctx.client(), name.c_str(), &revision), ctx.client());
+    print_change(ctx, kind + " " + name + " " + done, revision);
+    return kExitOk;
+}
+
+int refuse(const std::string& code, const std::string& message)
+{
+    std::cerr << "Error: " << code << ": " << message << "\n";
+    return kExitFailedCondition;
+}
+
+// The role (or user) `name`; with missing_ok, null if the cell has none by that name.
+Owned<vl_role> get_role(Context& ctx, const std::string& name, bool missing_ok = false)
+{
+    vl_role* role = nullptr;
+    const vl_status status = vl_role_get(ctx.client(), name.c_str(), VL_READ_LINEARIZABLE, &role);
+    if (!(missing_ok && status == VL_ERR_NOT_FOUND)) check(status, ctx.client());
+    return {role, vl_role_free};
+}
+
+Owned<vl_user> get_user(Context& ctx, const std::string& name, bool missing_ok = false)
+{
+    vl_user* user = nullptr;
+    const vl_status status = vl_user_get(ctx.client(), name.c_str(), VL_READ_LINEARIZABLE, &user);
+    if (!(missing_ok && status == VL_ERR_NOT_FOUND)) check(status, ctx.client());
+    return {user, vl_user_free};
+}
+
+int put_role(Context& ctx, const std::string& name, const std::vector<vl_grant>& grants,
+             const std::string& sentence)
+{
+    uint64_t revision = 0;
+    check(vl_role_put(ctx.client(), name.c_str(), grants.data(), grants.size(), &revision),
+          ctx.client());
+    print_change(ctx, sentence, revision);
+    return kExitOk;
+}
+
+int put_user(Context& ctx, const std::string& name, const std::vector<std::string>& roles,
+             const std::string& sentence)
+{
+    std::vector<const char*> names;
+    for (const std::string& role : roles) names.push_back(role.c_str());
+    uint64_t revision = 0;
+    check(vl_user_put(ctx.client(), name.c_str(), names.data(), names.size(), &revision),
+          ctx.client());
+    print_change(ctx, sentence, revision);
+    return kExitOk;
+}
+
+int role_add(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 3, 3, "role add NAME");
+    const std::string& name = ctx.args().words[2];
+    // etcdctl's role add refuses a role that exists; a put would empty its grants.
+    if (get_role(ctx, name, true)) return refuse("already_exists", "role " + name + " exists");
+    return put_role(ctx, name, {}, "Role " + name + " created");
+}
+
+int role_grant_permission(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 5, 5, "role grant-permission NAME PERMS RESOURCE");
+    const std::string& name = ctx.args().words[2];
+    const unsigned adding = parse_permissions(ctx.args().words[3]);
+    const std::string& resource = ctx.args().words[4];
+    const auto role = get_role(ctx, name);
+    std::vector<vl_grant> grants(role->grants, role->grants + role->grant_count);
+    const auto same = std::find_if(grants.begin(), grants.end(),
+                                   [&](const vl_grant& g) { return g.resource == resource; });
+    if (same != grants.end()) same->permissions |= adding;
+    else grants.push_back({adding, resource.c_str()});
+    return put_role(ctx, name, grants, "Role " + name + " updated");
+}
+
+int role_revoke_permission(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 4, 5, "role revoke-permission NAME RESOURCE [PERMS]");
+    const std::string& name = ctx.args().words[2];
+    const std::string& resource = ctx.args().words[3];
+    const unsigned removing =
+        ctx.args().words.size() == 5 ? parse_permissions(ctx.args().words[4]) : ~0u;
+    const auto role = get_role(ctx, name);
+    std::vector<vl_grant> grants(role->grants, role->grants + role->grant_count);
+    const auto same = std::find_if(grants.begin(), grants.end(), [&](const vl_grant& g) {
+        return g.resource == resource && (g.permissions & removing);
+    });
+    if (same == grants.end()) {
+        std::vector<std::string> held;
+        for (const vl_grant& grant : grants) held.push_back(grant_text(grant));
+        const std::string what =
+            ctx.args().words.size() == 5 ? " of " + joined(permission_names(removing), ",") : "";
+        return refuse("not_found", "role " + name + " has no grant" + what + " on " +
+                                       resource + " (it has: " +
+                                       (held.empty() ? "none" : joined(held, "; ")) + ")");
+    }
+    same->permissions &= ~removing;
+    if (same->permissions == 0) grants.erase(same);
+    return put_role(ctx, name, grants, "Role " + name + " updated");
+}
+
+int role_get(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 3, 3, "role get NAME");
+    const auto role = get_role(ctx, ctx.args().words[2]);
+    if (ctx.format() == Format::json) {
+        print_json(role_json(*role));
+    } else if (ctx.format() == Format::table) {
+        std::vector<std::vector<std::string>> rows;
+        add_role_rows(rows, *role);
+        print_table({"ROLE", "PERMISSIONS", "RESOURCE"}, rows);
+    } else {
+        std::cout << "Role " << role->name << "\n";
+        for (size_t i = 0; i < role->grant_count; i++)
+            std::cout << "  " << grant_text(role->grants[i]) << "\n";
+    }
+    return kExitOk;
+}
+
+int role_list(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 2, 2, "role list");
+    vl_role_list* raw = nullptr;
+    check(vl_roles_list(ctx.client(), VL_READ_LINEARIZABLE, &raw), ctx.client());
+    const Owned<vl_role_list> list(raw, vl_role_list_free);
+    Listing listing{"roles", list->auth_revision, {"ROLE", "PERMISSIONS", "RESOURCE"}};
+    for (const vl_role& role : std::span(list->roles, list->count)) {
+        listing.documents.push_back(role_json(role));
+        add_role_rows(listing.rows, role);
+        listing.lines.emplace_back(role.name);
+    }
+    return print_listing(ctx, listing);
+}
+
+int role_delete(Context& ctx)
+{
+    return remove_one(ctx, "role delete NAME", vl_role_delete, "Role", "deleted");
+}
+
+int user_add(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 3, 3, "user add NAME");
+    const std::string& name = ctx.args().words[2];
+    // As role add: a put would take the roles of a user that exists.
+    if (get_user(ctx, name, true)) return refuse("already_exists", "user " + name + " exists");
+    return put_user(ctx, name, {}, "User " + name + " created");
+}
+
+int user_grant_role(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 4, 4, "user grant-role NAME ROLE");
+    const std::string& name = ctx.args().words[2];
+    const std::string& role = ctx.args().words[3];
+    const auto user = get_user(ctx, name);
+    std::vector<std::string> roles = strings(user->roles, user->role_count);
+    if (std::find(roles.begin(), roles.end(), role) == roles.end()) roles.push_back(role);
+    return put_user(ctx, name, roles, "Role " + role + " is granted to user " + name);
+}
+
+int user_revoke_role(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 4, 4, "user revoke-role NAME ROLE");
+    const std::string& name = ctx.args().words[2];
+    const std::string& role = ctx.args().words[3];
+    const auto user = get_user(ctx, name);
+    std::vector<std::string> roles = strings(user->roles, user->role_count);
+    const auto found = std::find(roles.begin(), roles.end(), role);
+    if (found == roles.end())
+        return refuse("not_found", "user " + name + " does not have role " + role);
+    roles.erase(found);
+    return put_user(ctx, name, roles, "Role " + role + " is revoked from user " + name);
+}
+
+int user_get(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 3, 3, "user get NAME");
+    const auto user = get_user(ctx, ctx.args().words[2]);
+    if (ctx.format() == Format::json) {
+        print_json(user_json(*user));
+    } else if (ctx.format() == Format::table) {
+        print_table({"USER", "ROLES", "TOKENS"}, {user_row(*user)});
+    } else {
+        std::cout << "User: " << user->name
+                  << "\nRoles: " << joined(strings(user->roles, user->role_count), " ")
+                  << "\nTokens: " << joined(strings(user->token_ids, user->token_count), " ")
+                  << "\n";
+    }
+    return kExitOk;
+}
+
+int user_list(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 2, 2, "user list");
+    vl_user_list* raw = nullptr;
+    check(vl_users_list(ctx.client(), VL_READ_LINEARIZABLE, &raw), ctx.client());
+    const Owned<vl_user_list> list(raw, vl_user_list_free);
+    Listing listing{"users", list->auth_revision, {"USER", "ROLES", "TOKENS"}};
+    for (const vl_user& user : std::span(list->users, list->count)) {
+        listing.documents.push_back(user_json(user));
+        listing.rows.push_back(user_row(user));
+        listing.lines.emplace_back(user.name);
+    }
+    return print_listing(ctx, listing);
+}
+
+int user_delete(Context& ctx)
+{
+    return remove_one(ctx, "user delete NAME", vl_user_delete, "User", "deleted");
+}
+
+int token_create(Context& ctx)
+{
+    expect_usage(ctx.args(), {"--ttl"}, 3, 3, "token create USER [--ttl 24h]");
+    uint64_t ttl_s = 0;  // never expires
+    if (const auto ttl = ctx.args().get("--ttl")) {
+        const uint64_t ms = parse_duration_ms(*ttl, "--ttl");
+        if (ms < 1000 || ms % 1000 != 0)
+            throw UsageError{"--ttl: whole seconds, at least 1s (like 3600s, 90m, 24h)"};
+        ttl_s = ms / 1000;
+    }
+    vl_new_token* raw = nullptr;
+    check(vl_token_create(ctx.client(), ctx.args().words[2].c_str(), ttl_s, &raw), ctx.client());
+    const Owned<vl_new_token> made(raw, vl_new_token_free);
+    if (ctx.format() == Format::json)
+        print_json({{"token", made->token}, {"id", made->id}, {"user", made->user},
+                    {"ttl_s", made->ttl_s}, {"auth_revision", made->auth_revision}});
+    else if (ctx.format() == Format::table)
+        print_table({"TOKEN", "ID", "USER", "TTL_S"},
+                    {{made->token, made->id, made->user, std::to_string(made->ttl_s)}});
+    else std::cout << made->token << "\n";  // alone on its line, for TOKEN=$(lockctl ...)
+    return kExitOk;
+}
+
+int token_revoke(Context& ctx)
+{
+    return remove_one(ctx, "token revoke ID", vl_token_revoke, "Token", "revoked");
+}
+
+int token_list(Context& ctx)
+{
+    expect_usage(ctx.args(), {}, 2, 2, "token list");
+    vl_token_list* raw = nullptr;
+    check(vl_tokens_list(ctx.client(), VL_READ_LINEARIZABLE, &raw), ctx.client());
+    const Owned<vl_token_list> list(raw, vl_token_list_free);
+    Listing listing{"tokens", list->auth_revision, {"ID", "USER", "CREATED", "EXPIRES"}};
+    for (const vl_token_info& token : std::span(list->tokens, list->count)) {
+        listing.documents.push_back(token_json(token));
+        listing.rows.push_back(token_row(token));
+        listing.lines.push_back(joined(listing.rows.back(), " "));
+    }
+    return print_listing(ctx, listing);
+}
+
+// `lockctl COMMAND SUB ...`: runs SUB, or says which there are.
+int run_subcommand(Context& ctx, const std::string& command,
+                   const std::vector<std::pair<std::string, int (*)(Context&)>>& subcommands)
+{
+    const std::string sub = ctx.args().words.size() > 1 ? ctx.args().words[1] : "";
+    std::vector<std::string> names;
+    for (const auto& [name, run] : subcommands) {
+        if (name == sub) return run(ctx);
+        names.push_back(name);
+    }
+    throw UsageError{"usage: lockctl " + command + " " + joined(names, "|")};
+}
+
+int cmd_role(Context& ctx)
+{
+    return run_subcommand(ctx, "role",
+                          {{"add", role_add}, {"get", role_get}, {"list", role_list},
+                           {"delete", role_delete}, {"grant-permission", role_grant_permission},
+                           {"revoke-permission", role_revoke_permission}});
+}
+
+int cmd_user(Context& ctx)
+{
+    return run_subcommand(ctx, "user",
+                          {{"add", user_add}, {"get", user_get}, {"list", user_list},
+                           {"delete", user_delete}, {"grant-role", user_grant_role},
+                           {"revoke-role", user_revoke_role}});
+}
+
+int cmd_token(Context& ctx)
+{
+    return run_subcommand(ctx, "token",
+                          {{"create", token_create}, {"revoke", token_revoke},
+                           {"list", token_list}});
+}
+
 const char* const kBashCompletion = R"(# lockctl bash completion: source <(lockctl completion bash)
 _lockctl() {
     local cur prev words
     cur="${COMP_WORDS[COMP_CWORD]}"
     prev="${COMP_WORDS[COMP_CWORD-1]}"
     local commands="put set get del watch lock elect barrier session sequencer member endpoint"
-    commands+=" status snapshot version completion"
+    commands+=" status snapshot role user token version completion"
     local globals="--endpoints --dial-timeout --command-timeout --cacert --cert --key --token"
     globals+=" --user -w --write-out --help"
     case "$prev" in
@@ -1167,6 +1612,11 @@ _lockctl() {
         member) COMPREPLY=($(compgen -W "list" -- "$cur")); return ;;
         endpoint) COMPREPLY=($(compgen -W "status health" -- "$cur")); return ;;
         snapshot) COMPREPLY=($(compgen -W "save" -- "$cur")); return ;;
+        role) COMPREPLY=($(compgen -W "add get list delete grant-permission revoke-permission" \
+                                     -- "$cur")); return ;;
+        user) COMPREPLY=($(compgen -W "add get list delete grant-role revoke-role" -- "$cur"))
+              return ;;
+        token) COMPREPLY=($(compgen -W "create revoke list" -- "$cur")); return ;;
         save) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")); return ;;
     esac
@@ -1204,6 +1654,9 @@ _lockctl() {
         'endpoint:status or health of each endpoint'
         'status:the cell'"'"'s status'
         'snapshot:back up the newest snapshot of one replica'
+        'role:add, get, list, delete roles; grant or revoke their permissions'
+        'user:add, get, list, delete users; grant or revoke their roles'
+        'token:create, revoke or list bearer tokens'
         'version:print the versions'
         'completion:print a shell completion script'
     )
@@ -1258,6 +1711,12 @@ _lockctl() {
             (( CURRENT == 2 )) && { _values 'snapshot command' save; return }
             (( CURRENT == 3 )) && { _files; return }
             ;;
+        role) (( CURRENT == 2 )) && { _values 'role command' add get list delete \
+                                          grant-permission revoke-permission; return } ;;
+        user) (( CURRENT == 2 )) && { _values 'user command' add get list delete grant-role \
+                                          revoke-role; return } ;;
+        token) flags+=('--ttl[the token expires after]:duration:')
+               (( CURRENT == 2 )) && { _values 'token command' create revoke list; return } ;;
         completion) (( CURRENT == 2 )) && { _values 'shell' bash zsh; return } ;;
         esac
         _arguments $flags '*:argument:'
@@ -1288,7 +1747,8 @@ const std::map<std::string, std::function<int(Context&)>> kCommands = {
     {"elect", cmd_elect},     {"barrier", cmd_barrier}, {"session", cmd_session},
     {"sequencer", cmd_sequencer}, {"member", cmd_member}, {"endpoint", cmd_endpoint},
     {"status", cmd_status},   {"snapshot", cmd_snapshot}, {"version", cmd_version},
-    {"completion", cmd_completion},
+    {"completion", cmd_completion}, {"role", cmd_role}, {"user", cmd_user},
+    {"token", cmd_token},
 };
 
 // The usage lines of one command, for `lockctl CMD --help`, then the global flags.

@@ -1,7 +1,5 @@
 #include "api/auth_translate.h"
 
-#include <array>
-
 namespace voltlock::api {
 
 namespace {
@@ -20,11 +18,6 @@ std::optional<ApiError> check_auth_name(std::string_view field, const std::strin
     return check_name(field, name, false);
 }
 
-constexpr std::array<std::pair<const char*, uint8_t>, 5> kPermissions{{
-    {"read", 1}, {"write", 2}, {"lock", 4}, {"watch", 8}, {"admin", 16}}};
-constexpr std::array<std::pair<const char*, GrantScope>, 3> kScopes{{
-    {"key", GrantScope::key}, {"lock", GrantScope::lock}, {"barrier", GrantScope::barrier}}};
-
 Parsed<RoleGrant> parse_grant(const Json& json)
 {
     if (!json.is_object() || !json.contains("permissions") || !json.contains("resource"))
@@ -40,7 +33,7 @@ Parsed<RoleGrant> parse_grant(const Json& json)
                        "a non-empty list of read, write, lock, watch, admin");
     for (const Json& p : permissions) {
         uint8_t bit = 0;
-        for (const auto& [name, value] : kPermissions)
+        for (const auto& [name, value] : kPermissionNames)
             if (p.is_string() && p.get<std::string>() == name) bit = value;
         if (bit == 0)
             return invalid("grants.permissions",
@@ -52,7 +45,7 @@ Parsed<RoleGrant> parse_grant(const Json& json)
     if (text == "*") return grant;
     const size_t colon = text.find(':');
     bool known = false;
-    for (const auto& [kind, scope] : kScopes)
+    for (const auto& [kind, scope] : kGrantScopeNames)
         if (colon != std::string::npos && text.compare(0, colon, kind) == 0 &&
             colon == std::string_view(kind).size()) {
             grant.scope = scope;
@@ -163,7 +156,7 @@ Parsed<LockOp> create_token_op(std::string_view body, const TokenDigest& hash,
 
 std::string grant_resource(const RoleGrant& grant)
 {
-    for (const auto& [kind, scope] : kScopes)
+    for (const auto& [kind, scope] : kGrantScopeNames)
         if (grant.scope == scope) return std::string(kind) + ":" + grant.prefix;
     return "*";
 }
@@ -171,7 +164,7 @@ std::string grant_resource(const RoleGrant& grant)
 Json grant_json(const RoleGrant& grant)
 {
     Json permissions = Json::array();
-    for (const auto& [name, bit] : kPermissions)
+    for (const auto& [name, bit] : kPermissionNames)
         if (grant.permissions & bit) permissions.push_back(name);
     return Json{{"permissions", permissions}, {"resource", grant_resource(grant)}};
 }

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -35,9 +36,15 @@ using TokenDigest = std::array<uint8_t, 32>;  // SHA-256 of the token
 
 // Permission bits, as shell/auth.h's Permission: read 1, write 2, lock 4, watch 8, admin 16.
 inline constexpr uint8_t kAllPermissionBits = 1 | 2 | 4 | 8 | 16;
+// Their names in the API's JSON (and libvoltlock's, which checks a role before sending it).
+inline constexpr std::array<std::pair<const char*, uint8_t>, 5> kPermissionNames{{
+    {"read", 1}, {"write", 2}, {"lock", 4}, {"watch", 8}, {"admin", 16}}};
 // What a grant covers: every kind (`*`), or names of one kind starting with the prefix.
 enum class GrantScope : uint8_t { all = 0, key = 1, lock = 2, barrier = 3 };
 inline constexpr uint8_t kMaxGrantScope = 3;
+// A grant's resource in the API is `<scope>:PREFIX`, or `*` for GrantScope::all.
+inline constexpr std::array<std::pair<const char*, GrantScope>, 3> kGrantScopeNames{{
+    {"key", GrantScope::key}, {"lock", GrantScope::lock}, {"barrier", GrantScope::barrier}}};
 
 struct RoleGrant {
     uint8_t permissions = 0;  // bits above, at least one

@@ -4,14 +4,9 @@
 // sleep; screenshots of each page at two sizes go to $VL_BROWSER_ARTIFACTS.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRequire } from 'node:module';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { artifacts, cell, eventually, openPage, repo } from './harness.mjs';
 
-const repo = new URL('../../', import.meta.url).pathname;
-const { chromium } = createRequire(repo + 'webui/package.json')('playwright-core');
-const cell = JSON.parse(readFileSync(process.env.VL_CELL_FILE, 'utf8'));
-const artifacts = process.env.VL_BROWSER_ARTIFACTS;
 // The phone pictures are in the dark theme, so that both themes are looked at.
 const sizes = [{ name: 'laptop', width: 1280, height: 860, colorScheme: 'light' },
   { name: 'phone', width: 390, height: 844, colorScheme: 'dark' }];
@@ -20,7 +15,7 @@ let browser;
 let page;
 let leader;
 let ui;             // the follower whose origin serves the page
-const problems = [];  // console errors, failed requests, requests to other origins
+let problems;       // console errors, failed requests, requests to other origins
 const expectedConsoleErrors = [];  // regexes for errors a step provokes on purpose
 
 async function call(replica, method, path, body) {
@@ -29,16 +24,6 @@ async function call(replica, method, path, body) {
     headers: body === undefined ? {} : { 'Content-Type': 'application/json' },
   });
   return { status: response.status, body: await response.json() };
-}
-
-async function eventually(what, check, timeoutMs = 10000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const result = await check();
-    if (result) return result;
-    if (Date.now() > deadline) throw new Error(`not within ${timeoutMs} ms: ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
 
 async function openSession(name) {
@@ -66,24 +51,9 @@ before(async () => {
   const cluster = (await call(0, 'GET', '/v1/cluster')).body;
   leader = cluster.leader;
   ui = [0, 1, 2].find((r) => r !== leader);
-  browser = await chromium.launch({ executablePath: process.env.VL_CHROMIUM, args: ['--no-sandbox'] });
-  page = await browser.newPage({ viewport: { width: sizes[0].width, height: sizes[0].height } });
   const origin = new URL(cell.replicas[ui].http).origin;
-  page.on('console', (message) => {
-    if (message.type() !== 'error') return;
-    if (expectedConsoleErrors.some((pattern) => pattern.test(message.text()))) return;
-    problems.push(`console: ${message.text()}`);
-  });
-  page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
-  page.on('request', (request) => {
-    const url = new URL(request.url());
-    if (url.protocol !== 'data:' && url.origin !== origin) problems.push(`request to another origin: ${request.url()}`);
-  });
-  page.on('requestfailed', (request) => {
-    // Leaving a page aborts its watch stream on purpose.
-    if (request.failure().errorText === 'net::ERR_ABORTED' && request.url().includes('/v1/watch/')) return;
-    problems.push(`request failed: ${request.url()} ${request.failure().errorText}`);
-  });
+  ({ browser, page, problems } = await openPage(
+    origin, { width: sizes[0].width, height: sizes[0].height }, expectedConsoleErrors));
   await page.goto(`${origin}/ui/`);
 });
 

@@ -116,3 +116,76 @@ done:
     vl_client_close(c);
     return failed;
 }
+
+int c11_auth_walkthrough(const char *endpoints, const char *token, const char *name,
+                         const char *prefix, char *why, size_t why_len)
+{
+    char open_error[256], role[100], user[100], keys[600], locks[600];
+    const char *user_roles[1];
+    vl_client_options options;
+    vl_client *c = NULL;
+    vl_grant grants[2];
+    vl_role *got_role = NULL;
+    vl_role_list *roles = NULL;
+    vl_user *got_user = NULL;
+    vl_user_list *users = NULL;
+    vl_new_token *made = NULL;
+    vl_token_list *tokens = NULL;
+    uint64_t revision = 0, later = 0;
+    size_t i;
+    int found = 0, failed = 1;
+
+    snprintf(role, sizeof role, "%s-role", name);
+    snprintf(user, sizeof user, "%s-user", name);
+    snprintf(keys, sizeof keys, "key:%s/", prefix);
+    snprintf(locks, sizeof locks, "lock:%s/", prefix);
+    vl_client_options_init(&options);
+    options.token = token;
+    if (vl_client_open(endpoints, &options, open_error, sizeof open_error, &c) != VL_OK) {
+        snprintf(why, why_len, "open: %s", open_error);
+        return 1;
+    }
+    EXPECT(strcmp(vl_permission_name(VL_PERMISSION_WATCH), "watch") == 0);
+    EXPECT(vl_permission_name(VL_PERMISSION_READ | VL_PERMISSION_WRITE) == NULL);
+
+    grants[0].permissions = VL_PERMISSION_READ | VL_PERMISSION_WATCH;
+    grants[0].resource = keys;
+    grants[1].permissions = VL_PERMISSION_LOCK;
+    grants[1].resource = locks;
+    CHECK_OK(vl_role_put(c, role, grants, 2, &revision), vl_client_errstr(c));
+    CHECK_OK(vl_role_get(c, role, VL_READ_LINEARIZABLE, &got_role), vl_client_errstr(c));
+    EXPECT(got_role->grant_count == 2 && strcmp(got_role->grants[1].resource, locks) == 0);
+    EXPECT(got_role->grants[0].permissions == (VL_PERMISSION_READ | VL_PERMISSION_WATCH));
+    CHECK_OK(vl_roles_list(c, VL_READ_STALE, &roles), vl_client_errstr(c));
+    EXPECT(roles->count >= 1);
+
+    user_roles[0] = role;
+    CHECK_OK(vl_user_put(c, user, user_roles, 1, &later), vl_client_errstr(c));
+    EXPECT(later > revision);
+    CHECK_OK(vl_user_get(c, user, VL_READ_LINEARIZABLE, &got_user), vl_client_errstr(c));
+    EXPECT(got_user->role_count == 1 && strcmp(got_user->roles[0], role) == 0);
+    CHECK_OK(vl_users_list(c, VL_READ_LINEARIZABLE, &users), vl_client_errstr(c));
+    EXPECT(users->auth_revision >= later);
+
+    CHECK_OK(vl_token_create(c, user, 60, &made), vl_client_errstr(c));
+    EXPECT(strncmp(made->token, "vl_", 3) == 0 && strlen(made->id) == 16 && made->ttl_s == 60);
+    CHECK_OK(vl_tokens_list(c, VL_READ_LINEARIZABLE, &tokens), vl_client_errstr(c));
+    for (i = 0; i < tokens->count; i++)
+        if (strcmp(tokens->tokens[i].id, made->id) == 0)
+            found = tokens->tokens[i].expires_ms == tokens->tokens[i].created_ms + 60000;
+    EXPECT(found);
+    CHECK_OK(vl_token_revoke(c, made->id, NULL), vl_client_errstr(c));
+    CHECK_OK(vl_user_delete(c, user, NULL), vl_client_errstr(c));
+    CHECK_OK(vl_role_delete(c, role, NULL), vl_client_errstr(c));
+    failed = 0;
+
+done:
+    vl_token_list_free(tokens);
+    vl_new_token_free(made);
+    vl_user_list_free(users);
+    vl_user_free(got_user);
+    vl_role_list_free(roles);
+    vl_role_free(got_role);
+    vl_client_close(c);
+    return failed;
+}

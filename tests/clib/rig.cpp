@@ -69,12 +69,16 @@ int pid(int replica)
     return -1;
 }
 
-vl_client* open_client(uint32_t command_timeout_ms, const std::string& list)
+std::string admin_token() { return env("VL_TEST_ADMIN_TOKEN"); }
+
+vl_client* open_client(uint32_t command_timeout_ms, const std::string& list,
+                       const std::string& token)
 {
     vl_client_options options;
     vl_client_options_init(&options);
     options.command_timeout_ms = command_timeout_ms;
     options.dial_timeout_ms = 500;
+    if (!token.empty()) options.token = token.c_str();
     char why[256];
     vl_client* c = nullptr;
     const std::string chosen = list.empty() ? endpoints() : list;

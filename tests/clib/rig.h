@@ -20,8 +20,12 @@ void cell(const std::string& command, const std::string& args = "");
 int leader(vl_client* c);
 // The pid of replica i's voltlockd, from the rig's record.
 int pid(int replica);
-// A client on the cell with the given command timeout.
-vl_client* open_client(uint32_t command_timeout_ms = 10000, const std::string& list = "");
+// A client on the cell with the given command timeout, on every endpoint or those in `list`,
+// with a bearer token if one is given.
+vl_client* open_client(uint32_t command_timeout_ms = 10000, const std::string& list = "",
+                       const std::string& token = "");
+// VL_TEST_ADMIN_TOKEN: the admin's token of a cell with auth on (run_in_cell.py --auth).
+std::string admin_token();
 // True once condition holds, polling, or false after timeout.
 bool eventually(std::chrono::milliseconds timeout, const std::function<bool()>& condition);
 // Milliseconds since start.

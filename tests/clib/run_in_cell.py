@@ -3,11 +3,13 @@
 test binary given in its client namespace, and tears the cell down whatever happens.
 
     run_in_cell.py [--example FENCED_WRITE] [--env NAME=VALUE]... [--snapshot-every-ops N]
-                   BINARY... [-- ARGS]
+                   [--auth] BINARY... [-- ARGS]
 
 --example runs client/c/examples/fenced_write.c's program once, as a user would; --env adds to
 each binary's environment (the lockctl tier passes LOCKCTL=path this way);
---snapshot-every-ops makes the replicas write snapshots that often (lockctl snapshot save's test).
+--snapshot-every-ops makes the replicas write snapshots that often (lockctl snapshot save's test);
+--auth builds the cell with auth on (`scripts/cell up --auth on`) and gives each binary the admin
+token in VL_TEST_ADMIN_TOKEN (the auth tests of libvoltlock and lockctl).
 
 Needs root and voltlockd ($VOLTLOCKD, else build/voltlockd); without them it says why and exits
 77, which ctest counts as skipped."""
@@ -32,7 +34,12 @@ def main() -> int:
     example = None
     extra_env = {}
     snapshot_every_ops = None
-    while argv[:1] in (["--example"], ["--env"], ["--snapshot-every-ops"]):
+    auth = "off"
+    while argv[:1] in (["--example"], ["--env"], ["--snapshot-every-ops"], ["--auth"]):
+        if argv[0] == "--auth":
+            auth = "on"
+            argv = argv[1:]
+            continue
         if argv[0] == "--example":
             example = argv[1]
         elif argv[0] == "--snapshot-every-ops":
@@ -48,8 +55,11 @@ def main() -> int:
         print(f"clib cell tests: skipped, {voltlockd_path()} is not built")
         return SKIP
     failed = 0
-    with Cell(replicas=3, name=unique_name("c"), snapshot_every_ops=snapshot_every_ops) as cell:
+    with Cell(replicas=3, name=unique_name("c"), snapshot_every_ops=snapshot_every_ops,
+              auth=auth) as cell:
         endpoints = ",".join(r["http"] for r in cell.replicas)
+        if auth == "on":
+            extra_env["VL_TEST_ADMIN_TOKEN"] = cell.endpoints["admin_token"]
         for binary in argv:
             run = os.path.basename(binary)
             env = {

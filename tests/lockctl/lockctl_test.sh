@@ -18,34 +18,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-failures=0
-current=""
-section() { current=$1; echo "-- $1"; }
-fail() { echo "FAIL [$current]: $*"; failures=$((failures + 1)); }
-lockctl() { "$LOCKCTL" "$@"; }   # background runs use "$LOCKCTL" itself, so $! is its pid
+source "$(dirname "${BASH_SOURCE[0]}")/helpers.sh"
 cell() { "$VL_TEST_CELL_SCRIPT" "$1" --name "$VL_TEST_CELL" "${@:2}" >/dev/null; }
 P=$VL_TEST_RUN   # every key and lock name of this run starts with it
-
-# expect CODE CMD...: runs CMD, keeps stdout in $out and stderr in $err, checks the exit code.
-expect() {
-    local want=$1
-    shift
-    out=$("$@" 2>"$work/stderr")
-    got=$?
-    err=$(cat "$work/stderr")
-    [ "$got" -eq "$want" ] || fail "$* exited $got, not $want (stderr: $err)"
-}
-same() { [ "$1" == "$2" ] || fail "expected '$2', got '$1'"; }
-contains() { [[ "$1" == *"$2"* ]] || fail "'$1' does not contain '$2'"; }
-one_line() { [ "$(printf '%s\n' "$1" | wc -l)" -eq 1 ] || fail "not one line: $1"; }
-json_field() { python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(eval('d'+sys.argv[2]))" "$1" "$2"; }
-# until_true SECONDS CMD...: polls CMD until it succeeds or the time is up.
-until_true() {
-    local deadline=$((SECONDS + $1))
-    shift
-    while [ $SECONDS -lt $deadline ]; do "$@" && return 0; sleep 0.1; done
-    "$@"
-}
 
 section "usage and exit code 2"
 expect 0 lockctl --help
@@ -382,8 +357,4 @@ LOCKCTL=$LOCKCTL HOME=$work zsh -f -c "$zsh_check" >/dev/null 2>&1 ||
     fail "the zsh completion script does not load: $(HOME=$work zsh -f -c "$zsh_check" 2>&1 | tail -2)"
 expect 2 lockctl completion fish
 
-if [ "$failures" -gt 0 ]; then
-    echo "lockctl tests: $failures failure(s)"
-    exit 1
-fi
-echo "lockctl tests: all passed"
+finish "lockctl tests"

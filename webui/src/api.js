@@ -11,13 +11,18 @@ export class ApiError extends Error {
   }
 }
 
-// With auth on (docs/security-auth.md) the bearer token the login page took: kept in this tab's
-// sessionStorage (gone when the tab closes) and sent as a header, never in a URL.
+// With auth on (docs/security-auth.md) the bearer token the sign-in page took: kept in this
+// tab's sessionStorage (gone when the tab closes, or on signing out) and sent as a header, never
+// in a URL.
 const TOKEN_KEY = 'voltlock-token';
 
 export function setToken(token) {
   if (token) sessionStorage.setItem(TOKEN_KEY, token);
   else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+export function hasToken() {
+  return sessionStorage.getItem(TOKEN_KEY) !== null;
 }
 
 function withToken(headers) {
@@ -26,8 +31,11 @@ function withToken(headers) {
   return headers;
 }
 
-// A 401: the shell shows the login page (app.js), saying why.
-function unauthenticated(message) {
+// A 401: the token sent is forgotten (revoked, expired, or mistyped), unless another was set
+// since, and the shell shows the sign-in page (app.js), saying why.
+function unauthenticated(message, sentHeaders) {
+  const stored = sessionStorage.getItem(TOKEN_KEY);
+  if (stored && sentHeaders.Authorization === `Bearer ${stored}`) setToken(null);
   window.dispatchEvent(new CustomEvent('voltlock-unauthenticated', { detail: message }));
 }
 
@@ -55,7 +63,7 @@ export async function api(method, path, body, { timeoutMs = 15000 } = {}) {
   } catch {
     json = { code: 'bad_answer', message: text.slice(0, 200) };
   }
-  if (response.status === 401) unauthenticated(json.message);
+  if (response.status === 401) unauthenticated(json.message, init.headers);
   if (!response.ok) throw new ApiError(response.status, json);
   return json;
 }
@@ -103,11 +111,12 @@ export function watch(key, { prefix = false, startRevision, spaces } = {}, onEve
     if (prefix) params.set('prefix', 'true');
     if (nextRevision) params.set('start_revision', String(nextRevision));
     if (spaces) params.set('spaces', spaces);
+    const headers = withToken({ Accept: 'text/event-stream' });
     const response = await fetch(`/v1/watch/${namePath(key)}?${params}`, {
-      signal: controller.signal, headers: withToken({ Accept: 'text/event-stream' }),
+      signal: controller.signal, headers,
     });
     if (response.status === 401) {
-      unauthenticated((await response.json()).message);
+      unauthenticated((await response.json()).message, headers);
       closed = true;
       return;
     }

@@ -5,14 +5,16 @@ import { locksPage } from './locks.js';
 import { sessionsPage } from './sessions.js';
 import { keysPage } from './keys.js';
 import { barriersPage } from './barriers.js';
-import { setToken } from './api.js';
-import { h } from './dom.js';
+import { api, explain, hasToken, setToken } from './api.js';
+import { h, notice } from './dom.js';
 
 const pages = { cell: cellPage, locks: locksPage, sessions: sessionsPage, keys: keysPage, barriers: barriersPage };
 const titles = { cell: 'Cell', locks: 'Locks', sessions: 'Sessions', keys: 'Keys', barriers: 'Barriers' };
 let stopCurrent = () => {};
+const signOut = document.getElementById('sign-out');
 
 function route() {
+  signOut.hidden = !hasToken();
   const hash = location.hash.replace(/^#\/?/, '');
   const slash = hash.indexOf('/');
   const named = slash < 0 ? hash : hash.slice(0, slash);
@@ -29,21 +31,35 @@ function route() {
   stopCurrent = pages[page](main, argument) || (() => {});
 }
 
-// The cell has auth on and this tab has no token, or one it refused: ask for one. The token
-// stays in this tab's sessionStorage; the page it was on is shown again after.
+// The cell has auth on and this tab has no token, or one it refused: ask for one. A token is
+// tried on GET /v1/cluster (which needs only an identity) and kept, in this tab's
+// sessionStorage, only if the cell takes it; then the page it was on is shown again.
 function loginPage(reason) {
   stopCurrent();
   stopCurrent = () => {};
+  signOut.hidden = true;
   const main = document.getElementById('main');
   const input = h('input', { type: 'password', id: 'token', name: 'token', autocomplete: 'current-password', required: '' });
+  const problem = h('div', { 'aria-live': 'assertive' });
   const form = h('form', { class: 'login' },
     h('h1', {}, 'Sign in'),
     h('p', {}, 'This cell needs a token (docs/security-auth.md). ', reason || ''),
-    h('label', { for: 'token' }, 'Token'), input,
+    h('label', { for: 'token' }, 'Token'), input, problem,
     h('button', { type: 'submit' }, 'Sign in'));
-  form.addEventListener('submit', (event) => {
+  form.addEventListener('submit', async (event) => {
     event.preventDefault();
+    problem.replaceChildren();
     setToken(input.value.trim());
+    try {
+      await api('GET', '/v1/cluster');
+    } catch (error) {
+      setToken(null);
+      problem.replaceChildren(notice('error', error.status === 401
+        ? `The cell did not accept that token: ${error.message}. Check it and try again.`
+        : explain(error)));
+      input.select();
+      return;
+    }
     route();
   });
   main.replaceChildren(form);
@@ -52,6 +68,12 @@ function loginPage(reason) {
 }
 window.addEventListener('voltlock-unauthenticated', (event) => {
   if (!document.querySelector('form.login')) loginPage(event.detail);
+});
+// Signing out forgets the token first, so that nothing the page sends while it stops carries
+// it; stopping the page ends its polls and watch streams.
+signOut.addEventListener('click', () => {
+  setToken(null);
+  loginPage('Signed out.');
 });
 
 document.getElementById('served-by').textContent = `served by ${location.host}`;

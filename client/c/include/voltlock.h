@@ -42,9 +42,9 @@ extern "C" {
 #endif
 
 #define VL_VERSION_MAJOR 0
-#define VL_VERSION_MINOR 1
+#define VL_VERSION_MINOR 2
 #define VL_VERSION_PATCH 0
-/* "0.1.0": the library's own version, which may differ from the header's if linked late. */
+/* "0.2.0": the library's own version, which may differ from the header's if linked late. */
 VL_API const char *vl_version(void);
 
 /* One value per server error code (docs/api.md), plus what the client itself can fail with.
@@ -356,6 +356,121 @@ VL_API vl_status vl_snapshot_save(vl_client *c, int endpoint_index, const char *
 /* How many endpoints the client was given, and the i-th (valid until vl_client_close). */
 VL_API size_t vl_client_endpoint_count(const vl_client *c);
 VL_API const char *vl_client_endpoint(const vl_client *c, size_t index);
+
+/* ---- Users, roles and tokens -------------------------------------------------------------- */
+
+/* The replicated auth tables (docs/security-auth.md, "Users, roles and tokens through the API"),
+ * for a client whose token has the admin role; others get VL_ERR_PERMISSION_DENIED and change
+ * nothing. Each change goes through the log and is retried like a put. User and role names are
+ * 1 to 64 bytes without control characters or '/' (the API carries them in its paths); a bad
+ * argument is VL_ERR_INVALID_ARGUMENT and nothing is sent. A user, role or token that does not
+ * exist: VL_ERR_NOT_FOUND. Gets and listings show the replicated tables, not the users and roles
+ * of the replicas' bootstrap files; flags is a vl_read_flags. A change returns the tables'
+ * revision after it (auth_revision, counted apart from the key/lock revision) through
+ * auth_revision_out, which may be NULL. */
+
+/* The permissions a grant gives, as bits. Values are never renumbered. */
+typedef enum vl_permission {
+    VL_PERMISSION_READ = 1,
+    VL_PERMISSION_WRITE = 2,
+    VL_PERMISSION_LOCK = 4,
+    VL_PERMISSION_WATCH = 8,
+    VL_PERMISSION_ADMIN = 16
+} vl_permission;
+
+/* The API's name of one permission ("read", "write", ...; static storage), or NULL if
+ * `permission` is not exactly one of the bits. */
+VL_API const char *vl_permission_name(unsigned permission);
+
+/* One grant of a role: `permissions` (vl_permission bits, at least one) on `resource`, which is
+ * "key:PREFIX", "lock:PREFIX" or "barrier:PREFIX" (every name of that kind starting with PREFIX;
+ * an empty PREFIX is all of them) or "*" (everything). In a vl_role the library made, resource
+ * belongs to the role. */
+typedef struct vl_grant {
+    unsigned permissions;
+    const char *resource;
+} vl_grant;
+
+typedef struct vl_role {
+    char *name;
+    vl_grant *grants;
+    size_t grant_count;
+} vl_role;
+
+typedef struct vl_role_list {
+    vl_role *roles;
+    size_t count;
+    uint64_t auth_revision;
+} vl_role_list;
+
+/* Creates the role, or replaces all its grants (0 to 32). "admin" is built in (every
+ * permission on everything) and can be neither put nor deleted. */
+VL_API vl_status vl_role_put(vl_client *c, const char *name, const vl_grant *grants,
+                             size_t grant_count, uint64_t *auth_revision_out);
+/* Removes the role, and takes it from every user that has it. */
+VL_API vl_status vl_role_delete(vl_client *c, const char *name, uint64_t *auth_revision_out);
+VL_API vl_status vl_role_get(vl_client *c, const char *name, int flags, vl_role **out);
+VL_API vl_status vl_roles_list(vl_client *c, int flags, vl_role_list **out);
+VL_API void vl_role_free(vl_role *role);
+VL_API void vl_role_list_free(vl_role_list *list);
+
+typedef struct vl_user {
+    char *name;
+    char **roles;
+    size_t role_count;
+    char **token_ids; /* its tokens' ids, never the tokens */
+    size_t token_count;
+} vl_user;
+
+typedef struct vl_user_list {
+    vl_user *users;
+    size_t count;
+    uint64_t auth_revision;
+} vl_user_list;
+
+/* Creates the user, or replaces all its roles (0 to 32, each "admin" or a role that exists:
+ * VL_ERR_NOT_FOUND otherwise). */
+VL_API vl_status vl_user_put(vl_client *c, const char *name, const char *const *roles,
+                             size_t role_count, uint64_t *auth_revision_out);
+/* Removes the user and revokes its tokens (the sessions it opened keep their owner). */
+VL_API vl_status vl_user_delete(vl_client *c, const char *name, uint64_t *auth_revision_out);
+VL_API vl_status vl_user_get(vl_client *c, const char *name, int flags, vl_user **out);
+VL_API vl_status vl_users_list(vl_client *c, int flags, vl_user_list **out);
+VL_API void vl_user_free(vl_user *user);
+VL_API void vl_user_list_free(vl_user_list *list);
+
+/* A token as the tables know it: its id and owner, never the token. */
+typedef struct vl_token_info {
+    char *id; /* 16 lowercase hex digits: the start of the token's SHA-256 */
+    char *user;
+    uint64_t created_ms; /* Unix time, the leader's clock when it ordered the op */
+    uint64_t expires_ms; /* 0: never */
+} vl_token_info;
+
+typedef struct vl_token_list {
+    vl_token_info *tokens;
+    size_t count;
+    uint64_t auth_revision;
+} vl_token_list;
+
+/* A token just made. This is the only time the cell shows `token` (it keeps only its hash). */
+typedef struct vl_new_token {
+    char *token; /* "vl_" + 64 hex digits: the bearer token for its user */
+    char *id;
+    char *user;
+    uint64_t ttl_s;
+    uint64_t auth_revision;
+} vl_new_token;
+
+/* Makes a token for `user` (who must exist), expiring ttl_s seconds after the cell orders the op
+ * (0: never; at most ten years, 316,224,000 s). */
+VL_API vl_status vl_token_create(vl_client *c, const char *user, uint64_t ttl_s,
+                                 vl_new_token **out);
+VL_API void vl_new_token_free(vl_new_token *token);
+/* Revokes a token by its id: each replica refuses it from when it has applied the revocation. */
+VL_API vl_status vl_token_revoke(vl_client *c, const char *id, uint64_t *auth_revision_out);
+VL_API vl_status vl_tokens_list(vl_client *c, int flags, vl_token_list **out);
+VL_API void vl_token_list_free(vl_token_list *list);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 #include "codec.h"
 
+#include "core/auth_ops.h"
 #include "error_codes.h"
 
 #include <array>
@@ -85,6 +86,214 @@ bool fill_kv(const Json& object, vl_kv& kv)
     kv.version = object.at("version").get<uint64_t>();
     kv.session = object.value("session", uint64_t{0});
     return true;
+}
+
+// The header's permission bits are the cell's (core/auth_ops.h): they go on the wire by name
+// from the one list of names.
+constexpr bool header_has_the_cells_permission_bits()
+{
+    constexpr std::array<unsigned, 5> header{VL_PERMISSION_READ, VL_PERMISSION_WRITE,
+                                             VL_PERMISSION_LOCK, VL_PERMISSION_WATCH,
+                                             VL_PERMISSION_ADMIN};
+    for (size_t i = 0; i < header.size(); i++)
+        if (header[i] != kPermissionNames[i].second) return false;
+    return true;
+}
+static_assert(header_has_the_cells_permission_bits());
+
+// JSON text is UTF-8: nlohmann's dump refuses anything else, so it is the check.
+bool is_utf8(std::string_view text)
+{
+    try {
+        (void)Json(std::string(text)).dump();
+        return true;
+    } catch (const Json::type_error&) {
+        return false;
+    }
+}
+
+// "*", or "<kind>:PREFIX" with a kind the cell knows and a PREFIX that is empty or a name.
+bool valid_resource(const char* resource)
+{
+    if (!resource) return false;
+    const std::string_view text = resource;
+    if (text == "*") return true;
+    for (const auto& [kind, scope] : kGrantScopeNames) {
+        const std::string_view head = kind;
+        if (text.size() > head.size() && text.starts_with(head) && text[head.size()] == ':') {
+            const std::string prefix(text.substr(head.size() + 1));
+            return prefix.empty() || (valid_name(prefix.c_str()) && is_utf8(prefix));
+        }
+    }
+    return false;
+}
+
+// Whether `count` `items` (an array, if any) fit what the cell takes for one `owner`.
+bool sendable(const void* array, size_t count, size_t most, const char* owner, const char* items,
+              std::string* why)
+{
+    if (count > most) {
+        *why = std::string(owner) + " has at most " + std::to_string(most) + " " + items;
+        return false;
+    }
+    if (count > 0 && !array) {
+        *why = std::string(items) + " is NULL";
+        return false;
+    }
+    return true;
+}
+
+// copy_string for the builders below, which free what they made and answer nullptr themselves.
+char* must_copy(std::string_view text)
+{
+    char* copy = copy_string(text);
+    if (!copy) throw std::bad_alloc();
+    return copy;
+}
+
+template <class T>
+T* zeroed_array(size_t count)
+{
+    if (count == 0) return nullptr;
+    auto* array = static_cast<T*>(std::calloc(count, sizeof(T)));
+    if (!array) throw std::bad_alloc();
+    return array;
+}
+
+// A zeroed T, filled by `fill`. Whatever filling throws, `release` frees what was made so far
+// (every pointer in a half-filled T is set or NULL, and its counts count what is set). nullptr:
+// out of memory; an answer of the wrong shape throws on to the caller.
+template <class T, class Fill>
+T* build(void (*release)(T*), Fill fill)
+{
+    auto* object = static_cast<T*>(std::calloc(1, sizeof(T)));
+    if (!object) return nullptr;
+    try {
+        fill(*object);
+    } catch (const std::bad_alloc&) {
+        release(object);
+        return nullptr;
+    } catch (...) {
+        release(object);
+        throw;
+    }
+    return object;
+}
+
+const Json& list_at(const Json& object, const char* field)
+{
+    const Json& list = object.at(field);
+    if (!list.is_array()) throw std::runtime_error(std::string(field) + " is not a list");
+    return list;
+}
+
+// Each element of `items` into a new array of Item, counted in `count` as it is filled.
+template <class Item>
+void fill_array(const Json& items, Item*& array, size_t& count,
+                void (*fill)(const Json&, Item&))
+{
+    array = zeroed_array<Item>(items.size());
+    for (const Json& item : items) fill(item, array[count++]);
+}
+
+// A listing of the auth tables, {<field>: [...], auth_revision}, into a List whose `items`
+// array is filled by `fill`.
+template <class List, class Item>
+List* list_from_json(const Json& body, const char* field, void (*release)(List*),
+                     Item* List::*items, void (*fill)(const Json&, Item&))
+{
+    return build<List>(release, [&](List& list) {
+        fill_array(list_at(body, field), list.*items, list.count, fill);
+        list.auth_revision = body.at("auth_revision").get<uint64_t>();
+    });
+}
+
+void fill_string(const Json& item, char*& string) { string = must_copy(item.get<std::string>()); }
+
+unsigned permissions_from_json(const Json& names)
+{
+    unsigned bits = 0;
+    for (const Json& name : names) {
+        unsigned bit = 0;
+        for (const auto& [text, value] : kPermissionNames)
+            if (name.get<std::string>() == text) bit = value;
+        if (bit == 0) throw std::runtime_error("unknown permission " + name.dump());
+        bits |= bit;
+    }
+    return bits;
+}
+
+void fill_grant(const Json& object, vl_grant& grant)
+{
+    grant.permissions = permissions_from_json(list_at(object, "permissions"));
+    grant.resource = must_copy(object.at("resource").get<std::string>());
+}
+
+void fill_role(const Json& object, vl_role& role)
+{
+    role.name = must_copy(object.at("name").get<std::string>());
+    fill_array(list_at(object, "grants"), role.grants, role.grant_count, fill_grant);
+}
+
+void fill_user(const Json& object, vl_user& user)
+{
+    user.name = must_copy(object.at("name").get<std::string>());
+    fill_array(list_at(object, "roles"), user.roles, user.role_count, fill_string);
+    fill_array(list_at(object, "tokens"), user.token_ids, user.token_count, fill_string);
+}
+
+void fill_token_info(const Json& object, vl_token_info& token)
+{
+    token.id = must_copy(object.at("id").get<std::string>());
+    token.user = must_copy(object.at("user").get<std::string>());
+    token.created_ms = object.at("created_ms").get<uint64_t>();
+    const Json& expires = object.at("expires_ms");
+    token.expires_ms = expires.is_null() ? 0 : expires.get<uint64_t>();
+}
+
+void free_strings(char** strings, size_t count)
+{
+    for (size_t i = 0; i < count; i++) std::free(strings[i]);
+    std::free(strings);
+}
+
+void free_role_fields(vl_role& role)
+{
+    std::free(role.name);
+    for (size_t i = 0; i < role.grant_count; i++)
+        std::free(const_cast<char*>(role.grants[i].resource));
+    std::free(role.grants);
+}
+
+void free_user_fields(vl_user& user)
+{
+    std::free(user.name);
+    free_strings(user.roles, user.role_count);
+    free_strings(user.token_ids, user.token_count);
+}
+
+void free_token_fields(vl_token_info& token)
+{
+    std::free(token.id);
+    std::free(token.user);
+}
+
+// The vl_*_free of one role or user, and of a listing of them or of tokens.
+template <class T>
+void free_one(T* object, void (*free_fields)(T&))
+{
+    if (!object) return;
+    free_fields(*object);
+    std::free(object);
+}
+
+template <class List, class Item>
+void free_list(List* list, Item* List::*items, void (*free_fields)(Item&))
+{
+    if (!list) return;
+    for (size_t i = 0; i < list->count; i++) free_fields((list->*items)[i]);
+    std::free(list->*items);
+    std::free(list);
 }
 
 }  // namespace
@@ -202,6 +411,54 @@ bool valid_name(const char* name)
     return true;
 }
 
+bool valid_auth_name(const char* name)
+{
+    return valid_name(name) && std::strlen(name) <= kMaxAuthNameBytes &&
+           std::strchr(name, '/') == nullptr && is_utf8(name);
+}
+
+bool valid_token_id(const char* id)
+{
+    return id && std::strlen(id) == 16 && std::strspn(id, "0123456789abcdef") == 16;
+}
+
+std::optional<Json> role_body(const vl_grant* grants, size_t count, std::string* why)
+{
+    if (!sendable(grants, count, kMaxRoleGrants, "a role", "grants", why)) return std::nullopt;
+    Json list = Json::array();
+    for (size_t i = 0; i < count; i++) {
+        const vl_grant& grant = grants[i];
+        const std::string which = "grant " + std::to_string(i) + ": ";
+        if (grant.permissions == 0 || (grant.permissions & ~unsigned{kAllPermissionBits})) {
+            *why = which + "permissions are vl_permission bits, at least one";
+            return std::nullopt;
+        }
+        if (!valid_resource(grant.resource)) {
+            *why = which + "a resource is key:PREFIX, lock:PREFIX, barrier:PREFIX or *";
+            return std::nullopt;
+        }
+        Json names = Json::array();
+        for (const auto& [name, bit] : kPermissionNames)
+            if (grant.permissions & bit) names.push_back(name);
+        list.push_back(Json{{"permissions", names}, {"resource", grant.resource}});
+    }
+    return Json{{"grants", list}};
+}
+
+std::optional<Json> user_body(const char* const* roles, size_t count, std::string* why)
+{
+    if (!sendable(roles, count, kMaxUserRoles, "a user", "roles", why)) return std::nullopt;
+    Json list = Json::array();
+    for (size_t i = 0; i < count; i++) {
+        if (!valid_auth_name(roles[i])) {
+            *why = "role " + std::to_string(i) + ": " + kAuthNameRule;
+            return std::nullopt;
+        }
+        list.push_back(roles[i]);
+    }
+    return Json{{"roles", list}};
+}
+
 char* copy_string(std::string_view text)
 {
     auto* out = static_cast<char*>(std::malloc(text.size() + 1));
@@ -289,6 +546,43 @@ Json sequencer_to_json(const vl_sequencer& seq)
                 {"mode", seq.mode == VL_LOCK_SHARED ? "shared" : "exclusive"},
                 {"generation", seq.generation},
                 {"session", seq.session}};
+}
+
+vl_role* role_from_json(const Json& object)
+{
+    return build<vl_role>(vl_role_free, [&](vl_role& role) { fill_role(object, role); });
+}
+
+vl_role_list* role_list_from_json(const Json& body)
+{
+    return list_from_json(body, "roles", vl_role_list_free, &vl_role_list::roles, fill_role);
+}
+
+vl_user* user_from_json(const Json& object)
+{
+    return build<vl_user>(vl_user_free, [&](vl_user& user) { fill_user(object, user); });
+}
+
+vl_user_list* user_list_from_json(const Json& body)
+{
+    return list_from_json(body, "users", vl_user_list_free, &vl_user_list::users, fill_user);
+}
+
+vl_token_list* token_list_from_json(const Json& body)
+{
+    return list_from_json(body, "tokens", vl_token_list_free, &vl_token_list::tokens,
+                          fill_token_info);
+}
+
+vl_new_token* new_token_from_json(const Json& body)
+{
+    return build<vl_new_token>(vl_new_token_free, [&](vl_new_token& made) {
+        made.token = must_copy(body.at("token").get<std::string>());
+        made.id = must_copy(body.at("id").get<std::string>());
+        made.user = must_copy(body.at("user").get<std::string>());
+        made.ttl_s = body.at("ttl_s").get<uint64_t>();
+        made.auth_revision = body.at("auth_revision").get<uint64_t>();
+    });
 }
 
 vl_event* event_from_json(const std::string& data)
@@ -418,6 +712,44 @@ void vl_sequencer_free(vl_sequencer* seq)
     if (!seq) return;
     std::free(seq->lock);
     std::free(seq);
+}
+
+const char* vl_permission_name(unsigned permission)
+{
+    for (const auto& [name, bit] : voltlock::kPermissionNames)
+        if (permission == bit) return name;
+    return nullptr;
+}
+
+using voltlock::client::free_list;
+using voltlock::client::free_one;
+
+void vl_role_free(vl_role* role) { free_one(role, voltlock::client::free_role_fields); }
+
+void vl_role_list_free(vl_role_list* list)
+{
+    free_list(list, &vl_role_list::roles, voltlock::client::free_role_fields);
+}
+
+void vl_user_free(vl_user* user) { free_one(user, voltlock::client::free_user_fields); }
+
+void vl_user_list_free(vl_user_list* list)
+{
+    free_list(list, &vl_user_list::users, voltlock::client::free_user_fields);
+}
+
+void vl_token_list_free(vl_token_list* list)
+{
+    free_list(list, &vl_token_list::tokens, voltlock::client::free_token_fields);
+}
+
+void vl_new_token_free(vl_new_token* token)
+{
+    if (!token) return;
+    std::free(token->token);
+    std::free(token->id);
+    std::free(token->user);
+    std::free(token);
 }
 
 void vl_event_free(vl_event* event)

@@ -58,6 +58,19 @@ std::optional<std::string> decode_value(const Json& object);
 // and costs no round trip.
 bool valid_name(const char* name);  // 1..512 bytes, no control characters
 
+// User and role names as the admin endpoints take them: valid_name's rules, at most 64 bytes,
+// and no '/' (the name is a segment of the path).
+bool valid_auth_name(const char* name);
+inline constexpr const char* kAuthNameRule =
+    "user and role names are 1 to 64 bytes of text without '/'";
+// A token id as GET /v1/auth/tokens lists it: 16 lowercase hex digits.
+bool valid_token_id(const char* id);
+
+// The bodies of PUT /v1/auth/roles/{role} and PUT /v1/auth/users/{user}, checked as the cell
+// checks them; nullopt and the reason in *why if the cell would refuse them.
+std::optional<Json> role_body(const vl_grant* grants, size_t count, std::string* why);
+std::optional<Json> user_body(const char* const* roles, size_t count, std::string* why);
+
 // Builders of C results (malloc'd; freed by the matching vl_*_free). nullptr: out of memory.
 // Throw nlohmann::json exceptions on a body of the wrong shape (the caller maps them to
 // VL_ERR_PROTOCOL).
@@ -66,6 +79,12 @@ vl_kv_list* kv_list_from_json(const Json& body);
 vl_sequencer* sequencer_from_json(const Json& object);
 vl_event* event_from_json(const std::string& data);
 Json sequencer_to_json(const vl_sequencer& seq);
+vl_role* role_from_json(const Json& object);
+vl_role_list* role_list_from_json(const Json& body);
+vl_user* user_from_json(const Json& object);
+vl_user_list* user_list_from_json(const Json& body);
+vl_token_list* token_list_from_json(const Json& body);
+vl_new_token* new_token_from_json(const Json& body);
 
 char* copy_string(std::string_view text);  // malloc'd, NUL-terminated
 

@@ -19,6 +19,7 @@
 #include <httplib.h>
 
 #include "codec.h"
+#include "core/auth_ops.h"
 #include "core/checksum.h"
 #include "transport.h"
 #include "voltlock.h"
@@ -338,11 +339,108 @@ vl_status read_into(vl_client* c, const Request& request, T** out, Build build)
     return *out ? VL_OK : c->errors.set(VL_ERR_NO_MEMORY, "out of memory");
 }
 
+// ---- Users, roles and tokens: what their calls share ------------------------------------------
+
+// /v1/auth/<table>/<name>: names hold no '/' (valid_auth_name), so the name is one segment.
+std::string auth_path(const char* table, const char* name)
+{
+    return std::string("/v1/auth/") + table + "/" + encode_path_segment(name);
+}
+
+std::string read_path(std::string path, int flags)
+{
+    return flags & VL_READ_STALE ? path + "?stale=true" : path;
+}
+
+// Why a user or role name (a token id) cannot be sent, or nullptr. The role "admin" may be
+// asked for, but neither put nor deleted.
+const char* bad_auth_name(const char* name)
+{
+    return valid_auth_name(name) ? nullptr : kAuthNameRule;
+}
+
+const char* bad_role_name(const char* name)
+{
+    if (!valid_auth_name(name)) return kAuthNameRule;
+    if (std::string_view(name) == voltlock::kBuiltinAdminRole)
+        return "'admin' is built in (every permission on everything) and cannot be changed";
+    return nullptr;
+}
+
+const char* bad_token_id(const char* id)
+{
+    return valid_token_id(id) ? nullptr : "a token id is 16 lowercase hex digits (vl_tokens_list)";
+}
+
+// A change to the auth tables: an op through the log, retried like any write.
+vl_status auth_change(vl_client* c, const char* method, std::string path, const Json& body,
+                      uint64_t* auth_revision_out)
+{
+    Json answer;
+    const vl_status status = c->send(
+        c->errors,
+        Request{.method = method, .path = std::move(path),
+                .body = body.is_null() ? "" : body.dump(), .mutating = true},
+        &answer);
+    if (status == VL_OK && auth_revision_out)
+        *auth_revision_out = answer.at("auth_revision").get<uint64_t>();
+    return status;
+}
+
+// PUT /v1/auth/<table>/<name> with the body make_body(&why) builds (nullopt: not sent, why).
+template <class MakeBody>
+vl_status auth_put(vl_client* c, const char* table, const char* name,
+                   const char* (*bad_name)(const char*), MakeBody make_body,
+                   uint64_t* auth_revision_out)
+{
+    return guarded(c->errors, [&] {
+        if (const char* why = bad_name(name)) return invalid(c->errors, why);
+        std::string why;
+        const std::optional<Json> body = make_body(&why);
+        if (!body) return invalid(c->errors, why);
+        return auth_change(c, "PUT", auth_path(table, name), *body, auth_revision_out);
+    });
+}
+
+// DELETE /v1/auth/<table>/<name> (a role, a user, a token by its id).
+vl_status auth_delete(vl_client* c, const char* table, const char* name,
+                      const char* (*bad_name)(const char*), uint64_t* auth_revision_out)
+{
+    return guarded(c->errors, [&] {
+        if (const char* why = bad_name(name)) return invalid(c->errors, why);
+        return auth_change(c, "DELETE", auth_path(table, name), Json(), auth_revision_out);
+    });
+}
+
+// GET /v1/auth/<table>/<name>: one role or user.
+template <typename T, typename Build>
+vl_status auth_get(vl_client* c, const char* table, const char* name, int flags, T** out,
+                   Build build)
+{
+    if (out) *out = nullptr;
+    return guarded(c->errors, [&] {
+        if (const char* why = bad_auth_name(name)) return invalid(c->errors, why);
+        if (!out) return invalid(c->errors, "out is NULL");
+        return read_into(c, Request{.path = read_path(auth_path(table, name), flags)}, out,
+                         build);
+    });
+}
+
+// GET /v1/auth/<table>: every role, user or token.
+template <typename T, typename Build>
+vl_status auth_list(vl_client* c, const char* path, int flags, T** out, Build build)
+{
+    *out = nullptr;
+    return guarded(c->errors, [&] {
+        return read_into(c, Request{.path = read_path(path, flags)}, out, build);
+    });
+}
+
 }  // namespace
 
 extern "C" {
 
-const char* vl_version(void) { return "0.1.0"; }
+const char* vl_version(void) { return "0.2.0"; }
 
 const char* vl_status_name(vl_status status) { return status_name(status); }
 
@@ -1078,6 +1176,92 @@ vl_status vl_snapshot_save(vl_client* c, int endpoint_index, const char* path, u
         if (size_out) *size_out = fetched.size;
         return c->errors.set(VL_OK, "");
     });
+}
+
+// ---- Users, roles and tokens ------------------------------------------------------------------
+
+vl_status vl_role_put(vl_client* c, const char* name, const vl_grant* grants, size_t grant_count,
+                      uint64_t* auth_revision_out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return auth_put(
+        c, "roles", name, bad_role_name,
+        [&](std::string* why) { return role_body(grants, grant_count, why); }, auth_revision_out);
+}
+
+vl_status vl_role_delete(vl_client* c, const char* name, uint64_t* auth_revision_out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return auth_delete(c, "roles", name, bad_role_name, auth_revision_out);
+}
+
+vl_status vl_role_get(vl_client* c, const char* name, int flags, vl_role** out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return auth_get(c, "roles", name, flags, out, role_from_json);
+}
+
+vl_status vl_roles_list(vl_client* c, int flags, vl_role_list** out)
+{
+    if (!c || !out) return VL_ERR_INVALID_ARGUMENT;
+    return auth_list(c, "/v1/auth/roles", flags, out, role_list_from_json);
+}
+
+vl_status vl_user_put(vl_client* c, const char* name, const char* const* roles, size_t role_count,
+                      uint64_t* auth_revision_out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return auth_put(
+        c, "users", name, bad_auth_name,
+        [&](std::string* why) { return user_body(roles, role_count, why); }, auth_revision_out);
+}
+
+vl_status vl_user_delete(vl_client* c, const char* name, uint64_t* auth_revision_out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return auth_delete(c, "users", name, bad_auth_name, auth_revision_out);
+}
+
+vl_status vl_user_get(vl_client* c, const char* name, int flags, vl_user** out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return auth_get(c, "users", name, flags, out, user_from_json);
+}
+
+vl_status vl_users_list(vl_client* c, int flags, vl_user_list** out)
+{
+    if (!c || !out) return VL_ERR_INVALID_ARGUMENT;
+    return auth_list(c, "/v1/auth/users", flags, out, user_list_from_json);
+}
+
+vl_status vl_token_create(vl_client* c, const char* user, uint64_t ttl_s, vl_new_token** out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    if (out) *out = nullptr;
+    return guarded(c->errors, [&] {
+        if (const char* why = bad_auth_name(user)) return invalid(c->errors, why);
+        if (ttl_s > voltlock::kMaxTokenTtlMs / 1000)
+            return invalid(c->errors, "ttl_s is at most ten years (316,224,000 s)");
+        if (!out) return invalid(c->errors, "out is NULL");
+        Json body{{"user", user}};
+        if (ttl_s > 0) body["ttl_s"] = ttl_s;
+        return read_into(c,
+                         Request{.method = "POST", .path = "/v1/auth/tokens",
+                                 .body = body.dump(), .mutating = true},
+                         out, new_token_from_json);
+    });
+}
+
+vl_status vl_token_revoke(vl_client* c, const char* id, uint64_t* auth_revision_out)
+{
+    if (!c) return VL_ERR_INVALID_ARGUMENT;
+    return auth_delete(c, "tokens", id, bad_token_id, auth_revision_out);
+}
+
+vl_status vl_tokens_list(vl_client* c, int flags, vl_token_list** out)
+{
+    if (!c || !out) return VL_ERR_INVALID_ARGUMENT;
+    return auth_list(c, "/v1/auth/tokens", flags, out, token_list_from_json);
 }
 
 }  // extern "C"
