@@ -23,10 +23,11 @@ Json with_revisions(Json body, const LockMachine& machine)
 
 }  // namespace
 
-AuthAdmin::AuthAdmin(const LockMachine* machine, uint32_t max_message_bytes, RunOp run_op,
-                     ReadState read_state)
+AuthAdmin::AuthAdmin(const LockMachine* machine, uint32_t max_message_bytes, LeaderPath& leader,
+                     RunOp run_op, ReadState read_state)
     : machine_(machine),
       max_message_bytes_(max_message_bytes),
+      leader_(leader),
       run_op_(std::move(run_op)),
       read_state_(std::move(read_state))
 {
@@ -128,23 +129,59 @@ Served AuthAdmin::put_user(const CallPtr& call)
 
 Served AuthAdmin::create_token(const CallPtr& call)
 {
-    auto token = make_token();
-    if (!token.ok()) return ApiError{500, "internal", token.error().message(), Json::object()};
-    const TokenDigest hash = sha256(token.value());
-    const LockOp op = VL_TRY(create_token_op(call->body, hash, max_message_bytes_));
-    const CreateToken& create = std::get<CreateToken>(std::get<AuthOp>(op).change);
-    run_op_(call, op,
-            [call, secret = token.value(), id = token_id(hash), user = create.user,
-             ttl_s = create.ttl_ms / 1000](const OpResult& result) {
-                const auto& r = std::get<AuthResult>(result);
+    VL_TRY(create_token_op(call->body, TokenDigest{}, max_message_bytes_));  // 400 here, at once
+    // The secret is made at the leader, and shown only if the tokens the leader applied hold its
+    // hash. A request retried with the same client id and request number after its answer was
+    // lost is answered by VR's client table with the first attempt's result, which was for
+    // another secret, now shown to nobody: that retry gets 409, not a token that does not work.
+    leader_.at_leader(call, 0, [this, call](const LeaderPath::AtLeader& at,
+                                            LeaderPath::NotLeader not_leader) {
+        auto token = make_token();
+        if (!token.ok())
+            return call->fail(ApiError{500, "internal", token.error().message(), Json::object()});
+        const TokenDigest hash = sha256(token.value());
+        const LockOp op = create_token_op(call->body, hash, max_message_bytes_).value();
+        const CreateToken& create = std::get<CreateToken>(std::get<AuthOp>(op).change);
+        const std::string id = token_id(hash);
+        const LockMachine* machine = machine_;
+        auto held = [machine, id] { return Json(machine->state().auth.tokens.contains(id)); };
+        leader_.propose(
+            at.identity, encode_op(op), at.until, std::move(held),
+            [call, not_leader, identity = at.identity, secret = token.value(), id,
+             user = create.user, ttl_s = create.ttl_ms / 1000](LeaderPath::Proposed proposed) {
+                using Kind = LeaderPath::Proposed::Kind;
+                if (proposed.kind == Kind::not_leader) return not_leader();
+                if (proposed.kind == Kind::stale)
+                    return call->fail(stale_request_error(identity, proposed.latest));
+                if (proposed.kind == Kind::timed_out)
+                    return call->fail(unavailable("the token was not committed in time"));
+                auto decoded = decode_result(proposed.result);
+                const auto* r = decoded.ok() ? std::get_if<AuthResult>(&decoded.value()) : nullptr;
+                if (!r) {
+                    const auto* error = decoded.ok() ? std::get_if<OpError>(&decoded.value())
+                                                     : nullptr;
+                    return call->fail(error ? op_error(*error)
+                                            : ApiError{409, "request_number_reused",
+                                                       "this request number was used for "
+                                                       "another request; use a higher one",
+                                                       Json::object()});
+                }
+                if (!proposed.snapshot.get<bool>())
+                    return call->fail(ApiError{
+                        409, "request_number_reused",
+                        "this request (client id and request number) already created a token, "
+                        "shown only in the answer to it: revoke that one (GET /v1/auth/tokens "
+                        "lists them) and create another with a new request number",
+                        Json{{"request_number", identity.request_number}}});
                 // The only time the token is shown: the replicas keep its hash.
                 call->answer_json(201, Json{{"token", secret},
                                             {"id", id},
                                             {"user", user},
                                             {"ttl_s", ttl_s},
-                                            {"auth_revision", r.auth_revision},
-                                            {"revision", r.revision}});
+                                            {"auth_revision", r->auth_revision},
+                                            {"revision", r->revision}});
             });
+    });
     return answering;
 }
 

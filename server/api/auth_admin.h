@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/call.h"
+#include "api/leader_path.h"
 #include "core/lock_machine.h"
 
 namespace voltlock::api {
@@ -23,8 +24,8 @@ public:
                                         const char* endpoint, std::vector<std::string> params,
                                         std::function<Served(const CallPtr&)> handler)>;
 
-    AuthAdmin(const LockMachine* machine, uint32_t max_message_bytes, RunOp run_op,
-              ReadState read_state);
+    AuthAdmin(const LockMachine* machine, uint32_t max_message_bytes, LeaderPath& leader,
+              RunOp run_op, ReadState read_state);
     void install(const AddRoute& add);
 
 private:
@@ -36,6 +37,7 @@ private:
 
     const LockMachine* machine_;
     const uint32_t max_message_bytes_;
+    LeaderPath& leader_;  // tokens are made at the leader
     RunOp run_op_;
     ReadState read_state_;
 };

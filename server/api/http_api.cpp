@@ -24,15 +24,6 @@ Parsed<ValueEncoding> encoding_param(const Call& call)
     return parse_encoding_param(call.param("encoding").value_or(""));
 }
 
-ApiError stale_request_error(const ClientIdentity& identity, RequestNumber latest)
-{
-    return ApiError{409, "request_number_stale",
-                    "X-Voltlock-Request-Number " + std::to_string(identity.request_number) +
-                        " is below this client id's latest, " + std::to_string(latest) +
-                        ": a new request needs a higher number",
-                    Json{{"request_number", identity.request_number}, {"latest", latest}}};
-}
-
 ApiError too_many_streams(uint32_t limit)
 {
     return unavailable("too many watches and waits held open at this replica "
@@ -179,7 +170,7 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
       admin_(loop, node, machine, service_.get(), counters_, forwarder_,
              [this] { return api_stats(); }),
       auth_admin_(
-          machine, node.config().max_message_bytes,
+          machine, node.config().max_message_bytes, leader_,
           [this](const CallPtr& call, const LockOp& op, AuthAdmin::Answer answer) {
               run_op(call, op, 0, std::move(answer));
           },

@@ -702,6 +702,15 @@ ApiError wait_unknown(WaitKind kind)
                     {}};
 }
 
+ApiError stale_request_error(const ClientIdentity& identity, RequestNumber latest)
+{
+    return ApiError{409, "request_number_stale",
+                    "X-Voltlock-Request-Number " + std::to_string(identity.request_number) +
+                        " is below this client id's latest, " + std::to_string(latest) +
+                        ": a new request needs a higher number",
+                    Json{{"request_number", identity.request_number}, {"latest", latest}}};
+}
+
 ApiError unavailable(std::string message)
 {
     return ApiError{503, "unavailable", std::move(message), {}};

@@ -121,6 +121,28 @@ def test_a_token_made_by_the_admin_works_on_every_replica_until_revoked(cell, ad
     assert status == 404 and body["code"] == "not_found", body
 
 
+def test_a_token_request_retried_after_its_answer_was_lost_is_409_not_a_dead_token(cell, admin):
+    """The same client id and request number again (a client that never heard the first answer):
+    VR's client table answers with the first attempt's result, whose secret was shown only in
+    that answer. The retry must not hand out a second secret that no replica holds."""
+    setup_user(cell, admin, "frank", "frank/")
+    identity = {"X-Voltlock-Client-Id": str(secrets.randbits(62) + 1),
+                "X-Voltlock-Request-Number": "1"}
+    before = {t["id"] for t in tables(cell, admin)["tokens"]}
+    follower = (cell.leader + 1) % REPLICAS
+    status, first, _ = request(cell, follower, "POST", "/v1/auth/tokens", body={"user": "frank"},
+                               token=admin, headers=identity)
+    assert status == 201, first
+    for replica in (follower, cell.leader):
+        status, again, _ = request(cell, replica, "POST", "/v1/auth/tokens",
+                                   body={"user": "frank"}, token=admin, headers=identity)
+        assert status == 409 and again["code"] == "request_number_reused", again
+        assert "token" not in again, again
+    after = {t["id"] for t in tables(cell, admin)["tokens"]}
+    assert after - before == {first["id"]}, (before, after)
+    works_everywhere(cell, first["token"], "frank/x")
+
+
 def test_an_expired_token_is_401_on_every_replica(cell, admin):
     created = setup_user(cell, admin, "carol", "carol/", ttl_s=3)
     status, listed = call(cell, cell.leader, "GET", "/v1/auth/tokens", token=admin)
