@@ -273,8 +273,14 @@ def flood_watches(cell, replica, count, clients, seconds, own: bool) -> dict:
     start = revision(cell, replica) + 1
     opened = time.monotonic()
     watches = Watches(cell, replica, count, start, own)
-    open_s = time.monotonic() - opened
     try:
+        # Every stream open and answered before the puts begin: the steady state is measured,
+        # not the opening of the connections.
+        open_deadline = time.monotonic() + 120
+        while time.monotonic() < open_deadline and not all(
+                answered or ended for answered, ended in zip(watches.in_body, watches.ended)):
+            time.sleep(0.2)
+        open_s = time.monotonic() - opened
         result = measured(cell, replica, clients, seconds, config_keys=count if own else 0)
         final = revision(cell, replica)
         if own:  # stream i sees exactly the writer's put of its key, if there was one

@@ -116,6 +116,7 @@ thread_local HttpServer* server_of_this_thread = nullptr;
 
 struct HttpServer::ConnectionRecord {
     int fd = -1;
+    size_t shard = 0;
     std::string address;
     uint64_t deadline_ms = 0;  // 0: none (a request is being served)
     bool over_limit = false;
@@ -339,7 +340,7 @@ Result<FileDescriptor> listen_on(const std::string& ip, uint16_t port, uint32_t 
 
 Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on_loop)
 {
-    const FileDescriptor listener = VL_TRY(listen_on(ip, port, limits_.listen_backlog));
+    listener_ = VL_TRY(listen_on(ip, port, limits_.listen_backlog));
 
     // Connections over the limits are still accepted, to be told 503; past this many more the
     // descriptors would run out, and libmicrohttpd closes them unanswered.
@@ -359,7 +360,9 @@ Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on
     if (epoll_.get() < 0 || wakeup_.get() < 0 || hangup_epoll_.get() < 0)
         return os_error("http: epoll/eventfd");
 
-    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO;
+    connection_cap_ = hard_limit;
+    unsigned flags =
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
     std::vector<MHD_OptionItem> tls_options;
     if (tls_.on()) {
         if (!MHD_is_feature_supported(MHD_FEATURE_TLS) ||
@@ -376,26 +379,26 @@ Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on
     tls_options.push_back({MHD_OPTION_END, 0, nullptr});
 
     const unsigned idle_seconds = std::max<unsigned>(1, limits_.idle_timeout_ms / 1000);
-    // libmicrohttpd gets a copy of its own, which it closes when it stops.
-    const int listen_fd = ::dup(listener.get());
-    daemon_ = MHD_start_daemon(
-        flags, 0, nullptr, nullptr,
-        reinterpret_cast<MHD_AccessHandlerCallback>(&MhdCallbacks::on_access), this,
-        MHD_OPTION_LISTEN_SOCKET, listen_fd,
-        MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(hard_limit),
-        MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds,
-        MHD_OPTION_URI_LOG_CALLBACK, &MhdCallbacks::on_uri, this,
-        MHD_OPTION_NOTIFY_COMPLETED, &MhdCallbacks::on_completed, this,
-        MHD_OPTION_NOTIFY_CONNECTION, &MhdCallbacks::on_connection, this,
-        MHD_OPTION_ARRAY, tls_options.data(),
-        MHD_OPTION_END);
-    if (!daemon_) {
-        ::close(listen_fd);
-        return Error{0, "http: libmicrohttpd did not start on " + ip};
+    shards_.resize((hard_limit + kConnectionsPerShard - 1) / kConnectionsPerShard);
+    for (Shard& shard : shards_) {
+        // Each may take any number: which one a connection goes to is accept_connections'.
+        shard.daemon = MHD_start_daemon(
+            flags, 0, nullptr, nullptr,
+            reinterpret_cast<MHD_AccessHandlerCallback>(&MhdCallbacks::on_access), this,
+            MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(hard_limit),
+            MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds,
+            MHD_OPTION_URI_LOG_CALLBACK, &MhdCallbacks::on_uri, this,
+            MHD_OPTION_NOTIFY_COMPLETED, &MhdCallbacks::on_completed, this,
+            MHD_OPTION_NOTIFY_CONNECTION, &MhdCallbacks::on_connection, this,
+            MHD_OPTION_ARRAY, tls_options.data(),
+            MHD_OPTION_END);
+        if (!shard.daemon) return Error{0, "http: libmicrohttpd did not start on " + ip};
+        shard.epoll_fd = MHD_get_daemon_info(shard.daemon, MHD_DAEMON_INFO_EPOLL_FD)->epoll_fd;
     }
 
-    const MHD_DaemonInfo* info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_EPOLL_FD);
-    for (int fd : {info->epoll_fd, wakeup_.get(), hangup_epoll_.get()}) {
+    std::vector<int> watched{listener_.get(), wakeup_.get(), hangup_epoll_.get()};
+    for (const Shard& shard : shards_) watched.push_back(shard.epoll_fd);
+    for (int fd : watched) {
         epoll_event event{};
         event.events = EPOLLIN;
         event.data.fd = fd;
@@ -415,7 +418,7 @@ Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on
 
 void HttpServer::stop()
 {
-    if (!daemon_) return;
+    if (shards_.empty()) return;
     running_ = false;
     if (thread_.joinable()) {
         wake();
@@ -432,10 +435,13 @@ void HttpServer::stop()
         }
     watched_for_hangup_.clear();
     server_of_this_thread = this;
-    MHD_run(daemon_);
-    MHD_stop_daemon(daemon_);
+    for (Shard& shard : shards_) {
+        MHD_run(shard.daemon);
+        MHD_stop_daemon(shard.daemon);
+    }
     server_of_this_thread = nullptr;
-    daemon_ = nullptr;
+    shards_.clear();
+    listener_ = FileDescriptor();
 }
 
 void HttpServer::wake()
@@ -462,7 +468,9 @@ void HttpServer::schedule_resume(const std::shared_ptr<Exchange>& exchange)
 }
 
 namespace {
-constexpr int kMaxEvents = 8;
+constexpr int kMaxEvents = 32;
+// Connections accepted in one pass at most, so that a flood of them cannot hold the loop.
+constexpr int kAcceptsPerPass = 64;
 // With TLS, libmicrohttpd 0.9.75 asks to be run again at once (timeout 0) for as long as a
 // handshake waits for the client's next flight: a busy loop that took 5 ms of CPU per handshake
 // and slowed the client sharing the cores. After this many passes in a row with a zero wait and
@@ -473,9 +481,12 @@ constexpr int kIdlePassesBeforeWaiting = 16;
 int HttpServer::next_wait_ms()
 {
     int wait = 200;
-    MHD_UNSIGNED_LONG_LONG mhd_timeout = 0;
-    if (MHD_get_timeout(daemon_, &mhd_timeout) == MHD_YES)
-        wait = static_cast<int>(std::min<MHD_UNSIGNED_LONG_LONG>(mhd_timeout, 200));
+    for (const Shard& shard : shards_) {
+        MHD_UNSIGNED_LONG_LONG mhd_timeout = 0;
+        if (MHD_get_timeout(shard.daemon, &mhd_timeout) == MHD_YES)
+            wait = std::min(wait, static_cast<int>(std::min<MHD_UNSIGNED_LONG_LONG>(
+                                      mhd_timeout, 200)));
+    }
     if (wait == 0 && tls_.on() && idle_zero_wait_passes_ >= kIdlePassesBeforeWaiting) wait = 1;
     planned_wait_ms_ = wait;
     return wait;
@@ -525,22 +536,87 @@ void HttpServer::pass(const epoll_event* events, int count)
 {
     idle_zero_wait_passes_ = count == 0 && planned_wait_ms_ <= 1 ? idle_zero_wait_passes_ + 1 : 0;
     bool hangups_ready = false;  // only then is the hang-up set worth an epoll_wait
-    for (int i = 0; i < count; i++)
-        if (events[i].data.fd == wakeup_.get()) {
+    for (int i = 0; i < count; i++) {
+        const int fd = events[i].data.fd;
+        if (fd == wakeup_.get()) {
             uint64_t value = 0;
             [[maybe_unused]] ssize_t got = ::read(wakeup_.get(), &value, sizeof value);
-        } else if (events[i].data.fd == hangup_epoll_.get()) {
+        } else if (fd == hangup_epoll_.get()) {
             hangups_ready = true;
+        } else if (fd == listener_.get()) {
+            accept_connections();
+        } else {
+            for (Shard& shard : shards_)
+                if (shard.epoll_fd == fd) shard.run_wanted = true;
         }
+    }
     resume_scheduled();
     if (hangups_ready) take_hangups();
-    MHD_run(daemon_);
+    run_shards();
     on_batch_end_();
     if (now_ms() >= next_deadline_check_ms_) {
+        if (std::exchange(listener_paused_, false)) {
+            epoll_event event{};
+            event.events = EPOLLIN;
+            event.data.fd = listener_.get();
+            ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listener_.get(), &event);
+        }
         enforce_deadlines();
         watch_still_suspended();
         next_deadline_check_ms_ = now_ms() + 100;
     }
+}
+
+void HttpServer::accept_connections()
+{
+    for (int accepted = 0; accepted < kAcceptsPerPass; accepted++) {
+        sockaddr_storage address{};
+        socklen_t length = sizeof address;
+        const int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&address), &length,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                // The socket stays readable: out of epoll until the next deadline check, or
+                // every pass would find it so.
+                spdlog::warn("http: out of file descriptors: not accepting for 100 ms");
+                epoll_event event{};
+                event.data.fd = listener_.get();
+                ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listener_.get(), &event);
+                listener_paused_ = true;
+            }
+            return;  // EAGAIN: all taken; or an error of that connection alone
+        }
+        if (counters_.connections >= connection_cap_) {
+            ::close(fd);  // the only silence left (docs/frontend.md, "Limits")
+            continue;
+        }
+        // The lowest shard with room: a few hundred connections all on the first.
+        const auto roomy = std::find_if(shards_.begin(), shards_.end(), [](const Shard& shard) {
+            return shard.connections < kConnectionsPerShard;
+        });
+        Shard& shard = roomy != shards_.end() ? *roomy : shards_.back();
+        // On failure libmicrohttpd has closed the socket; it said why on its log.
+        if (MHD_add_connection(shard.daemon, fd, reinterpret_cast<sockaddr*>(&address),
+                               length) == MHD_YES)
+            shard.run_wanted = true;
+    }
+}
+
+void HttpServer::run_shards()
+{
+    for (Shard& shard : shards_) {
+        MHD_UNSIGNED_LONG_LONG timeout = 1;
+        if (!std::exchange(shard.run_wanted, false) &&
+            !(MHD_get_timeout(shard.daemon, &timeout) == MHD_YES && timeout == 0))
+            continue;
+        MHD_run(shard.daemon);
+    }
+}
+
+void HttpServer::want_run(MHD_Connection* connection)
+{
+    if (const ConnectionRecord* record = record_of(connection))
+        shards_[record->shard].run_wanted = true;
 }
 
 void HttpServer::resume_scheduled()
@@ -599,6 +675,7 @@ void HttpServer::unsuspend(Exchange& exchange)
     counters_.suspended -= 1;
     unwatch(exchange);
     MHD_resume_connection(exchange.connection_);
+    want_run(exchange.connection_);
 }
 
 void HttpServer::take_hangups()
@@ -703,6 +780,12 @@ void MhdCallbacks::on_connection(void* self, MHD_Connection* connection, void**,
             ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
             record->address = text;
         }
+        const MHD_Daemon* daemon =
+            MHD_get_connection_info(connection, MHD_CONNECTION_INFO_DAEMON)->daemon;
+        while (record->shard + 1 < server.shards_.size() &&
+               server.shards_[record->shard].daemon != daemon)
+            record->shard += 1;
+        server.shards_[record->shard].connections += 1;
         const uint32_t from_address = ++server.per_address_[record->address];
         const uint64_t open = ++server.counters_.connections;
         server.counters_.accepted += 1;
@@ -717,6 +800,7 @@ void MhdCallbacks::on_connection(void* self, MHD_Connection* connection, void**,
         if (count != server.per_address_.end() && --count->second == 0)
             server.per_address_.erase(count);
         server.counters_.connections -= 1;
+        server.shards_[it->second->shard].connections -= 1;
         server.connections_.erase(it);
     }
 }

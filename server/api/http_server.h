@@ -177,6 +177,9 @@ struct HttpServerCounters {
     std::atomic<uint64_t> suspended{0};  // exchanges waiting for an answer or stream bytes now
 };
 
+// The most connections on one libmicrohttpd daemon before the next is used (HttpServer::Shard).
+inline constexpr uint32_t kConnectionsPerShard = 512;
+
 class HttpServer {
 public:
     using OnRequest = std::function<void(const std::shared_ptr<Exchange>&)>;
@@ -211,6 +214,11 @@ private:
     void run();  // the own I/O thread
     // One pass over what is ready: `events` from epoll_, then libmicrohttpd and the batch end.
     void pass(const ::epoll_event* events, int count);
+    // Accepts what the listening socket holds, each onto a shard (below).
+    void accept_connections();
+    // Runs libmicrohttpd on each shard with something to do: an event, a resumed connection, a
+    // new one, or a timeout due.
+    void run_shards();
     // How long the next wait may last before libmicrohttpd needs a pass (its timeouts, a
     // connection on its ready list, a TLS handshake under way), in milliseconds.
     int next_wait_ms();
@@ -230,6 +238,8 @@ private:
     // Queues the exchange's answer (or stream) on its connection.
     bool send_answer(Exchange& exchange);
     ConnectionRecord* record_of(MHD_Connection* connection);
+    // The shard that a connection's resumption must run (via its record).
+    void want_run(MHD_Connection* connection);
 
     const HttpLimits limits_;
     const HttpTls tls_;
@@ -242,7 +252,23 @@ private:
     OnRequest on_request_;
     OnBatchEnd on_batch_end_;
     Exempt exempt_;
-    MHD_Daemon* daemon_ = nullptr;
+    // libmicrohttpd walks all of a daemon's suspended connections whenever it resumes any one
+    // (resume_suspended_connections, 0.9.75 to 1.0): with 10,000 watches or waits held, every
+    // answer's pass walked 10,000. So the connections are spread over daemons ("shards") of at
+    // most kConnectionsPerShard each, filled lowest first: a few hundred connections are all
+    // on one, as with a single daemon, and a pass walks the suspended ones of its shard only.
+    // The listening socket is ours; each accepted connection goes to its shard with
+    // MHD_add_connection.
+    struct Shard {
+        MHD_Daemon* daemon = nullptr;
+        int epoll_fd = -1;  // libmicrohttpd's own, in epoll_
+        uint32_t connections = 0;
+        bool run_wanted = false;
+    };
+    std::vector<Shard> shards_;
+    FileDescriptor listener_;
+    uint64_t connection_cap_ = 0;  // past it, a connection is closed unanswered
+    bool listener_paused_ = false;  // out of descriptors: accepting again at the next check
     FileDescriptor epoll_;
     FileDescriptor wakeup_;        // eventfd: answers are queued
     FileDescriptor hangup_epoll_;  // suspended exchanges' sockets, for EPOLLRDHUP
