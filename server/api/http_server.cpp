@@ -482,6 +482,7 @@ int HttpServer::next_wait_ms()
 {
     int wait = 200;
     for (const Shard& shard : shards_) {
+        if (shard.connections == 0) continue;  // no connection, no timeout
         MHD_UNSIGNED_LONG_LONG mhd_timeout = 0;
         if (MHD_get_timeout(shard.daemon, &mhd_timeout) == MHD_YES)
             wait = std::min(wait, static_cast<int>(std::min<MHD_UNSIGNED_LONG_LONG>(
@@ -607,7 +608,8 @@ void HttpServer::run_shards()
     for (Shard& shard : shards_) {
         MHD_UNSIGNED_LONG_LONG timeout = 1;
         if (!std::exchange(shard.run_wanted, false) &&
-            !(MHD_get_timeout(shard.daemon, &timeout) == MHD_YES && timeout == 0))
+            (shard.connections == 0 ||
+             !(MHD_get_timeout(shard.daemon, &timeout) == MHD_YES && timeout == 0)))
             continue;
         MHD_run(shard.daemon);
     }
