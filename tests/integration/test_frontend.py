@@ -310,6 +310,56 @@ def test_many_watches_each_see_every_event(cell):
             w.close()
 
 
+def test_watches_and_waits_on_keys_of_their_own_each_get_theirs(cell):
+    """Applications each watching their own config key and waiting on their own lock: more
+    connections than one libmicrohttpd daemon takes (HttpServer's shards), each woken by its own
+    key's event alone (WatchIndex), while the replica keeps answering."""
+    count = 600 * SCALE
+    locks = 40 * SCALE
+    replica = (cell.leader + 1) % 3
+    prefix = fresh("own")
+    watches = [Watch(cell, replica, f"/v1/watch/{prefix}/{i}/config") for i in range(count)]
+    holder = session(cell, ttl_ms=300_000)
+    for i in range(locks):
+        assert call(cell, 0, "POST", f"/v1/locks/{prefix}-lock-{i}:acquire",
+                    {"session": holder})["granted"] is True
+    waiters = []
+    try:
+        assert all(w.status == 200 for w in watches)
+        for i in range(locks):
+            sock = raw_socket(cell, replica)
+            body = json.dumps({"session": session(cell), "wait_ms": 60_000}).encode()
+            sock.sendall((f"POST /v1/locks/{prefix}-lock-{i}:acquire HTTP/1.1\r\nHost: x\r\n"
+                          f"Content-Type: application/json\r\nContent-Length: {len(body)}"
+                          "\r\n\r\n").encode() + body)
+            waiters.append(sock)
+        wait_until(lambda: call(cell, replica, "GET", "/v1/cluster")["api"]["waiters"] >= locks,
+                   timeout=30, what=f"{locks} waiters")
+        revisions = {}
+        for i in range(count):  # through another replica; every other key twice
+            for _ in range(1 + i % 2):
+                r = call(cell, cell.leader, "PUT", f"/v1/kv/{prefix}/{i}/config",
+                         {"value": str(i)})
+                assert r.status == 200, r
+                revisions.setdefault(i, []).append(r["revision"])
+        assert_healthz_fast(cell, replica)
+        for i, w in enumerate(watches):
+            w.wait_for(lambda events: len(events) >= len(revisions[i]), timeout=30,
+                       what=f"the events of key {i}")
+            assert [int(e[0]) for e in w.events()] == revisions[i], (i, w.events())
+        for i in range(locks):
+            assert call(cell, 0, "POST", f"/v1/locks/{prefix}-lock-{i}:release",
+                        {"session": holder}).status == 200
+        for sock in waiters:  # each granted its own lock
+            [(status, body)] = read_responses(sock, 1, timeout=30)
+            assert status == 200 and json.loads(body)["granted"] is True, body
+    finally:
+        for w in watches:
+            w.close()
+        for sock in waiters:
+            sock.close()
+
+
 def test_many_waits_hold_no_threads(cell):
     count = 200 * SCALE
     replica = cell.leader
