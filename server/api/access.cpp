@@ -19,7 +19,8 @@ ApiError permission_denied(const Identity& who, Permission permission, std::stri
     return ApiError{403, "permission_denied",
                     "user '" + who.user + "' lacks the " + permission_name(permission) +
                         " permission on " + what + " '" + prefix +
-                        "': grant it to one of its roles in auth_roles_file",
+                        "': an admin grants it to one of its roles (PUT /v1/auth/roles, "
+                        "`lockctl role grant-permission`, or auth_roles_file)",
                     Json{{"permission", permission_name(permission)},
                          {"resource", std::move(what)},
                          {"prefix", prefix},
