@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/byte_writer.h"
+#include "byte_writer.h"
 #include "core/checksum.h"
 #include "core/lock_machine.h"
 #include "core/lock_ops.h"

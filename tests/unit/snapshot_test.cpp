@@ -5,7 +5,7 @@
 // others run, a §4.2 view change among the restarting when the whole cell restarts).
 #include <string>
 
-#include "core/byte_writer.h"
+#include "byte_writer.h"
 #include "core/checksum.h"
 #include "replica_harness.h"
 

@@ -1,5 +1,5 @@
-// Appending little-endian fields to a string: the counterpart of ByteReader, under every encoder
-// in the core that builds variable-length bytes (lock-service ops and results, snapshots).
+// Appending little-endian fields to a string, for the tests that build hostile snapshots byte by
+// byte (the core's own encoders use core/codec.h).
 #pragma once
 
 #include <cstdint>
