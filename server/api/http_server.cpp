@@ -343,7 +343,7 @@ Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on
     listener_ = VL_TRY(listen_on(ip, port, limits_.listen_backlog));
 
     // Connections over the limits are still accepted, to be told 503; past this many more the
-    // descriptors would run out, and libmicrohttpd closes them unanswered.
+    // descriptors would run out, and accept_connections closes them unanswered.
     const rlim_t files = raise_file_limit();
     const uint64_t reserve = std::max<uint64_t>(256, limits_.max_connections / 8);
     uint64_t hard_limit = uint64_t{limits_.max_connections} + reserve;
@@ -436,6 +436,7 @@ void HttpServer::stop()
     watched_for_hangup_.clear();
     server_of_this_thread = this;
     for (Shard& shard : shards_) {
+        if (!shard.daemon) continue;  // start() failed before it
         MHD_run(shard.daemon);
         MHD_stop_daemon(shard.daemon);
     }
