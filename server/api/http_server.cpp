@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "api/call.h"
+#include "api/request_framing.h"
 
 namespace voltlock::api {
 
@@ -91,6 +92,8 @@ struct MhdCallbacks {
     static MHD_Result on_access(void* self, MHD_Connection* connection, const char* url,
                                 const char* method, const char* version, const char* upload_data,
                                 size_t* upload_size, void** request_context);
+    static MHD_Result on_headers(HttpServer& server, Exchange& e, MHD_Connection* connection,
+                                 const char* method, HttpServer::ConnectionRecord* record);
     static void on_completed(void* self, MHD_Connection* connection, void** request_context,
                              MHD_RequestTerminationCode termination);
     static void on_connection(void* self, MHD_Connection* connection, void** socket_context,
@@ -827,6 +830,49 @@ MHD_Result MhdCallbacks::on_header(void* headers, MHD_ValueKind, const char* nam
     return MHD_YES;
 }
 
+// The request's headers are in: answered at once if it is refused (over a limit, unsound
+// framing, a body too large), else read on.
+MHD_Result MhdCallbacks::on_headers(HttpServer& server, Exchange& e, MHD_Connection* connection,
+                                    const char* method, HttpServer::ConnectionRecord* record)
+{
+    e.connection_ = connection;
+    e.method = method ? method : "";
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, &MhdCallbacks::on_header, &e.headers);
+    // Only a certificate the handshake checked against the client CA names anyone.
+    if (!server.tls_.client_ca_file.empty())
+        e.client_certificate_cn = client_certificate_cn(connection);
+    if (record) {
+        e.fd_ = record->fd;
+        e.client_address = record->address;
+        record->deadline_ms = now_ms() + server.limits_.body_timeout_ms;
+    }
+    // Refused before the body: it is not kept, and the connection closes after the answer.
+    const auto refuse = [&](const ApiError& error) {
+        e.refused_ = true;
+        HttpResponse refusal = error_response(error);
+        refusal.set_header("Connection", "close");
+        e.answer(std::move(refusal));
+        return server.send_answer(e) ? MHD_YES : MHD_NO;
+    };
+    if (record && record->over_limit && !server.exempt_(e.target)) {
+        server.counters_.refused += 1;
+        return refuse(unavailable(
+            "too many connections (http_max_connections " +
+            std::to_string(server.limits_.max_connections) +
+            ", http_max_connections_per_address " +
+            std::to_string(server.limits_.max_connections_per_address) +
+            "): try again later, on a kept-alive connection"));
+    }
+    if (auto unframed = framing_error(e.headers)) return refuse(*unframed);
+    const auto length = e.header("content-length");
+    if (length && std::strtoull(length->c_str(), nullptr, 10) > server.limits_.max_body_bytes) {
+        e.too_large_ = true;
+        e.answer(too_large_answer(server.limits_.max_body_bytes));
+        return server.send_answer(e) ? MHD_YES : MHD_NO;
+    }
+    return MHD_YES;
+}
+
 MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const char*,
                                    const char* method, const char*, const char* upload_data,
                                    size_t* upload_size, void** request_context)
@@ -838,42 +884,7 @@ MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const
     Exchange& e = *exchange;
     HttpServer::ConnectionRecord* record = server.record_of(connection);
 
-    if (!e.connection_) {  // the headers are in
-        e.connection_ = connection;
-        e.method = method ? method : "";
-        MHD_get_connection_values(connection, MHD_HEADER_KIND, &MhdCallbacks::on_header,
-                                  &e.headers);
-        // Only a certificate the handshake checked against the client CA names anyone.
-        if (!server.tls_.client_ca_file.empty())
-            e.client_certificate_cn = client_certificate_cn(connection);
-        if (record) {
-            e.fd_ = record->fd;
-            e.client_address = record->address;
-            record->deadline_ms = now_ms() + server.limits_.body_timeout_ms;
-        }
-        if (record && record->over_limit && !server.exempt_(e.target)) {
-            e.refused_ = true;
-            server.counters_.refused += 1;
-            HttpResponse refusal = error_response(unavailable(
-                "too many connections (http_max_connections " +
-                std::to_string(server.limits_.max_connections) +
-                ", http_max_connections_per_address " +
-                std::to_string(server.limits_.max_connections_per_address) +
-                "): try again later, on a kept-alive connection"));
-            refusal.set_header("Connection", "close");
-            e.answer(std::move(refusal));
-            return server.send_answer(e) ? MHD_YES : MHD_NO;
-        }
-        const auto length = e.header("content-length");
-        if (length && std::strtoull(length->c_str(), nullptr, 10) > server.limits_.max_body_bytes) {
-            e.too_large_ = true;
-        }
-        if (e.too_large_) {
-            e.answer(too_large_answer(server.limits_.max_body_bytes));
-            return server.send_answer(e) ? MHD_YES : MHD_NO;
-        }
-        return MHD_YES;
-    }
+    if (!e.connection_) return on_headers(server, e, connection, method, record);
     if (*upload_size != 0) {
         if (!e.refused_ && !e.too_large_) {
             if (e.body.size() + *upload_size > server.limits_.max_body_bytes) {

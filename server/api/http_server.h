@@ -163,7 +163,7 @@ private:
     bool suspended_ = false;
     bool hangup_watched_ = false;  // its socket is in the hang-up epoll set
     bool queued_ = false;
-    bool refused_ = false;  // over a connection limit: answered 503 at once
+    bool refused_ = false;  // answered before its body (503 over a limit, 400 bad framing)
     bool too_large_ = false;
     int fd_ = -1;
 };

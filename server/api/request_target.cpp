@@ -61,6 +61,22 @@ std::optional<ApiError> first_unknown(const Target& target, const Names& allowed
     return std::nullopt;
 }
 
+// "/path?query" of a target in the absolute form ("http://host:port/path?query", RFC 9112
+// 3.2.2, which proxies send); any other target as it is. The path may come out empty
+// ("http://host?query"), which is "/".
+std::string_view without_scheme_and_authority(std::string_view raw)
+{
+    for (std::string_view scheme : {"http://", "https://"}) {
+        const bool match = raw.size() >= scheme.size() &&
+                           std::equal(scheme.begin(), scheme.end(), raw.begin(),
+                                      [](char s, char r) { return s == (r | 0x20); });
+        if (!match) continue;
+        const size_t path = raw.find_first_of("/?", scheme.size());
+        return path == std::string_view::npos ? std::string_view() : raw.substr(path);
+    }
+    return raw;
+}
+
 }  // namespace
 
 bool Target::has(std::string_view name) const { return get(name).has_value(); }
@@ -74,12 +90,24 @@ std::optional<std::string> Target::get(std::string_view name) const
 
 Parsed<Target> parse_target(std::string_view raw)
 {
+    // libmicrohttpd takes the target to be everything between the method and the last space,
+    // so a raw space (or tab, or any control byte) would otherwise reach a key.
+    const auto raw_control = std::find_if(raw.begin(), raw.end(), [](char c) {
+        return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f;
+    });
+    if (raw_control != raw.end())
+        return ApiError{400, "invalid_argument",
+                        "the request target has a raw space or control character at byte " +
+                            std::to_string(raw_control - raw.begin()) +
+                            " (percent-encode it: a space is %20)",
+                        Json{{"field", "target"}, {"violation", "raw space or control character"}}};
+    raw = without_scheme_and_authority(raw);
     const size_t question = raw.find('?');
     const std::string_view raw_path = raw.substr(0, question);
     Target target;
     auto path = percent_decode(raw_path, false);
     if (!path) return bad_escape("path", raw_path);
-    target.path = std::move(*path);
+    target.path = path->empty() ? "/" : std::move(*path);
     if (question == std::string_view::npos) return target;
     std::string_view rest = raw.substr(question + 1);
     while (!rest.empty()) {

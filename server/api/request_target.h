@@ -25,7 +25,8 @@ struct Target {
     std::optional<std::string> get(std::string_view name) const;
 };
 
-// Splits and decodes a raw request target ("/v1/kv/a%2Fb?prefix=true"). A bad escape, or a
+// Splits and decodes a raw request target ("/v1/kv/a%2Fb?prefix=true", or the absolute form
+// "http://host/v1/kv/a%2Fb?prefix=true"). A raw space or control byte, a bad escape, or a
 // parameter given twice, is 400 `invalid_argument` naming where.
 Parsed<Target> parse_target(std::string_view raw);
 

@@ -1,8 +1,8 @@
 """The event-driven HTTP front end (issue 12, docs/frontend.md) against a real 3-replica cell:
-strict targets and query parameters (issue 11), pipelining, floods of idle, slowloris, watching
-and waiting clients while /healthz stays fast and honest clients are served, the connection
-limit's 503, a waiter that hangs up has its wait withdrawn, a slow watch reader is cut and
-resumes with no gap, and /readyz and /v1/cluster on a leader cut off from its quorum.
+strict targets and query parameters (issue 11), pipelining, unsound framing, floods of idle,
+slowloris, watching and waiting clients while /healthz stays fast and honest clients are served,
+the connection limit's 503, a waiter that hangs up has its wait withdrawn, a slow watch reader is
+cut and resumes with no gap, and /readyz and /v1/cluster on a leader cut off from its quorum.
 
 Counts are small enough for CI on 2 shared cores; VL_FRONTEND_SCALE=10 multiplies the floods."""
 import json
@@ -184,6 +184,45 @@ def test_pipelined_requests_answer_in_order(cell):
         assert [status for status, _ in answers] == [200, 200, 200, 404], answers
         assert json.loads(answers[1][1])["value"] == "v1"
         assert json.loads(answers[2][1]) == {"ok": True}
+
+
+def test_unsound_framing_and_raw_spaces_are_400_at_once_and_store_nothing(cell):
+    """The shapes of request smuggling (RFC 9112 5.1 and 6.3) are 400 at once and the
+    connection closes after the answer; a raw space or tab in the target is 400 on a connection
+    that stays open. Nothing is written. Before, a Transfer-Encoding other than chunked left the
+    client waiting out the body timeout (10 s), and `PUT /v1/kv/a b` wrote the key 'a b'."""
+    key = fresh("frame")
+    body = json.dumps({"value": "x"}).encode()
+    length = f"Content-Length: {len(body)}\r\n"
+    unframed = ["Transfer-Encoding: gzip\r\n", "Transfer-Encoding: gzip, chunked\r\n",
+                f"{length}Content-Length: 99\r\n", f"Content-Length : {len(body)}\r\n"]
+    bad_targets = [f"/v1/kv/{key} b", f"/v1/kv/{key}\tb"]
+    for replica in (cell.leader, (cell.leader + 1) % 3):
+        for headers in unframed:
+            sock = raw_socket(cell, replica)
+            sock.sendall(f"PUT /v1/kv/{key} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode()
+                         + body)
+            (status, text), = read_responses(sock, 1, timeout=5.0)
+            assert status == 400 and json.loads(text)["code"] == "invalid_argument", text
+            assert sock.recv(1) == b"", headers  # closed: where the body ends is unknown
+            sock.close()
+        for target in bad_targets:
+            sock = raw_socket(cell, replica)
+            sock.sendall(f"PUT {target} HTTP/1.1\r\nHost: x\r\n{length}\r\n".encode() + body
+                         + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            (status, text), (after, _) = read_responses(sock, 2)
+            sock.close()
+            assert status == 400 and json.loads(text)["details"]["field"] == "target", text
+            assert after == 200
+    assert call(cell, 0, "GET", f"/v1/kv/{key}?prefix=true")["kvs"] == []
+    # The absolute form (what a proxy sends) is read as its path.
+    sock = raw_socket(cell, cell.leader)
+    sock.sendall(f"PUT http://x/v1/kv/{key} HTTP/1.1\r\nHost: x\r\n{length}\r\n".encode()
+                 + body)
+    (status, text), = read_responses(sock, 1)
+    sock.close()
+    assert status == 200, text
+    assert call(cell, 0, "GET", f"/v1/kv/{key}")["value"] == "x"
 
 
 # ---- Floods ------------------------------------------------------------------------------------

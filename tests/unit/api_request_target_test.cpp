@@ -53,3 +53,26 @@ TEST_CASE("a parameter the endpoint does not take is 400 unknown_field")
     CHECK_FALSE(check_query(t.value(), std::vector<std::string>{"prefix", "dry"}));
     CHECK(check_query(parse_target("/healthz?x").value(), {}));
 }
+
+TEST_CASE("a raw space or control byte in the target is 400, not part of a key")
+{
+    for (const char* bad : {"/v1/kv/sp ace", "/v1/kv/t\tb", "/v1/kv/a?after=x y", "/v1/kv/\x7f"}) {
+        auto t = parse_target(bad);
+        REQUIRE_FALSE(t.ok());
+        CHECK(t.error().status == 400);
+        CHECK(t.error().details["field"] == "target");
+    }
+    CHECK(parse_target("/v1/kv/sp%20ace").value().path == "/v1/kv/sp ace");
+}
+
+TEST_CASE("a target in the absolute form is read as its path and query")
+{
+    auto t = parse_target("http://10.0.0.1:7480/v1/kv/a?prefix=true");
+    REQUIRE(t.ok());
+    CHECK(t.value().path == "/v1/kv/a");
+    CHECK(t.value().get("prefix") == "true");
+    CHECK(parse_target("HTTPS://example/healthz").value().path == "/healthz");
+    CHECK(parse_target("http://example").value().path == "/");
+    CHECK(parse_target("http://example?x").value().get("x") == "");
+    CHECK(parse_target("ftp://example/healthz").value().path == "ftp://example/healthz");
+}

@@ -1,0 +1,63 @@
+#include "api/request_framing.h"
+
+#include <algorithm>
+#include <string_view>
+
+namespace voltlock::api {
+
+namespace {
+
+std::string_view trimmed(std::string_view text)
+{
+    const size_t first = text.find_first_not_of(" \t");
+    if (first == std::string_view::npos) return {};
+    return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
+
+bool is_chunked(std::string_view coding)
+{
+    coding = trimmed(coding);
+    return std::equal(coding.begin(), coding.end(), std::string_view("chunked").begin(),
+                      std::string_view("chunked").end(),
+                      [](char a, char b) { return (a | 0x20) == b; });
+}
+
+ApiError bad_header(const std::string& name, const std::string& violation,
+                    const std::string& message)
+{
+    return ApiError{400, "invalid_argument", message,
+                    Json{{"field", name}, {"in", "header"}, {"violation", violation}}};
+}
+
+}  // namespace
+
+std::optional<ApiError> framing_error(
+    const std::vector<std::pair<std::string, std::string>>& headers)
+{
+    std::optional<std::string> length;
+    bool encoded = false;
+    for (const auto& [name, value] : headers) {
+        if (name.empty() || name.find_first_of(" \t") != std::string::npos)
+            return bad_header(name, "whitespace in the name",
+                              "header name '" + name +
+                                  "' is empty or has whitespace in it (write 'Name: value')");
+        if (name == "transfer-encoding") {
+            if (encoded || !is_chunked(value))
+                return bad_header("Transfer-Encoding", "not chunked",
+                                  "Transfer-Encoding '" + value +
+                                      "' is not supported: send the body with Content-Length, "
+                                      "or with one 'Transfer-Encoding: chunked'");
+            encoded = true;
+        }
+        if (name == "content-length") {
+            if (length && trimmed(*length) != trimmed(value))
+                return bad_header("Content-Length", "given twice",
+                                  "Content-Length is given twice, as '" + *length + "' and '" +
+                                      value + "'");
+            length = value;
+        }
+    }
+    return std::nullopt;
+}
+
+}  // namespace voltlock::api

@@ -1,0 +1,39 @@
+// How a request's body is framed (api/request_framing.h; issue 12's hostile clients).
+#include <doctest/doctest.h>
+
+#include "api/request_framing.h"
+
+using namespace voltlock::api;
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+TEST_CASE("Content-Length or one chunked Transfer-Encoding frames a body")
+{
+    CHECK_FALSE(framing_error({}));
+    CHECK_FALSE(framing_error(Headers{{"host", "x"}, {"content-length", "15"}}));
+    CHECK_FALSE(framing_error(Headers{{"transfer-encoding", " Chunked "}}));
+    // The same length twice says one thing (RFC 9110 8.6 lets a recipient take it).
+    CHECK_FALSE(framing_error(Headers{{"content-length", "5"}, {"content-length", "5 "}}));
+}
+
+TEST_CASE("any other framing is 400 naming the header")
+{
+    const std::vector<std::pair<Headers, std::string>> cases = {
+        {{{"transfer-encoding", "gzip"}}, "Transfer-Encoding"},
+        {{{"transfer-encoding", "gzip, chunked"}}, "Transfer-Encoding"},
+        {{{"transfer-encoding", "chunked"}, {"transfer-encoding", "chunked"}}, "Transfer-Encoding"},
+        {{{"transfer-encoding", "identity"}, {"content-length", "3"}}, "Transfer-Encoding"},
+        {{{"content-length", "5"}, {"content-length", "6"}}, "Content-Length"},
+        {{{"x-a ", "1"}}, "x-a "},
+        {{{"x\tb", "1"}}, "x\tb"},
+        {{{"", "1"}}, ""},
+    };
+    for (const auto& [headers, field] : cases) {
+        const auto error = framing_error(headers);
+        REQUIRE(error);
+        CHECK(error->status == 400);
+        CHECK(error->code == "invalid_argument");
+        CHECK(error->details["field"] == field);
+        CHECK(error->details["in"] == "header");
+    }
+}
