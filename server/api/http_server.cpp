@@ -739,7 +739,9 @@ bool HttpServer::send_answer(Exchange& exchange)
         stream = exchange.stream_;
     }
     MHD_Response* response = nullptr;
-    if (stream) {
+    // A stream answering HEAD is its headers alone: libmicrohttpd 0.9.75 would still send the
+    // chunked body's last chunk, which the client reads as the start of the next answer.
+    if (stream && exchange.method != "HEAD") {
         response = MHD_create_response_from_callback(
             MHD_SIZE_UNKNOWN, 16 * 1024, &MhdCallbacks::on_read_stream,
             new StreamReader{this, stream, exchange.shared_from_this()},

@@ -186,6 +186,22 @@ def test_pipelined_requests_answer_in_order(cell):
         assert json.loads(answers[2][1]) == {"ok": True}
 
 
+def test_head_of_a_watch_is_its_headers_alone(cell):
+    """HEAD of a stream answers the stream's headers with no body, so the next answer on the
+    connection reads right (libmicrohttpd sent the chunked body's last chunk), and leaves no
+    watch behind."""
+    for replica in (cell.leader, (cell.leader + 1) % 3):
+        sock = raw_socket(cell, replica)
+        sock.sendall(b"HEAD /v1/watch/head-of?prefix=true HTTP/1.1\r\nHost: x\r\n\r\n"
+                     b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        (status, body), (after, after_body) = read_responses(sock, 2)
+        sock.close()
+        assert (status, body) == (200, ""), body
+        assert (after, json.loads(after_body)) == (200, {"ok": True}), after_body
+        wait_until(lambda: call(cell, replica, "GET", "/v1/cluster")["api"]["watchers"] == 0,
+                   timeout=5.0, what="the HEAD's watch is gone")
+
+
 def test_unsound_framing_and_raw_spaces_are_400_at_once_and_store_nothing(cell):
     """The shapes of request smuggling (RFC 9112 5.1 and 6.3) are 400 at once and the
     connection closes after the answer; a raw space or tab in the target is 400 on a connection
