@@ -566,10 +566,11 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
                         .count()));
             done(outcome);
         });
-    step_and_flush(Receive{Request{.view = replica_.view(),
-                                   .client_id = client_id,
-                                   .request_number = request_number,
-                                   .payload = std::move(payload)}});
+    step(Receive{Request{.view = replica_.view(),
+                         .client_id = client_id,
+                         .request_number = request_number,
+                         .payload = std::move(payload)}});
+    flush_at_end_of_turn();
 }
 
 void Node::send_request(ReplicaIndex leader, const Request& request)
@@ -591,6 +592,7 @@ void Node::flush_at_end_of_turn()
     if (std::exchange(flush_pending_, true)) return;
     loop_.at_end_of_turn([this] {
         flush_pending_ = false;
+        step(Flush{});
         socket_.flush();
     });
 }

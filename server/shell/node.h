@@ -134,7 +134,9 @@ private:
     // For work that arrives on its own (a proposal, a storage thread's result): the leader
     // sends its partial batch and the socket its queue.
     void step_and_flush(const Input& input);
-    // The Requests and Replies the API queues in one turn of the loop leave in one sendmmsg.
+    // At the end of this turn of the loop the leader sends its partial batch, and the socket
+    // its queue: the ops proposed in one turn (an HTTP pass's calls) leave in one Prepare, and
+    // the Requests and Replies the API queued in one sendmmsg.
     void flush_at_end_of_turn();
     void execute(Effect& effect);
     // Storage: the data directory's writes, and the snapshot transfer.
