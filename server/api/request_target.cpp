@@ -63,7 +63,7 @@ std::optional<ApiError> first_unknown(const Target& target, const Names& allowed
 
 // "/path?query" of a target in the absolute form ("http://host:port/path?query", RFC 9112
 // 3.2.2, which proxies send); any other target as it is. The path may come out empty
-// ("http://host?query"), which is "/".
+// ("http://host?query"): there that is "/".
 std::string_view without_scheme_and_authority(std::string_view raw)
 {
     for (std::string_view scheme : {"http://", "https://"}) {
@@ -101,13 +101,15 @@ Parsed<Target> parse_target(std::string_view raw)
                             std::to_string(raw_control - raw.begin()) +
                             " (percent-encode it: a space is %20)",
                         Json{{"field", "target"}, {"violation", "raw space or control character"}}};
-    raw = without_scheme_and_authority(raw);
+    const std::string_view origin = without_scheme_and_authority(raw);
+    const bool absolute = origin.size() != raw.size();
+    raw = origin;
     const size_t question = raw.find('?');
     const std::string_view raw_path = raw.substr(0, question);
     Target target;
     auto path = percent_decode(raw_path, false);
     if (!path) return bad_escape("path", raw_path);
-    target.path = path->empty() ? "/" : std::move(*path);
+    target.path = path->empty() && absolute ? "/" : std::move(*path);
     if (question == std::string_view::npos) return target;
     std::string_view rest = raw.substr(question + 1);
     while (!rest.empty()) {

@@ -76,3 +76,9 @@ TEST_CASE("a target in the absolute form is read as its path and query")
     CHECK(parse_target("http://example?x").value().get("x") == "");
     CHECK(parse_target("ftp://example/healthz").value().path == "ftp://example/healthz");
 }
+
+TEST_CASE("an empty target stays empty: only the absolute form's empty path is '/'")
+{
+    CHECK(parse_target("").value().path.empty());
+    CHECK(parse_target("?x").value().path.empty());
+}
