@@ -131,8 +131,8 @@ private:
     void broadcast(const Message& message);
     void on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& from);
     void step(const Input& input);
-    // For work that arrives on its own (a proposal, a storage thread's result): the leader
-    // sends its partial batch and the socket its queue.
+    // For work that arrives on its own (a storage thread's result): the leader sends its
+    // partial batch and the socket its queue at once.
     void step_and_flush(const Input& input);
     // At the end of this turn of the loop the leader sends its partial batch, and the socket
     // its queue: the ops proposed in one turn (an HTTP pass's calls) leave in one Prepare, and
