@@ -122,6 +122,16 @@ def pid_alive(pid: int) -> bool:
     return process_start_ticks(pid) is not None
 
 
+def mute_daemon(tmp_path) -> tuple:
+    """A daemon that runs and never answers /v1/status, and the pgrep pattern of what it runs:
+    a sleep of a length its own, so that a leftover is found and nobody else's `sleep 300` is."""
+    seconds = f"300.{os.getpid()}{time.monotonic_ns() % 1_000_000}"
+    mute = tmp_path / "mute-daemon"
+    mute.write_text(f"#!/bin/sh\nexec sleep {seconds}\n")
+    mute.chmod(0o755)
+    return mute, f"^sleep {re.escape(seconds)}$"
+
+
 def pgrep(pattern: str) -> list[int]:
     out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
     return [int(pid) for pid in out.split()]
@@ -270,9 +280,7 @@ def test_failed_up_removes_everything_and_says_why(tmp_path):
     assert "pretend this is wrong" in failure.value.stderr  # the log tail is in the message
     assert netns_names() == before
 
-    mute = tmp_path / "mute-daemon"  # runs, never answers /v1/status
-    mute.write_text("#!/bin/sh\nexec sleep 300\n")
-    mute.chmod(0o755)
+    mute, mute_pattern = mute_daemon(tmp_path)
     started = time.monotonic()
     with pytest.raises(CellCommandError) as failure:
         with Cell(voltlockd=str(mute), timeout=1.5):
@@ -280,7 +288,7 @@ def test_failed_up_removes_everything_and_says_why(tmp_path):
     assert "no leader after 1.5 s" in failure.value.stderr
     assert time.monotonic() - started < 20
     assert netns_names() == before
-    assert not [pid for pid in pgrep("^sleep 300$") if pid_alive(pid)]
+    assert not [pid for pid in pgrep(mute_pattern) if pid_alive(pid)]
 
 
 def test_an_interrupt_that_lands_in_a_finalizer_is_not_lost():
@@ -310,9 +318,7 @@ def test_an_interrupt_that_lands_in_a_finalizer_is_not_lost():
 
 def test_interrupted_up_removes_everything(tmp_path):
     before = netns_names()
-    mute = tmp_path / "mute-daemon"
-    mute.write_text("#!/bin/sh\nexec sleep 300\n")
-    mute.chmod(0o755)
+    mute, mute_pattern = mute_daemon(tmp_path)
     name = unique_name("i")
     state_dir = os.path.join(cells_dir(), name)
 
@@ -341,7 +347,7 @@ def test_interrupted_up_removes_everything(tmp_path):
         assert up.returncode == 1, (moment.__name__, err)
         assert netns_names() == before, (moment.__name__, err)
         assert not os.path.exists(state_dir)
-        assert not [pid for pid in pgrep("^sleep 300$") if pid_alive(pid)]
+        assert not [pid for pid in pgrep(mute_pattern) if pid_alive(pid)]
 
 
 def test_usage_errors_exit_2():
