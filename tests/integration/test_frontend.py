@@ -250,6 +250,29 @@ def test_unsound_framing_and_raw_spaces_are_400_at_once_and_store_nothing(cell):
     assert call(cell, 0, "GET", f"/v1/kv/{key}")["value"] == "x"
 
 
+def test_headers_of_12_kb_are_read_and_of_20_kb_are_431_and_store_nothing(cell):
+    """Each connection's header space is 16 KB (http_server.cpp, kConnectionPoolBytes): 12 KB
+    of headers are served on a connection that keeps serving, 20 KB are 431 and write nothing."""
+    key, refused = fresh("headers"), fresh("headers")
+    body = json.dumps({"value": "x"}).encode()
+    for replica in (cell.leader, (cell.leader + 1) % 3):
+        sock = raw_socket(cell, replica)
+        sock.sendall(f"PUT /v1/kv/{key} HTTP/1.1\r\nHost: x\r\nX-Pad: {'p' * 12_000}\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+                     + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        (status, text), (after, _) = read_responses(sock, 2)
+        sock.close()
+        assert status == 200 and after == 200, text
+        sock = raw_socket(cell, replica)
+        sock.sendall(f"PUT /v1/kv/{refused} HTTP/1.1\r\nHost: x\r\nX-Pad: {'p' * 20_000}\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        (status, _), = read_responses(sock, 1)
+        sock.close()
+        assert status == 431
+    assert call(cell, 0, "GET", f"/v1/kv/{key}")["version"] == 2
+    assert call(cell, 0, "GET", f"/v1/kv/{refused}?prefix=true")["kvs"] == []
+
+
 # ---- Floods ------------------------------------------------------------------------------------
 
 def test_idle_connections_cost_nothing(cell):
