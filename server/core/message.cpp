@@ -113,6 +113,20 @@ bool fields(Io& io, M& m)
            io.u64(m.client_id) && io.u64(m.request_number) && io.rest(m.result);
 }
 
+template <typename Io, codec::MaybeConst<BatchedReply> M>
+bool fields(Io& io, M& m)
+{
+    return io.u64(m.client_id) && io.u64(m.request_number) && io.u64(m.commit) &&
+           io.template str<uint16_t>(m.result);
+}
+
+template <typename Io, codec::MaybeConst<Replies> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) &&
+           io.template sequence<uint16_t>(m.replies);
+}
+
 template <typename Io, codec::MaybeConst<Prepare> M>
 bool fields(Io& io, M& m)
 {
@@ -207,6 +221,7 @@ bool consistent(const Message& message)
             [](const RecoveryResponse& m) {
                 return m.commit <= m.op && m.last_normal_view <= m.view;
             },
+            [](const Replies& m) { return !m.replies.empty(); },
             [](const auto&) { return true; },
         },
         message);
@@ -237,7 +252,7 @@ const char* message_type_name(vl_message_type type)
     static constexpr const char* names[] = {
         "request",           "reply",          "prepare",        "prepare_ok", "commit",
         "start_view_change", "do_view_change", "start_view",     "recovery",   "recovery_response",
-        "get_state",         "new_state",      "snapshot_offer", "commit_ok",
+        "get_state",         "new_state",      "snapshot_offer", "commit_ok",  "replies",
     };
     static_assert(std::size(names) == VL_MSG_TYPE_MAX - VL_MSG_TYPE_MIN + 1);
     static_assert(std::size(names) == std::variant_size_v<Message>);
@@ -259,6 +274,51 @@ vl_message_type message_type(const Message& message)
 }
 
 size_t encoded_size(const Message& message) { return VL_HEADER_BYTES + measure(message).size(); }
+
+Reply reply_of(const Replies& replies, const BatchedReply& item)
+{
+    return Reply{.view = replies.view,
+                 .replica = replies.replica,
+                 .client_id = item.client_id,
+                 .request_number = item.request_number,
+                 .commit = item.commit,
+                 .result = item.result};
+}
+
+std::vector<Message> batch_replies(std::vector<Reply> replies, uint32_t max_message_bytes)
+{
+    std::vector<Message> out;
+    Replies batch;
+    size_t batch_bytes = VL_HEADER_BYTES + VL_REPLIES_FIXED_BYTES;
+    const auto close_batch = [&] {
+        if (batch.replies.size() == 1)
+            out.emplace_back(reply_of(batch, batch.replies.front()));
+        else if (!batch.replies.empty())
+            out.emplace_back(std::move(batch));
+        batch = Replies{};
+        batch_bytes = VL_HEADER_BYTES + VL_REPLIES_FIXED_BYTES;
+    };
+    for (Reply& reply : replies) {
+        const size_t item_bytes = VL_BATCHED_REPLY_FIXED_BYTES + reply.result.size();
+        if (!batch.replies.empty() &&
+            (reply.view != batch.view || reply.replica != batch.replica ||
+             batch_bytes + item_bytes > max_message_bytes))
+            close_batch();
+        if (batch_bytes + item_bytes > max_message_bytes) {
+            out.emplace_back(std::move(reply));  // too big to share a datagram
+            continue;
+        }
+        batch.view = reply.view;
+        batch.replica = reply.replica;
+        batch.replies.push_back(BatchedReply{.client_id = reply.client_id,
+                                             .request_number = reply.request_number,
+                                             .commit = reply.commit,
+                                             .result = std::move(reply.result)});
+        batch_bytes += item_bytes;
+    }
+    close_batch();
+    return out;
+}
 
 uint64_t message_tag(const uint8_t* msg, uint32_t len, const CellWire& wire)
 {

@@ -166,9 +166,28 @@ struct CommitOk {
     bool operator==(const CommitOk&) const = default;
 };
 
+// Not in the paper: the leader's Replies of one turn to one follower's forwarded Requests, in
+// one datagram instead of one each (docs/frontend.md). Each item is a Reply of `view` from
+// `replica`; the receiver takes them one by one (reply_of).
+struct BatchedReply {
+    ClientId client_id = 0;
+    RequestNumber request_number = 0;
+    Op commit = 0;
+    Bytes result;
+    bool operator==(const BatchedReply&) const = default;
+};
+struct Replies {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    std::vector<BatchedReply> replies;
+    bool operator==(const Replies&) const = default;
+};
+
+Reply reply_of(const Replies& replies, const BatchedReply& item);
+
 using Message = std::variant<Request, Reply, Prepare, PrepareOk, Commit, StartViewChange,
                              DoViewChange, StartView, Recovery, RecoveryResponse, GetState,
-                             NewState, SnapshotOffer, CommitOk>;
+                             NewState, SnapshotOffer, CommitOk, Replies>;
 
 const char* message_name(const Message& message);
 // The replica index in the header: the sender's, or VL_CLIENT_SENDER for a Request.
@@ -202,6 +221,11 @@ constexpr size_t max_reply_result_bytes(uint32_t max_message_bytes)
     constexpr size_t overhead = VL_HEADER_BYTES + VL_REPLY_FIXED_BYTES;
     return max_message_bytes > overhead ? max_message_bytes - overhead : 0;
 }
+
+// `replies` (to one destination) as few messages as carry them within max_message_bytes: a
+// Replies for two or more that fit together, a Reply for one alone or one too big to share;
+// in order, a Reply of another view or replica than the batch's starting a batch of its own.
+std::vector<Message> batch_replies(std::vector<Reply> replies, uint32_t max_message_bytes);
 
 // How a cell's datagrams are stamped and checked (wire.h): its cluster id, and its replication
 // keys (docs/security.md). With keys, every datagram carries SipHash-2-4 under keys.key[0] and

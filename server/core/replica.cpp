@@ -204,6 +204,9 @@ void Replica::on_receive(const Receive& receive)
                    [&](const NewState& m) { on_new_state(m); },
                    [&](const SnapshotOffer& m) { on_snapshot_offer(m); },
                    [&](const CommitOk& m) { on_commit_ok(m); },
+                   [&](const Replies& m) {
+                       for (const BatchedReply& item : m.replies) on_reply(reply_of(m, item));
+                   },
                },
                message);
 }

@@ -130,6 +130,7 @@ Node::Node(const DaemonConfig& config, Start start, EventLoop& loop, UdpSocket s
       socket_(std::move(socket)),
       timer_(std::move(timer)),
       peers_(std::move(peers)),
+      replies_to_peers_(peers_.size()),
       encode_buffer_(config.max_message_bytes),
       loop_(loop),
       storage_(std::move(storage))
@@ -171,7 +172,7 @@ void Node::on_datagrams()
             on_datagram(datagram, from);
         });
     step(Flush{});
-    socket_.flush();
+    send_queued();
 }
 
 void Node::on_timer()
@@ -191,14 +192,14 @@ void Node::on_timer()
     if (electrode_ && (!electrode_->peers_resolved() || ticks_ % 10 == 0))
         electrode_->refresh_peers();
     step(Flush{});
-    socket_.flush();
+    send_queued();
 }
 
 void Node::on_ring_records()
 {
     take_ring_records();
     step(Flush{});
-    socket_.flush();
+    send_queued();
 }
 
 void Node::take_ring_records()
@@ -283,12 +284,14 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
         }
     }
     counters_.messages_in[message_type(message)] += 1;
-    if (const auto* reply = std::get_if<Reply>(&message)) {
-        // The answer to a request this replica sent for its API (send_request); the core then
-        // learns the leader's commit number from it. The listener first: a read waiting for
-        // that commit point is registered before the core applies up to it.
-        if (reply_listener_) reply_listener_(*reply);
-    }
+    // The answer to a request this replica sent for its API (send_request); the core then
+    // learns the leader's commit number from it. The listener first: a read waiting for that
+    // commit point is registered before the core applies up to it.
+    if (const auto* reply = std::get_if<Reply>(&message); reply && reply_listener_)
+        reply_listener_(*reply);
+    if (const auto* replies = std::get_if<Replies>(&message); replies && reply_listener_)
+        for (const BatchedReply& item : replies->replies)
+            reply_listener_(reply_of(*replies, item));
     step(Receive{.message = std::move(message), .flags = decoded.value().flags});
 }
 
@@ -583,7 +586,7 @@ void Node::answer_request(const Reply& reply)
 {
     const auto client = clients_.find(reply.client_id);
     if (client == clients_.end()) return;  // the follower asks again
-    send_message(client->second, reply);
+    send_reply(client->second, reply);
     flush_at_end_of_turn();
 }
 
@@ -593,7 +596,7 @@ void Node::flush_at_end_of_turn()
     loop_.at_end_of_turn([this] {
         flush_pending_ = false;
         step(Flush{});
-        socket_.flush();
+        send_queued();
     });
 }
 
@@ -601,7 +604,7 @@ void Node::step_and_flush(const Input& input)
 {
     step(input);
     step(Flush{});
-    socket_.flush();
+    send_queued();
 }
 
 void Node::deliver_reply(const Reply& reply)
@@ -627,7 +630,7 @@ void Node::deliver_reply(const Reply& reply)
         counters_.unknown_client += 1;  // it will retry, perhaps to us
         return;
     }
-    send_message(client->second, reply);
+    send_reply(client->second, reply);
 }
 
 void Node::fail_proposals()
@@ -662,6 +665,28 @@ void Node::send_message(const sockaddr_in& to, const Message& message, uint16_t 
     VL_ASSERT(length > 0, "the core's messages fit in one datagram");
     counters_.messages_out[message_type(message)] += 1;
     socket_.queue(to, {encode_buffer_.data(), length});
+}
+
+void Node::send_reply(const sockaddr_in& to, const Reply& reply)
+{
+    for (size_t r = 0; r < peers_.size(); r++) {
+        if (same_address(peers_[r], to)) {
+            replies_to_peers_[r].push_back(reply);
+            return;
+        }
+    }
+    send_message(to, reply);
+}
+
+void Node::send_queued()
+{
+    for (size_t r = 0; r < peers_.size(); r++) {
+        if (replies_to_peers_[r].empty()) continue;
+        for (const Message& message :
+             batch_replies(std::exchange(replies_to_peers_[r], {}), config_.max_message_bytes))
+            send_message(peers_[r], message);
+    }
+    socket_.flush();
 }
 
 void Node::log_transition(const vl_kernel_state& state)

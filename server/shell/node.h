@@ -156,6 +156,11 @@ private:
     void fetch_snapshot_from(const FetchSnapshot& fetch);
     [[noreturn]] void fail_stop(const Error& error);
     void send_message(const sockaddr_in& to, const Message& message, uint16_t flags = 0);
+    // A Reply to a replica waits in replies_to_peers_ for send_queued; to a client it is queued.
+    void send_reply(const sockaddr_in& to, const Reply& reply);
+    // The turn's Replies to each replica, as few datagrams as carry them, then the socket's
+    // queue: every flush of the socket goes through here.
+    void send_queued();
     void log_transition(const vl_kernel_state& state);
     void deliver_reply(const Reply& reply);
     void fail_proposals();
@@ -172,6 +177,7 @@ private:
     bool flush_pending_ = false;  // flush_at_end_of_turn() has a flush queued
     FileDescriptor timer_;
     std::vector<sockaddr_in> peers_;  // by replica index
+    std::vector<std::vector<Reply>> replies_to_peers_;  // by replica index, until send_queued
     std::unordered_map<ClientId, sockaddr_in> clients_;
     std::vector<uint8_t> encode_buffer_;
     vl_kernel_state last_state_{};

@@ -92,6 +92,11 @@ std::vector<std::pair<std::string, Message>> sample_messages()
         {"recovery_response", RecoveryResponse{.view = 2, .replica = 0, .nonce = 42, .op = 2,
                                                .commit = 1, .last_normal_view = 2}},
         {"get_state", GetState{.view = 2, .replica = 1, .op = 1}},
+        {"replies", Replies{.view = 1,
+                            .replica = 0,
+                            .replies = {{.client_id = 9, .request_number = 1, .commit = 2,
+                                         .result = encode_result(PutResult{})},
+                                        {.client_id = 10, .request_number = 3, .commit = 2}}}},
     };
 }
 

@@ -83,6 +83,9 @@ std::string describe(const Message& message)
             [](const CommitOk& m) {
                 return strprintf("v%llu heartbeat=%llu", ull(m.view), ull(m.heartbeat));
             },
+            [](const Replies& m) {
+                return strprintf("v%llu replies=%zu", ull(m.view), m.replies.size());
+            },
         },
         message);
     return std::string(message_name(message)) + " " + fields;

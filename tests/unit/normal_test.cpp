@@ -273,3 +273,20 @@ TEST_CASE("ReadIndex: a follower learns the commit number from its leader's Repl
     CHECK(follower.effects_of<Executed>().size() == 2);
     CHECK(follower.sent_to<GetState>(0).empty());
 }
+
+TEST_CASE("ReadIndex: a follower takes each Reply of its leader's Replies as a Reply")
+{
+    TestReplica follower(test_config(1, 3));
+    follower.receive(Prepare{.view = 0, .replica = 0, .op = 3, .commit = 0,
+                             .entries = {entry(1, 1, "Wa"), entry(2, 1, "Wb"), entry(3, 1, "Wc")}});
+    // From a replica that does not lead the view: nothing.
+    follower.receive(Replies{.view = 0, .replica = 2, .replies = {{.client_id = 9, .commit = 3}}});
+    CHECK(follower->commit() == 0);
+    // The leader's: each commit number in turn, the highest last.
+    follower.receive(Replies{.view = 0,
+                             .replica = 0,
+                             .replies = {{.client_id = 9, .request_number = 1, .commit = 1},
+                                         {.client_id = 10, .request_number = 1, .commit = 2}}});
+    CHECK(follower->commit() == 2);
+    CHECK(follower.effects_of<Executed>().size() == 2);
+}

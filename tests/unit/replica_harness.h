@@ -177,6 +177,9 @@ inline std::string describe(const Message& message)
             [](const CommitOk& m) {
                 return " v" + to_string(m.view) + " heartbeat" + to_string(m.heartbeat);
             },
+            [](const Replies& m) {
+                return " v" + to_string(m.view) + " n" + to_string(m.replies.size());
+            },
         },
         message);
 }

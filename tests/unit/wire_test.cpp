@@ -124,6 +124,11 @@ std::vector<Message> one_of_each_type()
         sample_new_state(),
         SnapshotOffer{.view = 9, .replica = 2, .op = 40, .state_unconfirmed = true},
         CommitOk{.view = 9, .replica = 1, .heartbeat = 310},
+        Replies{.view = 9,
+                .replica = 0,
+                .replies = {{.client_id = 0xC11E'0001, .request_number = 42, .commit = 12,
+                             .result = binary_payload()},
+                            {.client_id = 0xC11E'0002, .request_number = 7, .commit = 12}}},
     };
 }
 
@@ -493,9 +498,9 @@ TEST_CASE("decode rejects any other version as bad_version")
     }
 }
 
-TEST_CASE("decode rejects types 0, 15 and 255 as unknown_type")
+TEST_CASE("decode rejects types 0, 16 and 255 as unknown_type")
 {
-    for (uint8_t type : {uint8_t{0}, uint8_t{15}, uint8_t{255}}) {
+    for (uint8_t type : {uint8_t{0}, uint8_t{16}, uint8_t{255}}) {
         CAPTURE(int{type});
         CHECK(outcome(forge(Commit{.view = 1, .commit = 1}, [&](Datagram& d) {
                   d[offsetof(vl_header, type)] = type;
@@ -735,6 +740,64 @@ TEST_CASE("decode rejects a body too short for its fixed fields as bad_body")
     }
 }
 
+TEST_CASE("decode rejects a Replies with none, or with a count or length past the end")
+{
+    CHECK(outcome(encode(Replies{.view = 1, .replica = 0}, cluster)) == "bad_body");
+    const Replies two{.view = 1,
+                      .replica = 0,
+                      .replies = {{.client_id = 1, .request_number = 1, .result = "ab"},
+                                  {.client_id = 2, .request_number = 1, .result = "cd"}}};
+    CHECK(outcome(encode(two, cluster)) == "accepted");
+    // The count, the first u16 of the body: one more than there are.
+    CHECK(outcome(forge(two, [](Datagram& d) { poke<uint16_t>(d, VL_HEADER_BYTES, 3); })) ==
+          "bad_body");
+    // The second result's length (the body's last 2 + 2 bytes are its length and bytes).
+    CHECK(outcome(forge(two, [](Datagram& d) { poke<uint16_t>(d, d.size() - 4, 3); })) ==
+          "bad_body");
+}
+
+TEST_CASE("batch_replies: a Reply for one alone, Replies that each fit, in order")
+{
+    const auto reply = [](ClientId client, size_t result_bytes, View view = 4) {
+        return Reply{.view = view,
+                     .replica = 1,
+                     .client_id = client,
+                     .request_number = client * 10,
+                     .commit = 100 + client,
+                     .result = Bytes(result_bytes, 'r')};
+    };
+    // One Reply goes as it is.
+    CHECK(batch_replies({reply(1, 5)}, VL_DEFAULT_MESSAGE_BYTES) ==
+          std::vector<Message>{reply(1, 5)});
+    // 100 small ones: Replies, each within the size, that give back every Reply in order.
+    std::vector<Reply> many;
+    for (ClientId c = 1; c <= 100; c++) many.push_back(reply(c, 30));
+    const std::vector<Message> out = batch_replies(many, VL_DEFAULT_MESSAGE_BYTES);
+    CHECK(out.size() == 4);  // (1472 - 56 - 2) / (26 + 30): 25 in each datagram
+    std::vector<Reply> back;
+    for (const Message& message : out) {
+        CHECK(encoded_size(message) <= VL_DEFAULT_MESSAGE_BYTES);
+        const auto decoded = decode(encode(message, cluster), cluster);
+        REQUIRE(decoded.ok());
+        const auto& replies = std::get<Replies>(decoded.value().message);
+        for (const BatchedReply& item : replies.replies) back.push_back(reply_of(replies, item));
+    }
+    CHECK(back == many);
+    // A Reply too big to share a datagram goes alone, between the batches before and after it;
+    // a Reply of another view starts a batch of its own.
+    const size_t alone = VL_DEFAULT_MESSAGE_BYTES - VL_HEADER_BYTES - VL_REPLY_FIXED_BYTES;
+    const std::vector<Message> mixed = batch_replies(
+        {reply(1, 5), reply(2, 5), reply(3, alone), reply(4, 5), reply(5, 5, 5), reply(6, 5, 5)},
+        VL_DEFAULT_MESSAGE_BYTES);
+    REQUIRE(mixed.size() == 4);
+    CHECK(std::get<Replies>(mixed[0]).replies.size() == 2);
+    CHECK(mixed[1] == Message{reply(3, alone)});
+    CHECK(encoded_size(mixed[1]) == VL_DEFAULT_MESSAGE_BYTES);
+    CHECK(mixed[2] == Message{reply(4, 5)});
+    CHECK(std::get<Replies>(mixed[3]).view == 5);
+    CHECK(batch_replies({}, VL_DEFAULT_MESSAGE_BYTES).empty());
+}
+
 TEST_CASE("decode rejects a Prepare with batch_count 0 as bad_body")
 {
     // encode writes it (it does not validate); decode refuses it.
@@ -875,6 +938,9 @@ TEST_CASE("decode rejects header fields the type does not carry unless they are 
         {Recovery{.nonce = 1}, offsetof(vl_header, op), "op"},
         {Recovery{.nonce = 1}, offsetof(vl_header, commit), "commit"},
         {GetState{.view = 1, .op = 1}, offsetof(vl_header, commit), "commit"},
+        {Replies{.view = 1, .replies = {{.client_id = 1}}}, offsetof(vl_header, op), "op"},
+        {Replies{.view = 1, .replies = {{.client_id = 1}}}, offsetof(vl_header, commit),
+         "commit"},
     };
     for (const Unused& c : cases) {
         CAPTURE(name_of(c.message));
@@ -1079,11 +1145,9 @@ TEST_CASE("message_type_name: the message's name for every type, \"unknown\" out
 {
     for (const Message& message : one_of_each_type())
         CHECK(std::string(message_type_name(message_type(message))) == message_name(message));
-    // 0..15 all lie within the enum's range of values (VL_MSG_TYPE_MAX needs 4 bits).
-    for (int type : {0, 15}) {
-        CAPTURE(type);
-        CHECK(std::string(message_type_name(static_cast<vl_message_type>(type))) == "unknown");
-    }
+    // 0 is the one value within the enum's range (0..15: VL_MSG_TYPE_MAX needs 4 bits) that
+    // names no type; a value outside that range cannot be formed as a vl_message_type.
+    CHECK(std::string(message_type_name(static_cast<vl_message_type>(0))) == "unknown");
 }
 
 }  // namespace voltlock
