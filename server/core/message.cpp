@@ -123,8 +123,20 @@ bool fields(Io& io, M& m)
 template <typename Io, codec::MaybeConst<Replies> M>
 bool fields(Io& io, M& m)
 {
-    return io.replica(m.replica) && io.view(m.view) &&
-           io.template sequence<uint16_t>(m.replies);
+    return io.replica(m.replica) && io.view(m.view) && io.template sequence<uint16_t>(m.items);
+}
+
+template <typename Io, codec::MaybeConst<BatchedRequest> M>
+bool fields(Io& io, M& m)
+{
+    return io.u64(m.client_id) && io.u64(m.request_number) &&
+           io.template str<uint16_t>(m.payload);
+}
+
+template <typename Io, codec::MaybeConst<Requests> M>
+bool fields(Io& io, M& m)
+{
+    return io.replica(m.replica) && io.view(m.view) && io.template sequence<uint16_t>(m.items);
 }
 
 template <typename Io, codec::MaybeConst<Prepare> M>
@@ -221,7 +233,8 @@ bool consistent(const Message& message)
             [](const RecoveryResponse& m) {
                 return m.commit <= m.op && m.last_normal_view <= m.view;
             },
-            [](const Replies& m) { return !m.replies.empty(); },
+            [](const Replies& m) { return !m.items.empty(); },
+            [](const Requests& m) { return !m.items.empty(); },
             [](const auto&) { return true; },
         },
         message);
@@ -253,6 +266,7 @@ const char* message_type_name(vl_message_type type)
         "request",           "reply",          "prepare",        "prepare_ok", "commit",
         "start_view_change", "do_view_change", "start_view",     "recovery",   "recovery_response",
         "get_state",         "new_state",      "snapshot_offer", "commit_ok",  "replies",
+        "requests",
     };
     static_assert(std::size(names) == VL_MSG_TYPE_MAX - VL_MSG_TYPE_MIN + 1);
     static_assert(std::size(names) == std::variant_size_v<Message>);
@@ -285,39 +299,84 @@ Reply reply_of(const Replies& replies, const BatchedReply& item)
                  .result = item.result};
 }
 
-std::vector<Message> batch_replies(std::vector<Reply> replies, uint32_t max_message_bytes)
+Request request_of(const Requests& requests, const BatchedRequest& item)
+{
+    return Request{.view = requests.view,
+                   .client_id = item.client_id,
+                   .request_number = item.request_number,
+                   .payload = item.payload};
+}
+
+namespace {
+
+// What batch_replies and batch_requests share. `start` gives the empty batch a single would
+// head (its header fields), `to_item` the single as an item, `from_item` an item back as its
+// single: a batch of one, or an item too big to share a datagram, goes as that single.
+template <typename Batch, typename Single, typename Start, typename ToItem, typename FromItem>
+std::vector<Message> pack(std::vector<Single> singles, uint32_t max_message_bytes, Start start,
+                          ToItem to_item, FromItem from_item)
 {
     std::vector<Message> out;
-    Replies batch;
-    size_t batch_bytes = VL_HEADER_BYTES + VL_REPLIES_FIXED_BYTES;
+    std::optional<Batch> batch;
+    size_t batch_bytes = 0;
     const auto close_batch = [&] {
-        if (batch.replies.size() == 1)
-            out.emplace_back(reply_of(batch, batch.replies.front()));
-        else if (!batch.replies.empty())
-            out.emplace_back(std::move(batch));
-        batch = Replies{};
-        batch_bytes = VL_HEADER_BYTES + VL_REPLIES_FIXED_BYTES;
+        if (batch && batch->items.size() == 1)
+            out.emplace_back(from_item(*batch, batch->items.front()));
+        else if (batch)
+            out.emplace_back(std::move(*batch));
+        batch.reset();
     };
-    for (Reply& reply : replies) {
-        const size_t item_bytes = VL_BATCHED_REPLY_FIXED_BYTES + reply.result.size();
-        if (!batch.replies.empty() &&
-            (reply.view != batch.view || reply.replica != batch.replica ||
-             batch_bytes + item_bytes > max_message_bytes))
+    for (Single& single : singles) {
+        Batch next = start(single);
+        auto item = to_item(std::move(single));
+        const size_t empty_bytes = encoded_size(Message{next});
+        const size_t item_bytes = codec::encoded_size(item);
+        if (batch && (batch->view != next.view || batch->replica != next.replica ||
+                      batch_bytes + item_bytes > max_message_bytes))
             close_batch();
-        if (batch_bytes + item_bytes > max_message_bytes) {
-            out.emplace_back(std::move(reply));  // too big to share a datagram
+        if (empty_bytes + item_bytes > max_message_bytes) {
+            out.emplace_back(from_item(next, item));
             continue;
         }
-        batch.view = reply.view;
-        batch.replica = reply.replica;
-        batch.replies.push_back(BatchedReply{.client_id = reply.client_id,
-                                             .request_number = reply.request_number,
-                                             .commit = reply.commit,
-                                             .result = std::move(reply.result)});
+        if (!batch) {
+            batch = std::move(next);
+            batch_bytes = empty_bytes;
+        }
+        batch->items.push_back(std::move(item));
         batch_bytes += item_bytes;
     }
     close_batch();
     return out;
+}
+
+}  // namespace
+
+std::vector<Message> batch_replies(std::vector<Reply> replies, uint32_t max_message_bytes)
+{
+    return pack<Replies>(
+        std::move(replies), max_message_bytes,
+        [](const Reply& reply) { return Replies{.view = reply.view, .replica = reply.replica}; },
+        [](Reply&& reply) {
+            return BatchedReply{.client_id = reply.client_id,
+                                .request_number = reply.request_number,
+                                .commit = reply.commit,
+                                .result = std::move(reply.result)};
+        },
+        reply_of);
+}
+
+std::vector<Message> batch_requests(std::vector<Request> requests, ReplicaIndex sender,
+                                    uint32_t max_message_bytes)
+{
+    return pack<Requests>(
+        std::move(requests), max_message_bytes,
+        [&](const Request& request) { return Requests{.view = request.view, .replica = sender}; },
+        [](Request&& request) {
+            return BatchedRequest{.client_id = request.client_id,
+                                  .request_number = request.request_number,
+                                  .payload = std::move(request.payload)};
+        },
+        request_of);
 }
 
 uint64_t message_tag(const uint8_t* msg, uint32_t len, const CellWire& wire)

@@ -179,15 +179,32 @@ struct BatchedReply {
 struct Replies {
     View view = 0;
     ReplicaIndex replica = 0;
-    std::vector<BatchedReply> replies;
+    std::vector<BatchedReply> items;
     bool operator==(const Replies&) const = default;
 };
 
+// Not in the paper: the Requests a follower's API forwards to the leader in one turn of its
+// loop, in one datagram. Each item is a Request believing in `view`, and `replica` is the
+// follower that sent them; the leader takes them one by one (request_of).
+struct BatchedRequest {
+    ClientId client_id = 0;
+    RequestNumber request_number = 0;
+    Bytes payload;
+    bool operator==(const BatchedRequest&) const = default;
+};
+struct Requests {
+    View view = 0;
+    ReplicaIndex replica = 0;
+    std::vector<BatchedRequest> items;
+    bool operator==(const Requests&) const = default;
+};
+
 Reply reply_of(const Replies& replies, const BatchedReply& item);
+Request request_of(const Requests& requests, const BatchedRequest& item);
 
 using Message = std::variant<Request, Reply, Prepare, PrepareOk, Commit, StartViewChange,
                              DoViewChange, StartView, Recovery, RecoveryResponse, GetState,
-                             NewState, SnapshotOffer, CommitOk, Replies>;
+                             NewState, SnapshotOffer, CommitOk, Replies, Requests>;
 
 const char* message_name(const Message& message);
 // The replica index in the header: the sender's, or VL_CLIENT_SENDER for a Request.
@@ -226,6 +243,9 @@ constexpr size_t max_reply_result_bytes(uint32_t max_message_bytes)
 // Replies for two or more that fit together, a Reply for one alone or one too big to share;
 // in order, a Reply of another view or replica than the batch's starting a batch of its own.
 std::vector<Message> batch_replies(std::vector<Reply> replies, uint32_t max_message_bytes);
+// The same for the Requests that replica `sender` forwards to one leader.
+std::vector<Message> batch_requests(std::vector<Request> requests, ReplicaIndex sender,
+                                    uint32_t max_message_bytes);
 
 // How a cell's datagrams are stamped and checked (wire.h): its cluster id, and its replication
 // keys (docs/security.md). With keys, every datagram carries SipHash-2-4 under keys.key[0] and

@@ -205,7 +205,11 @@ void Replica::on_receive(const Receive& receive)
                    [&](const SnapshotOffer& m) { on_snapshot_offer(m); },
                    [&](const CommitOk& m) { on_commit_ok(m); },
                    [&](const Replies& m) {
-                       for (const BatchedReply& item : m.replies) on_reply(reply_of(m, item));
+                       for (const BatchedReply& item : m.items) on_reply(reply_of(m, item));
+                   },
+                   [&](const Requests& m) {
+                       for (const BatchedRequest& item : m.items)
+                           on_request(request_of(m, item));
                    },
                },
                message);

@@ -131,6 +131,7 @@ Node::Node(const DaemonConfig& config, Start start, EventLoop& loop, UdpSocket s
       timer_(std::move(timer)),
       peers_(std::move(peers)),
       replies_to_peers_(peers_.size()),
+      requests_to_peers_(peers_.size()),
       encode_buffer_(config.max_message_bytes),
       loop_(loop),
       storage_(std::move(storage))
@@ -261,19 +262,13 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
     }
     Message& message = decoded.value().message;
     if (const auto* request = std::get_if<Request>(&message)) {
-        clients_[request->client_id] = from;
-        // A follower's API forwarding an op (not a client on UDP): its commit latency counts.
+        // A follower's API forwarding an op, or a client on UDP.
         const bool from_replica = std::any_of(peers_.begin(), peers_.end(), [&](const auto& peer) {
             return same_address(peer, from);
         });
-        if (from_replica) {
-            if (request_taker_ && request_taker_(*request)) {
-                counters_.messages_in[message_type(message)] += 1;
-                return;
-            }
-            auto& arrival = forwarded_arrivals_[request->client_id];
-            if (arrival.first != request->request_number)  // a retransmit keeps the first time
-                arrival = {request->request_number, std::chrono::steady_clock::now()};
+        if (note_request(*request, from, from_replica)) {
+            counters_.messages_in[message_type(message)] += 1;
+            return;
         }
     } else {
         // Replica messages are believed only from the address configured for that replica.
@@ -284,13 +279,19 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
         }
     }
     counters_.messages_in[message_type(message)] += 1;
+    if (auto* requests = std::get_if<Requests>(&message)) {
+        std::erase_if(requests->items, [&](const BatchedRequest& item) {
+            return note_request(request_of(*requests, item), from, true);
+        });
+        if (requests->items.empty()) return;  // the API took them all
+    }
     // The answer to a request this replica sent for its API (send_request); the core then
     // learns the leader's commit number from it. The listener first: a read waiting for that
     // commit point is registered before the core applies up to it.
     if (const auto* reply = std::get_if<Reply>(&message); reply && reply_listener_)
         reply_listener_(*reply);
     if (const auto* replies = std::get_if<Replies>(&message); replies && reply_listener_)
-        for (const BatchedReply& item : replies->replies)
+        for (const BatchedReply& item : replies->items)
             reply_listener_(reply_of(*replies, item));
     step(Receive{.message = std::move(message), .flags = decoded.value().flags});
 }
@@ -576,9 +577,20 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
     flush_at_end_of_turn();
 }
 
+bool Node::note_request(const Request& request, const sockaddr_in& from, bool from_replica)
+{
+    clients_[request.client_id] = from;
+    if (!from_replica) return false;
+    if (request_taker_ && request_taker_(request)) return true;
+    auto& arrival = forwarded_arrivals_[request.client_id];
+    if (arrival.first != request.request_number)  // a retransmit keeps the first time
+        arrival = {request.request_number, std::chrono::steady_clock::now()};
+    return false;
+}
+
 void Node::send_request(ReplicaIndex leader, const Request& request)
 {
-    send_message(peers_.at(leader), request);
+    requests_to_peers_.at(leader).push_back(request);
     flush_at_end_of_turn();
 }
 
@@ -680,11 +692,16 @@ void Node::send_reply(const sockaddr_in& to, const Reply& reply)
 
 void Node::send_queued()
 {
+    const uint32_t max_bytes = config_.max_message_bytes;
     for (size_t r = 0; r < peers_.size(); r++) {
-        if (replies_to_peers_[r].empty()) continue;
-        for (const Message& message :
-             batch_replies(std::exchange(replies_to_peers_[r], {}), config_.max_message_bytes))
-            send_message(peers_[r], message);
+        if (!replies_to_peers_[r].empty())
+            for (const Message& message :
+                 batch_replies(std::exchange(replies_to_peers_[r], {}), max_bytes))
+                send_message(peers_[r], message);
+        if (!requests_to_peers_[r].empty())
+            for (const Message& message : batch_requests(
+                     std::exchange(requests_to_peers_[r], {}), config_.replica, max_bytes))
+                send_message(peers_[r], message);
     }
     socket_.flush();
 }

@@ -158,9 +158,12 @@ private:
     void send_message(const sockaddr_in& to, const Message& message, uint16_t flags = 0);
     // A Reply to a replica waits in replies_to_peers_ for send_queued; to a client it is queued.
     void send_reply(const sockaddr_in& to, const Reply& reply);
-    // The turn's Replies to each replica, as few datagrams as carry them, then the socket's
-    // queue: every flush of the socket goes through here.
+    // The turn's Replies and Requests to each replica, as few datagrams as carry them, then the
+    // socket's queue: every flush of the socket goes through here.
     void send_queued();
+    // A Request's sender is where its Reply goes. Of one a follower forwarded, the API may take
+    // it (a keepalive: true), else its commit latency counts from its first arrival.
+    bool note_request(const Request& request, const sockaddr_in& from, bool from_replica);
     void log_transition(const vl_kernel_state& state);
     void deliver_reply(const Reply& reply);
     void fail_proposals();
@@ -177,7 +180,9 @@ private:
     bool flush_pending_ = false;  // flush_at_end_of_turn() has a flush queued
     FileDescriptor timer_;
     std::vector<sockaddr_in> peers_;  // by replica index
-    std::vector<std::vector<Reply>> replies_to_peers_;  // by replica index, until send_queued
+    // By replica index, until send_queued.
+    std::vector<std::vector<Reply>> replies_to_peers_;
+    std::vector<std::vector<Request>> requests_to_peers_;
     std::unordered_map<ClientId, sockaddr_in> clients_;
     std::vector<uint8_t> encode_buffer_;
     vl_kernel_state last_state_{};

@@ -94,9 +94,14 @@ std::vector<std::pair<std::string, Message>> sample_messages()
         {"get_state", GetState{.view = 2, .replica = 1, .op = 1}},
         {"replies", Replies{.view = 1,
                             .replica = 0,
-                            .replies = {{.client_id = 9, .request_number = 1, .commit = 2,
+                            .items = {{.client_id = 9, .request_number = 1, .commit = 2,
                                          .result = encode_result(PutResult{})},
                                         {.client_id = 10, .request_number = 3, .commit = 2}}}},
+        {"requests", Requests{.view = 1,
+                              .replica = 2,
+                              .items = {{.client_id = 9, .request_number = 2, .payload = payload},
+                                        {.client_id = 10, .request_number = 4,
+                                         .payload = payload}}}},
     };
 }
 

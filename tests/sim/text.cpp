@@ -84,7 +84,10 @@ std::string describe(const Message& message)
                 return strprintf("v%llu heartbeat=%llu", ull(m.view), ull(m.heartbeat));
             },
             [](const Replies& m) {
-                return strprintf("v%llu replies=%zu", ull(m.view), m.replies.size());
+                return strprintf("v%llu replies=%zu", ull(m.view), m.items.size());
+            },
+            [](const Requests& m) {
+                return strprintf("v%llu requests=%zu", ull(m.view), m.items.size());
             },
         },
         message);

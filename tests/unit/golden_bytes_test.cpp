@@ -146,14 +146,21 @@ TEST_CASE("golden bytes: every message type")
         {CommitOk{.view = 4, .replica = 2, .heartbeat = 1234},
          "564c4b31010e020007000000020000000400000000000000d2040000000000000000000000000000"
          "0000000000000000bdf3e925a33bdcf6"},
-        // Recorded when the type was added (issue 12).
+        // Recorded when the types were added (issue 12).
         {Replies{.view = 4,
                  .replica = 0,
-                 .replies = {{.client_id = 9, .request_number = 1, .commit = 3, .result = "ok"},
+                 .items = {{.client_id = 9, .request_number = 1, .commit = 3, .result = "ok"},
                              {.client_id = 10, .request_number = 2, .commit = 3}}},
          "564c4b31010f02000700000000000000040000000000000000000000000000000000000000000000"
          "3800000000000000e7ccc69a64ed1580020009000000000000000100000000000000030000000000"
          "000002006f6b0a00000000000000020000000000000003000000000000000000"},
+        {Requests{.view = 4,
+                  .replica = 2,
+                  .items = {{.client_id = 9, .request_number = 1, .payload = "W"},
+                            {.client_id = 10, .request_number = 2}}},
+         "564c4b31011002000700000002000000040000000000000000000000000000000000000000000000"
+         "270000000000000022556281956872000200090000000000000001000000000000000100570a0000"
+         "000000000002000000000000000000"},
     };
     REQUIRE(golden.size() == std::variant_size_v<Message>);
     for (const auto& [message, hex] : golden) {

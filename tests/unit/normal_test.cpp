@@ -274,18 +274,33 @@ TEST_CASE("ReadIndex: a follower learns the commit number from its leader's Repl
     CHECK(follower.sent_to<GetState>(0).empty());
 }
 
+TEST_CASE("Requests: the leader takes each of a follower's Requests as a Request")
+{
+    TestReplica leader(test_config(0, 3));
+    leader.receive(Requests{.view = 0,
+                            .replica = 1,
+                            .items = {{.client_id = 100, .request_number = 1, .payload = "Wa"},
+                                      {.client_id = 101, .request_number = 1, .payload = "Wb"}}});
+    leader.flush();
+    const auto prepares = leader.sent_to<Prepare>(1);
+    REQUIRE(prepares.size() == 1);
+    REQUIRE(prepares[0].entries.size() == 2);
+    CHECK(prepares[0].entries[0].client_id == 100);
+    CHECK(prepares[0].entries[1].client_id == 101);
+}
+
 TEST_CASE("ReadIndex: a follower takes each Reply of its leader's Replies as a Reply")
 {
     TestReplica follower(test_config(1, 3));
     follower.receive(Prepare{.view = 0, .replica = 0, .op = 3, .commit = 0,
                              .entries = {entry(1, 1, "Wa"), entry(2, 1, "Wb"), entry(3, 1, "Wc")}});
     // From a replica that does not lead the view: nothing.
-    follower.receive(Replies{.view = 0, .replica = 2, .replies = {{.client_id = 9, .commit = 3}}});
+    follower.receive(Replies{.view = 0, .replica = 2, .items = {{.client_id = 9, .commit = 3}}});
     CHECK(follower->commit() == 0);
     // The leader's: each commit number in turn, the highest last.
     follower.receive(Replies{.view = 0,
                              .replica = 0,
-                             .replies = {{.client_id = 9, .request_number = 1, .commit = 1},
+                             .items = {{.client_id = 9, .request_number = 1, .commit = 1},
                                          {.client_id = 10, .request_number = 1, .commit = 2}}});
     CHECK(follower->commit() == 2);
     CHECK(follower.effects_of<Executed>().size() == 2);

@@ -178,7 +178,10 @@ inline std::string describe(const Message& message)
                 return " v" + to_string(m.view) + " heartbeat" + to_string(m.heartbeat);
             },
             [](const Replies& m) {
-                return " v" + to_string(m.view) + " n" + to_string(m.replies.size());
+                return " v" + to_string(m.view) + " n" + to_string(m.items.size());
+            },
+            [](const Requests& m) {
+                return " v" + to_string(m.view) + " n" + to_string(m.items.size());
             },
         },
         message);

@@ -126,9 +126,14 @@ std::vector<Message> one_of_each_type()
         CommitOk{.view = 9, .replica = 1, .heartbeat = 310},
         Replies{.view = 9,
                 .replica = 0,
-                .replies = {{.client_id = 0xC11E'0001, .request_number = 42, .commit = 12,
+                .items = {{.client_id = 0xC11E'0001, .request_number = 42, .commit = 12,
                              .result = binary_payload()},
                             {.client_id = 0xC11E'0002, .request_number = 7, .commit = 12}}},
+        Requests{.view = 9,
+                 .replica = 2,
+                 .items = {{.client_id = 0xC11E'0003, .request_number = 5,
+                            .payload = binary_payload()},
+                           {.client_id = 0xC11E'0004, .request_number = 1}}},
     };
 }
 
@@ -498,9 +503,9 @@ TEST_CASE("decode rejects any other version as bad_version")
     }
 }
 
-TEST_CASE("decode rejects types 0, 16 and 255 as unknown_type")
+TEST_CASE("decode rejects types 0, 17 and 255 as unknown_type")
 {
-    for (uint8_t type : {uint8_t{0}, uint8_t{16}, uint8_t{255}}) {
+    for (uint8_t type : {uint8_t{0}, uint8_t{17}, uint8_t{255}}) {
         CAPTURE(int{type});
         CHECK(outcome(forge(Commit{.view = 1, .commit = 1}, [&](Datagram& d) {
                   d[offsetof(vl_header, type)] = type;
@@ -743,9 +748,10 @@ TEST_CASE("decode rejects a body too short for its fixed fields as bad_body")
 TEST_CASE("decode rejects a Replies with none, or with a count or length past the end")
 {
     CHECK(outcome(encode(Replies{.view = 1, .replica = 0}, cluster)) == "bad_body");
+    CHECK(outcome(encode(Requests{.view = 1, .replica = 1}, cluster)) == "bad_body");
     const Replies two{.view = 1,
                       .replica = 0,
-                      .replies = {{.client_id = 1, .request_number = 1, .result = "ab"},
+                      .items = {{.client_id = 1, .request_number = 1, .result = "ab"},
                                   {.client_id = 2, .request_number = 1, .result = "cd"}}};
     CHECK(outcome(encode(two, cluster)) == "accepted");
     // The count, the first u16 of the body: one more than there are.
@@ -780,7 +786,7 @@ TEST_CASE("batch_replies: a Reply for one alone, Replies that each fit, in order
         const auto decoded = decode(encode(message, cluster), cluster);
         REQUIRE(decoded.ok());
         const auto& replies = std::get<Replies>(decoded.value().message);
-        for (const BatchedReply& item : replies.replies) back.push_back(reply_of(replies, item));
+        for (const BatchedReply& item : replies.items) back.push_back(reply_of(replies, item));
     }
     CHECK(back == many);
     // A Reply too big to share a datagram goes alone, between the batches before and after it;
@@ -790,12 +796,35 @@ TEST_CASE("batch_replies: a Reply for one alone, Replies that each fit, in order
         {reply(1, 5), reply(2, 5), reply(3, alone), reply(4, 5), reply(5, 5, 5), reply(6, 5, 5)},
         VL_DEFAULT_MESSAGE_BYTES);
     REQUIRE(mixed.size() == 4);
-    CHECK(std::get<Replies>(mixed[0]).replies.size() == 2);
+    CHECK(std::get<Replies>(mixed[0]).items.size() == 2);
     CHECK(mixed[1] == Message{reply(3, alone)});
     CHECK(encoded_size(mixed[1]) == VL_DEFAULT_MESSAGE_BYTES);
     CHECK(mixed[2] == Message{reply(4, 5)});
     CHECK(std::get<Replies>(mixed[3]).view == 5);
     CHECK(batch_replies({}, VL_DEFAULT_MESSAGE_BYTES).empty());
+}
+
+TEST_CASE("batch_requests: from their sender, each back as the Request it was, in order")
+{
+    std::vector<Request> requests;
+    for (ClientId c = 1; c <= 40; c++)
+        requests.push_back(Request{.view = 3, .client_id = c, .request_number = c,
+                                   .payload = Bytes(c, 'p')});
+    const std::vector<Message> out = batch_requests(requests, 2, VL_DEFAULT_MESSAGE_BYTES);
+    CHECK(out.size() == 2);  // 40 items of 18 + 1..40 bytes: 1,540 bytes in all
+    std::vector<Request> back;
+    for (const Message& message : out) {
+        CHECK(encoded_size(message) <= VL_DEFAULT_MESSAGE_BYTES);
+        const auto decoded = decode(encode(message, cluster), cluster);
+        REQUIRE(decoded.ok());
+        const auto& batch = std::get<Requests>(decoded.value().message);
+        CHECK(batch.replica == 2);
+        CHECK(sender_of(decoded.value().message) == 2);
+        for (const BatchedRequest& item : batch.items) back.push_back(request_of(batch, item));
+    }
+    CHECK(back == requests);
+    CHECK(batch_requests({requests[0]}, 2, VL_DEFAULT_MESSAGE_BYTES) ==
+          std::vector<Message>{requests[0]});
 }
 
 TEST_CASE("decode rejects a Prepare with batch_count 0 as bad_body")
@@ -938,9 +967,10 @@ TEST_CASE("decode rejects header fields the type does not carry unless they are 
         {Recovery{.nonce = 1}, offsetof(vl_header, op), "op"},
         {Recovery{.nonce = 1}, offsetof(vl_header, commit), "commit"},
         {GetState{.view = 1, .op = 1}, offsetof(vl_header, commit), "commit"},
-        {Replies{.view = 1, .replies = {{.client_id = 1}}}, offsetof(vl_header, op), "op"},
-        {Replies{.view = 1, .replies = {{.client_id = 1}}}, offsetof(vl_header, commit),
+        {Replies{.view = 1, .items = {{.client_id = 1}}}, offsetof(vl_header, op), "op"},
+        {Replies{.view = 1, .items = {{.client_id = 1}}}, offsetof(vl_header, commit),
          "commit"},
+        {Requests{.view = 1, .items = {{.client_id = 1}}}, offsetof(vl_header, op), "op"},
     };
     for (const Unused& c : cases) {
         CAPTURE(name_of(c.message));
@@ -1145,9 +1175,11 @@ TEST_CASE("message_type_name: the message's name for every type, \"unknown\" out
 {
     for (const Message& message : one_of_each_type())
         CHECK(std::string(message_type_name(message_type(message))) == message_name(message));
-    // 0 is the one value within the enum's range (0..15: VL_MSG_TYPE_MAX needs 4 bits) that
-    // names no type; a value outside that range cannot be formed as a vl_message_type.
-    CHECK(std::string(message_type_name(static_cast<vl_message_type>(0))) == "unknown");
+    // 0..31 all lie within the enum's range of values (VL_MSG_TYPE_MAX needs 5 bits).
+    for (int type : {0, 17, 31}) {
+        CAPTURE(type);
+        CHECK(std::string(message_type_name(static_cast<vl_message_type>(type))) == "unknown");
+    }
 }
 
 }  // namespace voltlock

@@ -79,9 +79,10 @@ enum vl_message_type {
     VL_MSG_SNAPSHOT_OFFER = 13,    /* §5.2, compacted: fetch my snapshot over TCP first */
     VL_MSG_COMMIT_OK = 14,         /* follower -> leader: heard your heartbeat (docs/leases.md) */
     VL_MSG_REPLIES = 15,           /* leader -> follower: a turn's Replies to it, together */
+    VL_MSG_REQUESTS = 16,          /* follower -> leader: a turn's forwarded Requests, together */
 };
 #define VL_MSG_TYPE_MIN VL_MSG_REQUEST
-#define VL_MSG_TYPE_MAX VL_MSG_REPLIES
+#define VL_MSG_TYPE_MAX VL_MSG_REQUESTS
 
 /* Header flags. */
 enum vl_flag {
@@ -172,12 +173,14 @@ VL_STATIC_ASSERT(offsetof(struct vl_header, checksum) == 48, "checksum offset");
  *                   u16 result_len, u8 result[result_len]. Each is a Reply of header.view from
  *                   header.replica, with its own commit: the leader's Replies of one turn to
  *                   one follower's forwarded Requests, in one datagram instead of one each
+ * Requests:         u16 count, then count times: u64 client_id, u64 request_number,
+ *                   u16 payload_len, u8 payload[payload_len]. Each is a Request believing in
+ *                   header.view, forwarded by the follower header.replica: its API's Requests of
+ *                   one turn to the leader, in one datagram instead of one each
  */
 #define VL_ENTRY_FIXED_BYTES 26u
 #define VL_REQUEST_FIXED_BYTES 16u
 #define VL_REPLY_FIXED_BYTES 16u
-#define VL_REPLIES_FIXED_BYTES 2u
-#define VL_BATCHED_REPLY_FIXED_BYTES 26u
 
 /* ---- Checksum ----------------------------------------------------------------------------------
  * Input is taken as little-endian 64-bit words; a final partial word is zero-padded. Each word is
