@@ -384,8 +384,8 @@ Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on
     const unsigned idle_seconds = std::max<unsigned>(1, limits_.idle_timeout_ms / 1000);
     // Each connection's libmicrohttpd pool holds its request line and headers, and is zeroed
     // whole after every request: half of the default 32 KB halves both that memset (5% of the
-    // leader's CPU under puts) and an idle connection's memory. Headers up to about 14 KB fit
-    // (Node's default limit is 16 KB); a request with more is answered 431.
+    // leader's CPU under puts) and a kept-alive connection's memory. A request line and headers
+    // of up to about 15.9 KB fit (Node's default limit is 16 KB); more is answered 431.
     constexpr size_t kConnectionPoolBytes = 16 * 1024;
     shards_.resize((hard_limit + kConnectionsPerShard - 1) / kConnectionsPerShard);
     for (Shard& shard : shards_) {
