@@ -762,6 +762,23 @@ TEST_CASE("decode rejects a Replies with none, or with a count or length past th
           "bad_body");
 }
 
+// Each of `batches` through the wire, each within the default size, and every item taken back
+// as the single it stands for (`single_of`: reply_of or request_of), in order.
+template <typename Batch, typename SingleOf>
+auto through_the_wire(const std::vector<Message>& batches, SingleOf single_of)
+{
+    std::vector<decltype(single_of(Batch{}, Batch{}.items.front()))> back;
+    for (const Message& message : batches) {
+        CHECK(encoded_size(message) <= VL_DEFAULT_MESSAGE_BYTES);
+        const auto decoded = decode(encode(message, cluster), cluster);
+        REQUIRE(decoded.ok());
+        const auto& batch = std::get<Batch>(decoded.value().message);
+        CHECK(sender_of(decoded.value().message) == batch.replica);
+        for (const auto& item : batch.items) back.push_back(single_of(batch, item));
+    }
+    return back;
+}
+
 TEST_CASE("batch_replies: a Reply for one alone, Replies that each fit, in order")
 {
     const auto reply = [](ClientId client, size_t result_bytes, View view = 4) {
@@ -780,15 +797,7 @@ TEST_CASE("batch_replies: a Reply for one alone, Replies that each fit, in order
     for (ClientId c = 1; c <= 100; c++) many.push_back(reply(c, 30));
     const std::vector<Message> out = batch_replies(many, VL_DEFAULT_MESSAGE_BYTES);
     CHECK(out.size() == 4);  // (1472 - 56 - 2) / (26 + 30): 25 in each datagram
-    std::vector<Reply> back;
-    for (const Message& message : out) {
-        CHECK(encoded_size(message) <= VL_DEFAULT_MESSAGE_BYTES);
-        const auto decoded = decode(encode(message, cluster), cluster);
-        REQUIRE(decoded.ok());
-        const auto& replies = std::get<Replies>(decoded.value().message);
-        for (const BatchedReply& item : replies.items) back.push_back(reply_of(replies, item));
-    }
-    CHECK(back == many);
+    CHECK(through_the_wire<Replies>(out, reply_of) == many);
     // A Reply too big to share a datagram goes alone, between the batches before and after it;
     // a Reply of another view starts a batch of its own.
     const size_t alone = VL_DEFAULT_MESSAGE_BYTES - VL_HEADER_BYTES - VL_REPLY_FIXED_BYTES;
@@ -812,17 +821,8 @@ TEST_CASE("batch_requests: from their sender, each back as the Request it was, i
                                    .payload = Bytes(c, 'p')});
     const std::vector<Message> out = batch_requests(requests, 2, VL_DEFAULT_MESSAGE_BYTES);
     CHECK(out.size() == 2);  // 40 items of 18 + 1..40 bytes: 1,540 bytes in all
-    std::vector<Request> back;
-    for (const Message& message : out) {
-        CHECK(encoded_size(message) <= VL_DEFAULT_MESSAGE_BYTES);
-        const auto decoded = decode(encode(message, cluster), cluster);
-        REQUIRE(decoded.ok());
-        const auto& batch = std::get<Requests>(decoded.value().message);
-        CHECK(batch.replica == 2);
-        CHECK(sender_of(decoded.value().message) == 2);
-        for (const BatchedRequest& item : batch.items) back.push_back(request_of(batch, item));
-    }
-    CHECK(back == requests);
+    for (const Message& message : out) CHECK(std::get<Requests>(message).replica == 2);
+    CHECK(through_the_wire<Requests>(out, request_of) == requests);
     CHECK(batch_requests({requests[0]}, 2, VL_DEFAULT_MESSAGE_BYTES) ==
           std::vector<Message>{requests[0]});
 }
