@@ -5,7 +5,8 @@ namespace, a test plays the attacker who can reach the replication port and spoo
 address (a raw socket, IP_HDRINCL), but has no key:
 
 - forged messages (the dangerous ones: a Prepare that would be logged and acknowledged, a
-  PrepareOK that would count towards a quorum, a StartViewChange that would depose the leader),
+  PrepareOK that would count towards a quorum, a StartViewChange that would depose the leader,
+  a follower's Requests that the leader would propose),
   signed with a wrong key or checksummed as in a cell without one: refused, counted by reason in
   /metrics (and, with Electrode on, dropped by XDP and counted by the kernel), the cell
   unaffected;
@@ -41,7 +42,7 @@ pytestmark = [pytest.mark.usefixtures("voltlockd"), pytest.mark.voltlockd]
 HEADER = struct.Struct("<IBBHIBBHQQQIIQ")
 MAGIC = 0x314B4C56
 TAG_OFFSET = 48
-PREPARE, PREPARE_OK, START_VIEW_CHANGE = 3, 4, 6
+PREPARE, PREPARE_OK, START_VIEW_CHANGE, REQUESTS = 3, 4, 6, 16
 FLAG_KERNEL_ACK = 1 << 2
 ENTRY = struct.Struct("<QQQH")
 MASK = (1 << 64) - 1
@@ -204,14 +205,18 @@ def test_forged_flipped_and_replayed_datagrams_leave_the_cell_unaffected(electro
         view, op, commit = before["view"], before["op"], before["commit"]
 
         # Forged: the next Prepare (to be logged and fast-acknowledged), a PrepareOK for the
-        # leader's next op, and a StartViewChange that would start a view change.
+        # leader's next op, a StartViewChange that would start a view change, and a follower's
+        # Requests (two ops the leader would propose).
         entry = ENTRY.pack(int(time.time() * 1000), 77, 1, 5) + b"forge"
+        requests = struct.pack("<H", 2) + b"".join(
+            struct.pack("<QQH", client, 1, 5) + b"forge" for client in (78, 79))
         forged = [
             (ip[leader], ip[follower],
              message(cluster, PREPARE, leader, view, op + 1, commit, entry, batch=1)),
             (ip[follower], ip[leader],
              message(cluster, PREPARE_OK, follower, view, op + 1, flags=FLAG_KERNEL_ACK)),
             (ip[leader], ip[follower], message(cluster, START_VIEW_CHANGE, leader, view + 1)),
+            (ip[follower], ip[leader], message(cluster, REQUESTS, follower, view, body=requests)),
         ]
         # Bit flips of genuinely signed ones: in the op, the view, the tag, the body.
         genuine = message(cluster, PREPARE, leader, view, op + 1, commit, entry, batch=1,
@@ -227,6 +232,9 @@ def test_forged_flipped_and_replayed_datagrams_leave_the_cell_unaffected(electro
         spoof(c, forged + flipped)
 
         # Refused by user space (Electrode off) or dropped by the kernel (on), and counted.
+        # The Requests goes up to the leader's process (XDP passes it), which refuses it.
+        wait_until(lambda: rejected(c, leader, "bad_mac") >= 1,
+                   20, "the leader to refuse the forged Requests")
         if electrode == "on":
             # Prepare and PrepareOK die in XDP; the StartViewChanges go up and die in decode.
             wait_until(lambda: kernel(c, follower, "xdp_bad_mac") >= 5,
@@ -246,8 +254,8 @@ def test_forged_flipped_and_replayed_datagrams_leave_the_cell_unaffected(electro
         else:
             wait_until(lambda: rejected(c, follower, "bad_mac") >= 7,
                        20, "the follower to refuse every forged and flipped datagram")
-            wait_until(lambda: rejected(c, leader, "bad_mac") >= 1,
-                       20, "the leader to refuse the forged PrepareOK")
+            wait_until(lambda: rejected(c, leader, "bad_mac") >= 2,
+                       20, "the leader to refuse the forged PrepareOK and Requests")
         after = metrics(c, follower)
         assert (metric(after, "voltlock_rejected_total", reason="bad_mac")
                 >= metric(metrics_before[follower], "voltlock_rejected_total", reason="bad_mac")
@@ -256,7 +264,8 @@ def test_forged_flipped_and_replayed_datagrams_leave_the_cell_unaffected(electro
         # Nothing moved: same view, same log, no op 'forge' anywhere.
         now = status(c, follower)
         assert now["view"] == view and now["status"] == "normal"
-        assert now["op"] == op, "a forged Prepare was logged"
+        assert now["op"] == op, "a forged Prepare or Requests was logged"
+        assert status(c, leader)["op"] == op, "the leader proposed a forged Requests"
 
         # Replayed: genuine Prepares recorded off the bridge while the cell works, sent again
         # (from the leader's address) after it moved on; and a genuine stale-view message.
