@@ -6,7 +6,9 @@ The lease rule (docs/leases.md, "The client's lease"; docs/api.md): a client cou
 from when it *sent* the keepalive (or the request that created the session) that was answered,
 for one TTL on its own clock.
 A client holds an exclusive lock from when it received the grant until it sends the release,
-learns that its session is gone, or its lease runs out, whichever is first.
+learns that its session is gone, or its lease runs out, whichever is first. A grant received
+after the lease ran out is no hold at all (a replica that was behind may answer a wait with a
+grant the log has since ended, the session having expired).
 """
 from __future__ import annotations
 
@@ -46,7 +48,8 @@ def overlapping_holds(holds: list) -> list:
     violations = []
     by_lock: dict = {}
     for h in holds:
-        by_lock.setdefault(h.lock, []).append(h)
+        if h.end > h.start:
+            by_lock.setdefault(h.lock, []).append(h)
     for lock, hs in by_lock.items():
         hs = sorted(hs, key=lambda h: h.start)
         latest_end = None          # the hold that reaches furthest so far

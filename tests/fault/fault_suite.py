@@ -226,6 +226,7 @@ def run(args: argparse.Namespace) -> dict:
         "cas mismatch": count("cas", lambda o: o.output is False),
         "cas unknown": count("cas", lambda o: o.unknown),
         "lock grants": sum(w.acquires["granted"] for w in locks),
+        "lock grants after the lease": sum(w.acquires["granted after the lease"] for w in locks),
         "lock busy": sum(w.acquires["busy"] for w in locks),
         "lock acquire unknown": sum(w.acquires["unknown"] for w in locks),
         "lock sessions given up": sum(w.sessions_given_up for w in locks),

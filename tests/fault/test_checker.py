@@ -182,6 +182,16 @@ def test_a_hold_that_outlasts_the_next_one_is_still_compared():
     assert len(overlapping_holds(holds)) == 1
 
 
+def test_a_grant_received_after_the_lease_ran_out_is_no_hold():
+    """Session 10's lease ran out at 11.7; a replica that was behind answered its wait with
+    generation 1 at 12.8, after generation 2 had gone to session 11 (fault_suite, seed
+    1581562614 at 5 replicas)."""
+    holds = [Hold("l", 2, 11, 2, 11.8, 15.5, "release"), Hold("l", 1, 10, 1, 12.8, 11.7)]
+    assert overlapping_holds(holds) == []
+    holds[1].end = 12.9                   # had the lease lasted past the grant, it is two holders
+    assert len(overlapping_holds(holds)) == 1
+
+
 def test_fencing_in_order_passes_and_a_stale_accepted_write_fails():
     grants = [Grant("l", 1, 0.0), Grant("l", 2, 5.0)]
     good = [FencedWrite("l", 1, 1, 1.0, True, 10), FencedWrite("l", 1, 1, 6.0, False),

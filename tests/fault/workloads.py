@@ -158,7 +158,8 @@ class LockWorker(Worker):
         self.holds: list = []
         self.grants: list = []
         self.fenced: list = []
-        self.acquires = {"granted": 0, "busy": 0, "unknown": 0}
+        self.acquires = {"granted": 0, "granted after the lease": 0, "busy": 0,
+                         "unknown": 0}
         self.sessions_given_up = 0
         # (sent, received, request, replica, status, session, body): what a violation's report
         # shows of the sessions involved.
@@ -181,8 +182,17 @@ class LockWorker(Worker):
         received = self.recorder.now()
         self.note(sent, received, "acquire", target, answer)
         if answer.status == 200 and answer.body.get("granted"):
-            self.acquires["granted"] += 1
-            self.hold(answer.body["sequencer"], received)
+            sequencer = answer.body["sequencer"]
+            self.grants.append(Grant(self.lock, sequencer["generation"], received))
+            if received < self.lease_end():
+                self.acquires["granted"] += 1
+                self.hold(sequencer, received)
+            else:
+                # The lease ran out while the wait was on: whether the session lives, and so
+                # the grant, is unknown (a replica that was behind may answer a wait with a
+                # grant the log has since ended), so this client does not stand behind it.
+                self.acquires["granted after the lease"] += 1
+                self.give_up_session()
         elif answer.status in (408, 409) and answer.code() in ("wait_timed_out", "lock_busy"):
             self.acquires["busy"] += 1
         elif answer.status == 404 and answer.code() == "unknown_session":
@@ -209,14 +219,14 @@ class LockWorker(Worker):
         elif not answer.unknown:
             self.unexpected("POST /v1/sessions", answer)
 
-    def keep_alive(self, client: ReplicaClient, holding: threading.Event,
+    def keep_alive(self, client: ReplicaClient, released: threading.Event,
                    gone: list) -> None:
-        """While the lock is held: a keepalive every sixth of a TTL on a connection of its own,
+        """Until the hold ends: a keepalive every sixth of a TTL on a connection of its own,
         as an SDK's background thread sends them, whatever the holder is busy with. An answer
         renews the lease from the send time, unless the lease ran out before the answer came (a
         careful client does not start believing again). Appends the time the session was found
         gone to `gone`."""
-        while holding.is_set() and not self.stop_event.is_set():
+        while not released.is_set() and not self.stop_event.is_set():
             sent, target = self.recorder.now(), client.target
             answer = client.request("POST", f"/v1/sessions/{self.session}:keepalive")
             received = self.recorder.now()
@@ -229,22 +239,19 @@ class LockWorker(Worker):
                 return
             elif not answer.unknown:
                 self.unexpected("keepalive", answer)
-            holding.wait(self.ttl_s / 6)
-            if not holding.is_set():
+            if released.wait(self.ttl_s / 6):
                 return
 
     def hold(self, sequencer: dict, granted_at: float) -> None:
         generation = sequencer["generation"]
-        self.grants.append(Grant(self.lock, generation, granted_at))
         ends, gone = [], []               # (time, why), times the session was found gone
-        holding = threading.Event()
-        holding.set()
+        released = threading.Event()
         keeper_client = ReplicaClient(self.client.endpoints,
                                       random.Random(self.rng.randrange(1 << 31)),
                                       self.client.timeout)
         keeper_client.target = self.client.target
         keeper = threading.Thread(target=self.guarded, args=(self.keep_alive, keeper_client,
-                                                             holding, gone),
+                                                             released, gone),
                                   daemon=True, name=f"{self.name}-keepalive")
         keeper.start()
         # Up to two TTLs: long enough to span a fault and the new leader's expiry of the lease.
@@ -258,7 +265,7 @@ class LockWorker(Worker):
                     break
                 self.stop_event.wait(0.05)
         finally:
-            holding.clear()
+            released.set()
             ends.append((self.recorder.now(), "release"))      # the release is sent now
             keeper.join()
             keeper_client.close()
