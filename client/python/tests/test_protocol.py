@@ -426,6 +426,41 @@ def test_a_lost_session_is_announced_once_then_its_locks_then_its_callbacks(cloc
     assert late == ["at once"]
 
 
+def test_a_grant_that_comes_while_the_lease_is_suspended_waits_for_a_keepalive(clock):
+    """A replica that was behind may answer a wait with a grant the log has since ended (the
+    session expired): the grant counts only once the session is known to live."""
+    grant = {"lock": "l", "mode": "exclusive", "generation": 7, "session": 7}
+
+    def answered() -> p.Plan[Any]:
+        return grant
+        yield  # a plan that needs nothing done
+
+    core = p.SessionCore(4, 2, clock, lambda: None)
+    core.opened(7, clock.now)
+    at_once = p.LockCore(core, "k", shared=False, timeout=None, on_lost=None)
+    with pytest.raises(StopIteration):  # within the lease: at once
+        next(at_once.acquire(answered()))
+    lock = p.LockCore(core, "l", shared=False, timeout=None, on_lost=None)
+    clock.now += 5  # the lease ran out while the wait was on
+    plan = lock.acquire(answered())
+    assert isinstance(next(plan), p.Sleep) and lock.sequencer is None
+    core.renewed(clock.now)  # a keepalive got through: the session, and so the grant, stands
+    with pytest.raises(StopIteration) as done:
+        plan.send(None)
+    assert done.value.value.generation == 7 and done.value.value.valid
+
+    lost = p.SessionCore(4, 2, clock, lambda: None)
+    lost.opened(7, clock.now)
+    lock = p.LockCore(lost, "l", shared=False, timeout=None, on_lost=None)
+    clock.now += 5
+    plan = lock.acquire(answered())
+    assert isinstance(next(plan), p.Sleep)
+    clock.now += 2  # no keepalive got through for the grace period either: lost
+    with pytest.raises(voltlock.SessionExpired):
+        plan.send(None)
+    assert lock.sequencer is None
+
+
 def test_a_closed_session_tells_the_locks_it_held_but_not_its_callbacks(clock):
     told: List[str] = []
     core = p.SessionCore(10, None, clock, lambda: told.append("announce"))

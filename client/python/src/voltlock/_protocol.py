@@ -919,6 +919,10 @@ def _run_callback(callback: Callable[[], None], what: str) -> None:
         logging.getLogger("voltlock").exception(what)
 
 
+# How often a grant that came while the lease was suspended looks again for a keepalive.
+_LEASE_LOOK_S = 0.05
+
+
 class LockCore:
     """A lock object's bookkeeping: the grant it holds, whether that grant still stands as far
     as this client knows, and what to tell the user when it was lost while held."""
@@ -932,6 +936,18 @@ class LockCore:
         self.session = session
         self._on_lost = on_lost
         self.sequencer: Optional[Sequencer] = None
+
+    def acquire(self, plan: Plan[Dict[str, Any]]) -> Plan[Sequencer]:
+        """The acquire `plan`, then its grant if the client can stand behind it. A grant that
+        comes while the session's lease is not running (``SUSPENDED``) may have ended already,
+        with the session (a replica that was behind answers a wait from the history it has
+        applied), so the plan waits until a keepalive gets through (the session lives, so the
+        grant stands) or the session is lost (``SessionExpired``: the cell freed the lock)."""
+        sequencer_json = yield from plan
+        while not self.session.holds():
+            self.session.check_usable()
+            yield Sleep(_LEASE_LOOK_S)
+        return self.granted(sequencer_json)
 
     def granted(self, sequencer_json: Mapping[str, Any]) -> Sequencer:
         generation = int(sequencer_json["generation"])

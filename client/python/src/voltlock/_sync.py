@@ -433,7 +433,7 @@ class Lock(LockBase[Session]):
                 call_timeout: Optional[float] = None) -> Sequencer:
         """Waits for the lock (``timeout`` as in ``Session.lock``) and returns its sequencer."""
         wait = self._core.timeout if timeout is _UNSET else timeout
-        return self._core.granted(self._session._call(self._session._client._protocol.acquire(
+        return self._session._call(self._core.acquire(self._session._client._protocol.acquire(
             self.name, self._session.id, self.shared, wait, call_timeout)))
 
     def release(self, *, timeout: Optional[float] = None) -> None:

@@ -417,7 +417,7 @@ class Lock(LockBase[Session]):
     async def acquire(self, timeout: Optional[float] = _UNSET, *,
                       call_timeout: Optional[float] = None) -> Sequencer:
         wait = self._core.timeout if timeout is _UNSET else timeout
-        return self._core.granted(await self._session._call(
+        return await self._session._call(self._core.acquire(
             self._session._client._protocol.acquire(self.name, self._session.id, self.shared,
                                                     wait, call_timeout)))
 
