@@ -71,6 +71,32 @@ HttpResponse too_large_answer(uint64_t max_body_bytes)
     return too_large;
 }
 
+// Each connection's libmicrohttpd pool holds its request line and headers, and is zeroed
+// whole after every request: half of the default 32 KB halves both that memset (5% of the
+// leader's CPU under puts) and a kept-alive connection's memory. A request line and headers
+// of up to about 15.9 KB fit (Node's default limit is 16 KB); more is answered 431.
+constexpr size_t kConnectionPoolBytes = 16 * 1024;
+
+// libmicrohttpd 0.9.75 ends the method and the target at a raw NUL byte in the request line and
+// says nothing: `PUT /v1/kv/a<NUL>b` would write the key `a`. It parses the line in place: the
+// method at the line's start, the space after it made a NUL (and any further spaces), the target,
+// the space before the version made a NUL, the version. So where the method's or the target's
+// string ends short of where the next part begins, that part held a NUL. It is kept, up to and
+// including that NUL, so the router refuses it: a target with a control byte is 400, a method
+// with one has no route. `line` is the method's pointer; every pointer stays inside the
+// connection's pool, and outside that layout nothing is marked.
+void keep_a_nul_in_the_request_line(const char* line, const char* url, const char* version,
+                                    std::string& method, std::string& target)
+{
+    if (!line || !url || !version || !(line < url && url < version) ||
+        static_cast<size_t>(version - line) >= kConnectionPoolBytes)
+        return;
+    const char* after_method = line + method.size() + 1;
+    if (after_method > url || std::any_of(after_method, url, [](char c) { return c != ' '; }))
+        method.push_back('\0');
+    if (url + target.size() + 1 != version) target.push_back('\0');
+}
+
 // Raises the open-file limit to what the system allows: every connection is a descriptor.
 rlim_t raise_file_limit()
 {
@@ -93,7 +119,8 @@ struct MhdCallbacks {
                                 const char* method, const char* version, const char* upload_data,
                                 size_t* upload_size, void** request_context);
     static MHD_Result on_headers(HttpServer& server, Exchange& e, MHD_Connection* connection,
-                                 const char* method, HttpServer::ConnectionRecord* record);
+                                 const char* method, const char* url, const char* version,
+                                 HttpServer::ConnectionRecord* record);
     static void on_completed(void* self, MHD_Connection* connection, void** request_context,
                              MHD_RequestTerminationCode termination);
     static void on_connection(void* self, MHD_Connection* connection, void** socket_context,
@@ -382,11 +409,6 @@ Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on
     tls_options.push_back({MHD_OPTION_END, 0, nullptr});
 
     const unsigned idle_seconds = std::max<unsigned>(1, limits_.idle_timeout_ms / 1000);
-    // Each connection's libmicrohttpd pool holds its request line and headers, and is zeroed
-    // whole after every request: half of the default 32 KB halves both that memset (5% of the
-    // leader's CPU under puts) and a kept-alive connection's memory. A request line and headers
-    // of up to about 15.9 KB fit (Node's default limit is 16 KB); more is answered 431.
-    constexpr size_t kConnectionPoolBytes = 16 * 1024;
     shards_.resize((hard_limit + kConnectionsPerShard - 1) / kConnectionsPerShard);
     for (Shard& shard : shards_) {
         // Each may take any number: which one a connection goes to is accept_connections'.
@@ -841,10 +863,12 @@ MHD_Result MhdCallbacks::on_header(void* headers, MHD_ValueKind, const char* nam
 // The request's headers are in: answered at once if it is refused (over a limit, unsound
 // framing, a body too large), else read on.
 MHD_Result MhdCallbacks::on_headers(HttpServer& server, Exchange& e, MHD_Connection* connection,
-                                    const char* method, HttpServer::ConnectionRecord* record)
+                                    const char* method, const char* url, const char* version,
+                                    HttpServer::ConnectionRecord* record)
 {
     e.connection_ = connection;
     e.method = method ? method : "";
+    keep_a_nul_in_the_request_line(method, url, version, e.method, e.target);
     MHD_get_connection_values(connection, MHD_HEADER_KIND, &MhdCallbacks::on_header, &e.headers);
     // Only a certificate the handshake checked against the client CA names anyone.
     if (!server.tls_.client_ca_file.empty())
@@ -881,8 +905,8 @@ MHD_Result MhdCallbacks::on_headers(HttpServer& server, Exchange& e, MHD_Connect
     return MHD_YES;
 }
 
-MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const char*,
-                                   const char* method, const char*, const char* upload_data,
+MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const char* url,
+                                   const char* method, const char* version, const char* upload_data,
                                    size_t* upload_size, void** request_context)
 {
     auto& server = *static_cast<HttpServer*>(self);
@@ -892,7 +916,8 @@ MHD_Result MhdCallbacks::on_access(void* self, MHD_Connection* connection, const
     Exchange& e = *exchange;
     HttpServer::ConnectionRecord* record = server.record_of(connection);
 
-    if (!e.connection_) return on_headers(server, e, connection, method, record);
+    if (!e.connection_)
+        return on_headers(server, e, connection, method, url, version, record);
     if (*upload_size != 0) {
         if (!e.refused_ && !e.too_large_) {
             if (e.body.size() + *upload_size > server.limits_.max_body_bytes) {

@@ -213,15 +213,17 @@ def test_head_of_a_watch_is_its_headers_alone(cell):
 
 def test_unsound_framing_and_raw_spaces_are_400_at_once_and_store_nothing(cell):
     """The shapes of request smuggling (RFC 9112 5.1 and 6.3) are 400 at once and the
-    connection closes after the answer; a raw space or tab in the target is 400 on a connection
-    that stays open. Nothing is written. Before, a Transfer-Encoding other than chunked left the
-    client waiting out the body timeout (10 s), and `PUT /v1/kv/a b` wrote the key 'a b'."""
+    connection closes after the answer; a raw space, tab or NUL in the target is 400 on a
+    connection that stays open, and a NUL in the method names no endpoint. Nothing is written.
+    Before, a Transfer-Encoding other than chunked left the client waiting out the body timeout
+    (10 s), `PUT /v1/kv/a b` wrote the key 'a b', and `PUT /v1/kv/a<NUL>b` wrote 'a'."""
     key = fresh("frame")
     body = json.dumps({"value": "x"}).encode()
     length = f"Content-Length: {len(body)}\r\n"
     unframed = ["Transfer-Encoding: gzip\r\n", "Transfer-Encoding: gzip, chunked\r\n",
                 f"{length}Content-Length: 99\r\n", f"Content-Length : {len(body)}\r\n"]
-    bad_targets = [f"/v1/kv/{key} b", f"/v1/kv/{key}\tb"]
+    bad_targets = [f"/v1/kv/{key} b", f"/v1/kv/{key}\tb", f"/v1/kv/{key}\0b",
+                   f"/v1/kv/{key}\0b?x=1%41"]
     for replica in (cell.leader, (cell.leader + 1) % 3):
         for headers in unframed:
             sock = raw_socket(cell, replica)
@@ -238,6 +240,14 @@ def test_unsound_framing_and_raw_spaces_are_400_at_once_and_store_nothing(cell):
             (status, text), (after, _) = read_responses(sock, 2)
             sock.close()
             assert status == 400 and json.loads(text)["details"]["field"] == "target", text
+            assert after == 200
+        for method in ("PUT\0X", "PUT\0", "PUT\0 "):
+            sock = raw_socket(cell, replica)
+            sock.sendall(f"{method} /v1/kv/{key} HTTP/1.1\r\nHost: x\r\n{length}\r\n".encode()
+                         + body + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            (status, text), (after, _) = read_responses(sock, 2)
+            sock.close()
+            assert status == 404 and json.loads(text)["code"] == "not_found", text
             assert after == 200
     assert call(cell, 0, "GET", f"/v1/kv/{key}?prefix=true")["kvs"] == []
     # The absolute form (what a proxy sends) is read as its path.
