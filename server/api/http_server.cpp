@@ -849,6 +849,13 @@ void* MhdCallbacks::on_uri(void* self, const char* uri, MHD_Connection* connecti
         record->deadline_ms = now_ms() + server.limits_.header_timeout_ms;
     auto* exchange = new std::shared_ptr<Exchange>(new Exchange(server));
     (*exchange)->target = uri ? uri : "";
+    // The query is read from this copy of the target (request_target.h), so libmicrohttpd's own
+    // reading of it, which follows this callback in its buffer, is emptied. libmicrohttpd 0.9.75
+    // keeps each argument in the connection's pool, and when a few hundred of them fill it, it
+    // queues a 431 and then overwrites its own state: the client heard nothing until the
+    // header timeout.
+    if (const size_t query = (*exchange)->target.find('?'); query != std::string::npos)
+        const_cast<char*>(uri)[query + 1] = '\0';
     return exchange;
 }
 

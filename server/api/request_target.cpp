@@ -6,6 +6,9 @@ namespace voltlock::api {
 
 namespace {
 
+// No endpoint takes more than a handful: the cap keeps the check for repeats cheap.
+constexpr size_t kMaxQueryParameters = 64;
+
 int hex_digit(char c)
 {
     if (c >= '0' && c <= '9') return c - '0';
@@ -125,6 +128,12 @@ Parsed<Target> parse_target(std::string_view raw)
         if (!name) return bad_escape("query", raw_name);
         auto value = percent_decode(raw_value, true);
         if (!value) return bad_escape(*name, raw_value);
+        if (target.query.size() == kMaxQueryParameters)
+            return ApiError{400, "invalid_argument",
+                            "the query has more than " + std::to_string(kMaxQueryParameters) +
+                                " parameters",
+                            Json{{"field", "query"}, {"violation", "too many parameters"},
+                                 {"limit", kMaxQueryParameters}}};
         if (target.has(*name))
             return ApiError{400, "invalid_argument",
                             "query parameter '" + *name + "' is given more than once",

@@ -26,8 +26,8 @@ struct Target {
 };
 
 // Splits and decodes a raw request target ("/v1/kv/a%2Fb?prefix=true", or the absolute form
-// "http://host/v1/kv/a%2Fb?prefix=true"). A raw space or control byte, a bad escape, or a
-// parameter given twice, is 400 `invalid_argument` naming where.
+// "http://host/v1/kv/a%2Fb?prefix=true"). A raw space or control byte, a bad escape, a
+// parameter given twice, or more than 64 parameters, is 400 `invalid_argument` naming where.
 Parsed<Target> parse_target(std::string_view raw);
 
 // 400 `unknown_field` (details: the parameter, and the ones the endpoint takes) for the first

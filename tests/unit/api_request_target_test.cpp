@@ -40,6 +40,20 @@ TEST_CASE("a parameter given twice is 400")
     CHECK(t.error().details["field"] == "stale");
 }
 
+TEST_CASE("more than 64 query parameters is 400")
+{
+    std::string raw = "/v1/kv/a?";
+    for (int i = 0; i < 64; i++) raw += "p" + std::to_string(i) + "=1&";
+    auto most = parse_target(raw);
+    REQUIRE(most.ok());
+    CHECK(most.value().query.size() == 64);
+    auto t = parse_target(raw + "one-more");
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.error().status == 400);
+    CHECK(t.error().details["field"] == "query");
+    CHECK(t.error().details["violation"] == "too many parameters");
+}
+
 TEST_CASE("a parameter the endpoint does not take is 400 unknown_field")
 {
     auto t = parse_target("/v1/kv/?prefix=true&dry=1");
