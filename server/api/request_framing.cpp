@@ -57,6 +57,10 @@ std::optional<ApiError> framing_error(
             length = value;
         }
     }
+    if (encoded && length)
+        return bad_header("Content-Length", "with Transfer-Encoding",
+                          "Content-Length and Transfer-Encoding are both given: send one "
+                          "(RFC 9112 6.3)");
     return std::nullopt;
 }
 

@@ -2,9 +2,10 @@
 // read. libmicrohttpd reads a body by Content-Length or by chunked Transfer-Encoding. Any other
 // Transfer-Encoding it reads until the connection closes, so the client waits for an answer that
 // never comes. Of two different Content-Lengths it takes the first, where a proxy in front may
-// take the other, and a header name with whitespace before its colon is read differently by
-// different parsers: both are request smuggling (RFC 9112 sections 5.1 and 6.3). Each is 400,
-// and the connection closes after it. Pure.
+// take the other; of a Content-Length beside a chunked Transfer-Encoding it takes the encoding,
+// where a proxy may take the length; and a header name with whitespace before its colon is read
+// differently by different parsers: all are request smuggling (RFC 9112 sections 5.1 and 6.3).
+// Each is 400, and the connection closes after it. Pure.
 #pragma once
 
 #include <optional>

@@ -237,7 +237,8 @@ def test_unsound_framing_and_raw_spaces_are_400_at_once_and_store_nothing(cell):
     body = json.dumps({"value": "x"}).encode()
     length = f"Content-Length: {len(body)}\r\n"
     unframed = ["Transfer-Encoding: gzip\r\n", "Transfer-Encoding: gzip, chunked\r\n",
-                f"{length}Content-Length: 99\r\n", f"Content-Length : {len(body)}\r\n"]
+                f"{length}Content-Length: 99\r\n", f"Content-Length : {len(body)}\r\n",
+                f"{length}Transfer-Encoding: chunked\r\n"]
     bad_targets = [f"/v1/kv/{key} b", f"/v1/kv/{key}\tb", f"/v1/kv/{key}\0b",
                    f"/v1/kv/{key}\0b?x=1%41"]
     for replica in (cell.leader, (cell.leader + 1) % 3):

@@ -24,6 +24,8 @@ TEST_CASE("any other framing is 400 naming the header")
         {{{"transfer-encoding", "chunked"}, {"transfer-encoding", "chunked"}}, "Transfer-Encoding"},
         {{{"transfer-encoding", "identity"}, {"content-length", "3"}}, "Transfer-Encoding"},
         {{{"content-length", "5"}, {"content-length", "6"}}, "Content-Length"},
+        {{{"content-length", "13"}, {"transfer-encoding", "chunked"}}, "Content-Length"},
+        {{{"transfer-encoding", "chunked"}, {"content-length", "13"}}, "Content-Length"},
         {{{"x-a ", "1"}}, "x-a "},
         {{{"x\tb", "1"}}, "x\tb"},
         {{{"", "1"}}, ""},
