@@ -5,6 +5,7 @@ the op applied once; a leader killed (SIGKILL) while ops are forwarded, with eac
 under its identity across the failover, applies every put and lock acquire once. Keepalives
 travel as Requests too, answered by the leader's lease tracker; linearizable reads of locks and
 barriers at a follower wait for the leader's commit point (ReadIndex) and are never stale."""
+import http.client
 import secrets
 import threading
 import time
@@ -178,13 +179,22 @@ def test_keepalives_through_a_lossy_follower_keep_the_session(cell):
     ttl_ms = 6_000
     s = call(cell, leader, "POST", "/v1/sessions", {"ttl_ms": ttl_ms})["session"]
     before = api_counters(cell, f)
-    client = Client(cell, timeout=30)
+    # As an SDK does, a keepalive the link holds up for a third of the TTL is sent again on a
+    # new connection: waiting on one, a lost SYN-ACK or two (1 s, then 2 s more) at the
+    # follower's fallback could outlast the lease.
+    client = Client(cell, timeout=ttl_ms / 3000)
     kept = 0
     cell.netem(f, "loss 33%", direction="in")
     try:
         end = time.monotonic() + 2.5 * ttl_ms / 1000
         while time.monotonic() < end:
-            r = client(f, "POST", f"/v1/sessions/{s}:keepalive")
+            lease_end = time.monotonic() + ttl_ms / 1000
+            while True:
+                try:
+                    r = client(f, "POST", f"/v1/sessions/{s}:keepalive")
+                    break
+                except (OSError, http.client.HTTPException):
+                    assert time.monotonic() < lease_end, "no keepalive answered within the TTL"
             assert r.status == 200 and r["session"] == s, r
             kept += 1
             time.sleep(0.3)
@@ -194,8 +204,9 @@ def test_keepalives_through_a_lossy_follower_keep_the_session(cell):
     after = api_counters(cell, f)
     counters = ("keepalives_as_requests", "request_retransmits", "request_fallbacks")
     moved = {k: after[k] - before[k] for k in counters}
-    # Four Replies in a row lost (1 in 81) sends a keepalive over HTTP: rare, not never.
-    assert moved["keepalives_as_requests"] + moved["request_fallbacks"] == kept, moved
+    # Four Replies in a row lost (1 in 81) sends a keepalive over HTTP: rare, not never. A
+    # keepalive the client gave up on and sent again may be counted too.
+    assert moved["keepalives_as_requests"] + moved["request_fallbacks"] >= kept, moved
     assert moved["keepalives_as_requests"] >= kept * 3 // 4, moved
     assert moved["request_retransmits"] > 0, moved
     alive = call(cell, cell.wait_for_leader(), "GET", f"/v1/sessions/{s}")
