@@ -343,6 +343,30 @@ TEST_CASE("watches: from a revision, from now, and closed while waiting")
     vl_client_close(c);
 }
 
+TEST_CASE("a watch from revision 1 starts at the history's beginning, not at the next change")
+{
+    vl_client* c = rig::open_client();
+    vl_put_result marker{};
+    REQUIRE(put_text(c, rig::unique("from-one"), "1", nullptr, &marker) == VL_OK);
+    vl_watch_options from_one{};
+    from_one.prefix = true;
+    from_one.start_revision = 1;
+    vl_watch* w = nullptr;
+    const vl_status opened = vl_watch_open(c, "", &from_one, &w);
+    if (opened == VL_ERR_COMPACTED) {
+        // The cell's history no longer reaches back to revision 1: that is the answer then.
+        CHECK(std::string(vl_client_errstr(c)).find("compacted") != std::string::npos);
+    } else {
+        REQUIRE(opened == VL_OK);
+        vl_event* e = nullptr;
+        REQUIRE(vl_watch_next(w, 5000, &e) == VL_OK);
+        CHECK(e->revision <= marker.revision);
+        vl_event_free(e);
+        vl_watch_close(w);
+    }
+    vl_client_close(c);
+}
+
 TEST_CASE("open and close cycles leave nothing behind (LeakSanitizer checks the asan build)")
 {
     for (int i = 0; i < 20; i++) {

@@ -186,7 +186,10 @@ struct vl_watch {
     std::condition_variable changed;
     std::deque<vl_event*> ready;
     std::vector<vl_event*> pending;  // events of a revision whose id has not come yet
-    uint64_t last_complete = 0;      // resume from last_complete + 1
+    // Resume from last_complete + 1; unset until the watch has a place in the history (a
+    // start_revision, or the server's "watching from" comment), so that start_revision 1 is
+    // sent as 1 and not taken for "from the next change".
+    std::optional<uint64_t> last_complete;
     uint64_t last_delivered = 0;
     bool opened = false;             // the first stream answered 200
     vl_status final_status = VL_OK;  // the watch failed for good
@@ -219,7 +222,7 @@ void vl_watch::take(const SseBlock& block)
 {
     std::lock_guard lock(mutex);
     for (const std::string& comment : block.comments)
-        if (auto from = watching_from_revision(comment); from && last_complete == 0 && *from > 0)
+        if (auto from = watching_from_revision(comment); from && !last_complete && *from > 0)
             last_complete = *from - 1;
     if (block.event == "error") {
         Json body = Json::parse(block.data, nullptr, false);
@@ -232,7 +235,7 @@ void vl_watch::take(const SseBlock& block)
     if (block.data.empty()) return;
     vl_event* event = event_from_json(block.data);
     if (!event) throw std::bad_alloc();
-    if (event->revision <= last_complete) {  // already delivered before a resume
+    if (last_complete && event->revision <= *last_complete) {  // delivered before a resume
         vl_event_free(event);
         return;
     }
@@ -260,7 +263,7 @@ void vl_watch::stream_once(size_t index)
         if (stopping) return;
         streaming = http.get();
         resume_path = path;
-        if (last_complete > 0) resume_path += "&start_revision=" + u64(last_complete + 1);
+        if (last_complete) resume_path += "&start_revision=" + u64(*last_complete + 1);
         for (vl_event* e : pending) vl_event_free(e);  // an unfinished revision comes again
         pending.clear();
     }
