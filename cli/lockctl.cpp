@@ -55,7 +55,8 @@ Commands:
   put KEY VALUE [--prev-revision N] [--lease SESSION] [--sequencer SEQ]
                                    write a key (VALUE '-' reads stdin; any bytes)
   set KEY VALUE                    the same as put
-  get KEY [--prefix] [--limit N] [--rev-only] [--consistency l|s]
+  get KEY [--prefix] [--limit N] [--consistency l|s]
+      [--rev-only | --keys-only | --print-value-only]
   del KEY [--prefix] [--prev-revision N]
   watch KEY [--prefix] [--rev N]   stream changes until interrupted; resumes across failover
   lock NAME [--shared] [--ttl 10s] [--wait 30s] [--kill-grace 10s] [-- COMMAND ARGS...]
@@ -121,8 +122,9 @@ const std::set<std::string> kValueFlags = {
     "--endpoints", "--dial-timeout", "--command-timeout", "--write-out", "--prev-revision",
     "--lease", "--sequencer", "--limit", "--consistency", "--rev", "--ttl", "--wait",
     "--count", "--kill-grace", "--name", "--cacert", "--cert", "--key", "--token", "--user"};
-const std::set<std::string> kBoolFlags = {"--prefix", "--rev-only", "--shared", "--listen",
-                                          "--help", "--once"};
+const std::set<std::string> kBoolFlags = {
+    "--prefix", "--rev-only", "--keys-only", "--print-value-only", "--shared", "--listen",
+    "--help",   "--once"};
 const std::set<std::string> kGlobalFlags = {"--endpoints", "--dial-timeout", "--command-timeout",
                                             "--write-out", "--help", "--cacert", "--cert",
                                             "--key", "--token", "--user"};
@@ -579,8 +581,17 @@ int cmd_put(Context& ctx)
 int cmd_get(Context& ctx)
 {
     const Args& args = ctx.args();
-    expect_usage(args, {"--prefix", "--limit", "--rev-only", "--consistency"}, 2, 2,
-                 "get KEY [--prefix] [--limit N] [--rev-only] [--consistency l|s]");
+    expect_usage(args,
+                 {"--prefix", "--limit", "--rev-only", "--keys-only", "--print-value-only",
+                  "--consistency"},
+                 2, 2,
+                 "get KEY [--prefix] [--limit N] [--consistency l|s] "
+                 "[--rev-only | --keys-only | --print-value-only]");
+    const bool rev_only = args.has("--rev-only");
+    const bool keys_only = args.has("--keys-only");
+    const bool values_only = args.has("--print-value-only");
+    if (rev_only + keys_only + values_only > 1)
+        throw UsageError{"--rev-only, --keys-only and --print-value-only go one at a time"};
     const std::string consistency = args.get("--consistency").value_or("l");
     if (consistency != "l" && consistency != "s")
         throw UsageError{"--consistency: 'l' (linearizable) or 's' (serializable, stale)"};
@@ -617,6 +628,11 @@ int cmd_get(Context& ctx)
         revision = kv->mod_revision;
         vl_kv_free(kv);
     }
+    if (keys_only)
+        for (Json& kv : kvs) {
+            kv.erase("value");
+            kv.erase("encoding");
+        }
     if (ctx.format() == Format::json) {
         Json document{{"kvs", kvs}, {"count", kvs.size()}};
         if (args.has("--prefix")) document["revision"] = revision;
@@ -624,7 +640,7 @@ int cmd_get(Context& ctx)
     } else if (ctx.format() == Format::table) {
         std::vector<std::vector<std::string>> rows;
         for (size_t i = 0; i < kvs.size(); i++)
-            rows.push_back({kvs[i]["key"], args.has("--rev-only") ? "" : printable(values[i]),
+            rows.push_back({kvs[i]["key"], rev_only || keys_only ? "" : printable(values[i]),
                             std::to_string(kvs[i]["mod_revision"].get<uint64_t>()),
                             std::to_string(kvs[i]["version"].get<uint64_t>()),
                             std::to_string(kvs[i]["session"].get<uint64_t>())});
@@ -633,11 +649,12 @@ int cmd_get(Context& ctx)
         // etcdctl's simple format: the key, then the value, each on its own line; the raw
         // bytes, so `get K` gives back what `put K -` wrote.
         for (size_t i = 0; i < kvs.size(); i++) {
-            if (args.has("--rev-only")) {
+            if (rev_only) {
                 std::cout << kvs[i]["mod_revision"].get<uint64_t>() << "\n";
                 continue;
             }
-            std::cout << kvs[i]["key"].get<std::string>() << "\n" << values[i] << "\n";
+            if (!values_only) std::cout << kvs[i]["key"].get<std::string>() << "\n";
+            if (!keys_only) std::cout << values[i] << "\n";
         }
         std::cout << std::flush;
     }
@@ -1621,7 +1638,8 @@ _lockctl() {
         completion) COMPREPLY=($(compgen -W "bash zsh" -- "$cur")); return ;;
     esac
     if [[ "$cur" == -* ]]; then
-        local flags="$globals --prefix --limit --rev-only --consistency --prev-revision --lease"
+        local flags="$globals --prefix --limit --rev-only --keys-only --print-value-only"
+        flags+=" --consistency --prev-revision --lease"
         flags+=" --sequencer --rev --shared --ttl --wait --kill-grace --listen --count --once"
         flags+=" --name"
         COMPREPLY=($(compgen -W "$flags" -- "$cur"))
@@ -1688,7 +1706,8 @@ _lockctl() {
                          '--lease[attach to a session]:session:'
                          '--sequencer[fence with a sequencer]:sequencer:') ;;
         get) flags+=('--prefix[every key under KEY]' '--limit[at most N keys]:count:'
-                     '--rev-only[only the revision]'
+                     '--rev-only[only the revision]' '--keys-only[only the keys]'
+                     '--print-value-only[only the values]'
                      '--consistency[linearizable or serializable]:consistency:(l s)') ;;
         del) flags+=('--prefix[every key under KEY]'
                      '--prev-revision[only if the key is at this revision]:revision:') ;;

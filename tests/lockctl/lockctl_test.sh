@@ -67,6 +67,17 @@ same "$out" "$P/cfg/a
 one"
 expect 0 lockctl get "$P/cfg/c" --rev-only
 same "$out" "$rev_c"
+expect 0 lockctl get "$P/cfg/" --prefix --print-value-only
+same "$out" "one
+two
+three"
+expect 0 lockctl get "$P/cfg/" --prefix --keys-only
+same "$out" "$P/cfg/a
+$P/cfg/b
+$P/cfg/c"
+expect 0 lockctl -w json get "$P/cfg/a" --keys-only
+same "$(json_field "$out" '["kvs"][0].get("value")')" "None"
+expect 2 lockctl get "$P/cfg/a" --keys-only --print-value-only
 expect 0 lockctl get "$P/cfg/" --prefix -w json
 same "$(json_field "$out" '["count"]')" "3"
 same "$(json_field "$out" '["kvs"][1]["value"]')" "two"
