@@ -241,6 +241,7 @@ Json HttpApi::api_stats() const
                 {"connections", http.connections.load()},
                 {"connections_refused", http.refused.load()},
                 {"connections_timed_out", http.timed_out.load()},
+                {"connections_evicted", http.evicted.load()},
                 {"clients_hung_up", http.hung_up.load()},
                 {"slow_readers_cut", waits_ ? waits_->slow_readers_cut() : 0},
                 {"waits_withdrawn", waits_ ? waits_->waits_withdrawn() : 0}};

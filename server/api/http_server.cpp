@@ -148,8 +148,17 @@ struct HttpServer::ConnectionRecord {
     int fd = -1;
     size_t shard = 0;
     std::string address;
-    uint64_t deadline_ms = 0;  // 0: none (a request is being served)
+    uint64_t deadline_ms = 0;       // 0: none (a request is being served)
+    uint64_t waiting_since_ms = 0;  // when it began to wait on the client, with deadline_ms
     bool over_limit = false;
+    bool evicted = false;           // closed to make room (evict_idle_connections)
+
+    // The client has `timeout_ms` from now for its next step: a request, its headers, its body.
+    void wait_for_client(uint64_t timeout_ms)
+    {
+        waiting_since_ms = now_ms();
+        deadline_ms = waiting_since_ms + timeout_ms;
+    }
 };
 
 // What libmicrohttpd's stream callback holds: the stream and where it goes.
@@ -373,7 +382,7 @@ Result<Ok> HttpServer::start(const std::string& ip, uint16_t port, EventLoop* on
     listener_ = VL_TRY(listen_on(ip, port, limits_.listen_backlog));
 
     // Connections over the limits are still accepted, to be told 503; past this many more the
-    // descriptors would run out, and accept_connections closes them unanswered.
+    // descriptors would run out, and the idle connections make room (evict_idle_connections).
     const rlim_t files = raise_file_limit();
     const uint64_t reserve = std::max<uint64_t>(256, limits_.max_connections / 8);
     uint64_t hard_limit = uint64_t{limits_.max_connections} + reserve;
@@ -619,8 +628,9 @@ void HttpServer::accept_connections()
             }
             return;  // EAGAIN: all taken; or an error of that connection alone
         }
-        if (counters_.connections >= connection_cap_) {
-            ::close(fd);  // the only silence left (docs/frontend.md, "Limits")
+        if (counters_.connections - evicting_ >= connection_cap_) evict_idle_connections();
+        if (counters_.connections - evicting_ >= connection_cap_) {
+            ::close(fd);  // every connection is busy: the only silence left (docs/frontend.md)
             continue;
         }
         // The lowest shard with room: a few hundred connections all on the first.
@@ -750,6 +760,31 @@ void HttpServer::enforce_deadlines()
     }
 }
 
+// A flood of idle connections (or of slow ones) cannot keep new clients out: at the cap, the
+// connections that have waited longest on their client, idle between requests or still sending
+// one, are closed, as nginx reuses its idle keep-alive connections when it runs out. A batch at
+// a time, so that a flood costs one walk of the records per batch, not per connection. A
+// connection serving a request, a wait or a watch is never closed for room.
+void HttpServer::evict_idle_connections()
+{
+    const size_t batch = std::max<size_t>(1, (connection_cap_ - limits_.max_connections) / 8);
+    std::vector<std::pair<uint64_t, ConnectionRecord*>> idle;
+    for (auto& [connection, record] : connections_)
+        if (record->deadline_ms != 0 && !record->evicted)
+            idle.emplace_back(record->waiting_since_ms, record.get());
+    const size_t count = std::min(batch, idle.size());
+    std::nth_element(idle.begin(), idle.begin() + static_cast<std::ptrdiff_t>(count), idle.end());
+    for (size_t i = 0; i < count; i++) {
+        ConnectionRecord& record = *idle[i].second;
+        // libmicrohttpd reads the end of the stream and closes the connection.
+        ::shutdown(record.fd, SHUT_RDWR);
+        record.evicted = true;
+        record.deadline_ms = 0;
+    }
+    evicting_ += count;
+    counters_.evicted += count;
+}
+
 HttpServer::ConnectionRecord* HttpServer::record_of(MHD_Connection* connection)
 {
     const auto it = connections_.find(connection);
@@ -825,13 +860,14 @@ void MhdCallbacks::on_connection(void* self, MHD_Connection* connection, void**,
         const uint32_t from_address = ++server.per_address_[record->address];
         const uint64_t open = ++server.counters_.connections;
         server.counters_.accepted += 1;
-        record->over_limit = open > server.limits_.max_connections ||
+        record->over_limit = open - server.evicting_ > server.limits_.max_connections ||
                              from_address > server.limits_.max_connections_per_address;
-        record->deadline_ms = now_ms() + server.limits_.header_timeout_ms;
+        record->wait_for_client(server.limits_.header_timeout_ms);
         server.connections_[connection] = std::move(record);
     } else if (event == MHD_CONNECTION_NOTIFY_CLOSED) {
         const auto it = server.connections_.find(connection);
         if (it == server.connections_.end()) return;
+        if (it->second->evicted) server.evicting_ -= 1;
         const auto count = server.per_address_.find(it->second->address);
         if (count != server.per_address_.end() && --count->second == 0)
             server.per_address_.erase(count);
@@ -846,7 +882,7 @@ void* MhdCallbacks::on_uri(void* self, const char* uri, MHD_Connection* connecti
     auto& server = *static_cast<HttpServer*>(self);
     // The request line is in: its headers have header_timeout_ms from now.
     if (auto* record = server.record_of(connection))
-        record->deadline_ms = now_ms() + server.limits_.header_timeout_ms;
+        record->wait_for_client(server.limits_.header_timeout_ms);
     auto* exchange = new std::shared_ptr<Exchange>(new Exchange(server));
     (*exchange)->target = uri ? uri : "";
     // The query is read from this copy of the target (request_target.h), so libmicrohttpd's own
@@ -883,7 +919,7 @@ MHD_Result MhdCallbacks::on_headers(HttpServer& server, Exchange& e, MHD_Connect
     if (record) {
         e.fd_ = record->fd;
         e.client_address = record->address;
-        record->deadline_ms = now_ms() + server.limits_.body_timeout_ms;
+        record->wait_for_client(server.limits_.body_timeout_ms);
     }
     // Refused before the body: it is not kept, and the connection closes after the answer.
     const auto refuse = [&](const ApiError& error) {
@@ -955,7 +991,7 @@ void MhdCallbacks::on_completed(void* self, MHD_Connection* connection, void** r
 {
     auto& server = *static_cast<HttpServer*>(self);
     if (auto* record = server.record_of(connection))
-        record->deadline_ms = now_ms() + server.limits_.idle_timeout_ms;
+        record->wait_for_client(server.limits_.idle_timeout_ms);
     auto* exchange = static_cast<std::shared_ptr<Exchange>*>(*request_context);
     if (!exchange) return;
     Exchange& e = **exchange;

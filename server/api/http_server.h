@@ -173,6 +173,7 @@ struct HttpServerCounters {
     std::atomic<uint64_t> accepted{0};
     std::atomic<uint64_t> refused{0};    // 503: over a connection limit
     std::atomic<uint64_t> timed_out{0};  // closed: headers, body or idle time ran out
+    std::atomic<uint64_t> evicted{0};    // idle, closed to make room at the connection cap
     std::atomic<uint64_t> hung_up{0};    // clients gone while their request waited
     std::atomic<uint64_t> suspended{0};  // exchanges waiting for an answer or stream bytes now
 };
@@ -231,6 +232,9 @@ private:
     void resume_scheduled();
     void take_hangups();
     void enforce_deadlines();
+    // At connection_cap_: closes the connections that have waited longest on their client, to
+    // make room for new ones (accept_connections).
+    void evict_idle_connections();
     void suspend(Exchange& exchange);
     void unsuspend(Exchange& exchange);
     void watch_still_suspended();  // puts exchanges suspended since the last check in the set
@@ -267,7 +271,8 @@ private:
     };
     std::vector<Shard> shards_;
     FileDescriptor listener_;
-    uint64_t connection_cap_ = 0;  // past it, a connection is closed unanswered
+    uint64_t connection_cap_ = 0;  // at it, idle connections make room for new ones
+    uint64_t evicting_ = 0;        // closed for room, not yet gone (I/O thread only)
     bool listener_paused_ = false;  // out of descriptors: accepting again at the next check
     FileDescriptor epoll_;
     FileDescriptor wakeup_;        // eventfd: answers are queued

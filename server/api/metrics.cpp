@@ -81,6 +81,7 @@ constexpr std::pair<const char*, const char*> kApiCounters[] = {
     {"expire_waiters_proposed", "ExpireWaiters ops this replica proposed as the leader."},
     {"connections_refused", "Connections answered 503 for being over a connection limit."},
     {"connections_timed_out", "Connections closed for headers, body or idle time running out."},
+    {"connections_evicted", "Idle connections closed to make room at the connection cap."},
     {"clients_hung_up", "Clients that hung up while their request waited."},
     {"slow_readers_cut", "Watch streams cut for reading too slowly."},
     {"waits_withdrawn", "Lock waits withdrawn because their client hung up."},
