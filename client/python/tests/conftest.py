@@ -23,6 +23,7 @@ from cell import Cell, unique_name, voltlockd_available, voltlockd_path  # noqa:
 from cellrig.util import entered_netns, entered_netns_fd  # noqa: E402
 
 HOST_NETNS = os.open("/proc/self/ns/net", os.O_RDONLY)
+STREAM_BUFFER_BYTES = 64 * 1024
 
 
 class SdkCell(Cell):
@@ -66,7 +67,9 @@ def cell_once() -> Iterator[SdkCell]:
         pytest.skip("missing ip/nft; run scripts/install-deps")
     if not voltlockd_available():
         pytest.skip(f"voltlockd is not built ({voltlockd_path()} missing; set VOLTLOCKD)")
-    with SdkCell(replicas=3, name=unique_name("py")) as c:
+    # A small stream buffer (1 MiB by default), so that a watch that stops reading is cut soon.
+    with SdkCell(replicas=3, name=unique_name("py"),
+                 config_extra={"http_stream_buffer_bytes": STREAM_BUFFER_BYTES}) as c:
         yield c
 
 

@@ -269,3 +269,13 @@ def test_a_watch_closed_by_another_task_and_one_from_before_the_history(cell):
                 pass
         assert compacted.value.oldest_revision > start
     run(cell, body)
+
+
+def test_a_watch_entered_with_async_with_sees_the_change_made_right_after(cell):
+    async def body(client: aio.Client) -> None:
+        key = fresh("placed")
+        async with client.watch(key) as watch:
+            rev = await client.put(key, "1")
+            event = await asyncio.wait_for(watch.__anext__(), 10)
+        assert event.revision == rev
+    run(cell, body)

@@ -371,6 +371,20 @@ def test_a_watch_hands_out_whole_revisions_and_resumes_after_the_last(proto):
     assert [(e.revision, e.key) for e in got] == [(14, "cfg/d"), (14, "cfg/e")]
 
 
+def test_a_slow_reader_cut_by_the_cell_is_reopened_after_its_last_revision(proto):
+    watch = p.WatchStream(proto, "cfg/", prefix=True, start_revision=12, spaces=None)
+    watch.attempt()
+    body = json.dumps({"code": "slow_reader", "message": "fell behind",
+                       "details": {"resume_revision": 13}})
+    got = watch.feed(sse(put_event(12, "cfg/a", "1") + "\nid: 12", put_event(13, "cfg/b", "2"),
+                         f"event: error\ndata: {body}"))
+    assert [e.revision for e in got] == [12]
+    assert watch.cut and watch.next_revision == 13
+    again = watch.attempt()
+    assert not watch.cut
+    assert again.target == "/v1/watch/cfg/?prefix=true&start_revision=13"
+
+
 def test_a_watch_without_a_start_resumes_where_the_stream_began(proto):
     watch = p.WatchStream(proto, "k", prefix=False, start_revision=None, spaces=["kv", "lock"])
     assert watch.attempt().target == "/v1/watch/k?spaces=kv%2Clock"

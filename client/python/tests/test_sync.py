@@ -182,7 +182,6 @@ def test_watch_streams_changes_in_order_and_close_ends_it(cell, client):
     seen: List[voltlock.WatchEvent] = []
     reader = threading.Thread(target=lambda: seen.extend(watch))
     reader.start()
-    time.sleep(0.3)  # the stream starts at the next change: let it open first
     revs = [client.put(prefix + "a", "1"), client.put(prefix + "b", "2")]
     assert client.delete(prefix, prefix=True) == 2
     after_delete = client.get_revision(prefix + "a")[1]
@@ -196,6 +195,43 @@ def test_watch_streams_changes_in_order_and_close_ends_it(cell, client):
     assert [e.revision for e in seen[:2]] == revs and seen[2].revision == seen[3].revision
     assert seen[3].revision <= after_delete
     assert watch.next_revision == seen[3].revision + 1
+
+
+def test_a_watch_sees_the_change_made_right_after_it_was_made(cell, client):
+    key = fresh("placed")
+    watch = client.watch(key)
+    rev = client.put(key, "1")
+    timer = threading.Timer(10, watch.close)  # one that missed the put would wait for ever
+    timer.start()
+    try:
+        event = next(watch, None)
+    finally:
+        timer.cancel()
+        watch.close()
+    assert event is not None and event.revision == rev
+
+
+def test_a_watch_cut_for_reading_slowly_resumes_with_no_gap(cell, client):
+    """The cell keeps 64 KiB per stream here (conftest): 3,000 events of 1 KB fill that and the
+    sockets' buffers while nobody reads, and after 5 s full the cell cuts the stream."""
+    def cut() -> int:
+        total = 0
+        for i in range(3):
+            with voltlock.Client(cell.urls(i)) as one:
+                total += one.cluster()["api"]["slow_readers_cut"]
+        return total
+    cut_before = cut()
+    prefix = fresh("slow") + "/"
+    watch = client.watch(prefix, prefix=True)
+    value = "v" * 1000
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        written = list(pool.map(lambda i: client.put(f"{prefix}{i % 10}", value), range(3000)))
+    wait_until(lambda: cut() > cut_before, 30, "the slow reader cut")
+    try:
+        seen = [next(watch).revision for _ in written]
+    finally:
+        watch.close()
+    assert seen == sorted(written)
 
 
 def test_a_watch_from_before_the_history_raises_compacted(cell, client):

@@ -738,6 +738,9 @@ class WatchStream:
         self._parser = SseParser()
         self._pending: List[WatchEvent] = []
         self._endpoint: Optional[Endpoint] = None
+        # The cell cut the stream of a reader that fell behind (``slow_reader``): the caller
+        # reopens it at once, from next_revision, which loses nothing.
+        self.cut = False
 
     def attempt(self) -> Attempt:
         """The request that opens (or reopens) the stream."""
@@ -771,8 +774,9 @@ class WatchStream:
             else 0.0
 
     def feed(self, chunk: bytes) -> List[WatchEvent]:
-        """The events that `chunk` completes, in order. An ``error`` event (the stream fell
-        behind the history) raises its error, :class:`~voltlock.Compacted`."""
+        """The events that `chunk` completes, in order. An ``error`` event raises its error
+        (:class:`~voltlock.Compacted`: the stream fell behind the history), except
+        ``slow_reader``, which sets `cut`: the stream is to be reopened."""
         done: List[WatchEvent] = []
         for sse in self._parser.feed(chunk):
             if sse["event"] == "error":
@@ -780,6 +784,9 @@ class WatchStream:
                     body = json.loads(sse["data"])
                 except ValueError:
                     body = sse["data"]
+                if isinstance(body, dict) and body.get("code") == "slow_reader":
+                    self.cut = True
+                    return done
                 raise errors.error_from_body(410, body)
             if sse["data"]:
                 event = WatchEvent.from_json(json.loads(sse["data"]))

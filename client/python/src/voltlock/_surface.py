@@ -170,14 +170,16 @@ class WatchBase(Generic[ClientT]):
     def close(self) -> None:
         raise NotImplementedError
 
-    def _take(self, chunk: bytes) -> None:
-        """The events in the next chunk of the stream, ready to yield; a stream the cell ended
-        with an error (Compacted) closes the watch and raises."""
+    def _take(self, chunk: bytes) -> bool:
+        """The events in the next chunk of the stream, ready to yield; False if the cell cut
+        the stream of a reader that fell behind, to be reopened where it left off. A stream the
+        cell ended with an error (Compacted) closes the watch and raises."""
         try:
             self._ready.extend(self._state.feed(chunk))
         except errors.Error:
             self.close()
             raise
+        return not self._state.cut
 
     @property
     def next_revision(self) -> Optional[int]:

@@ -263,10 +263,13 @@ class Client(ClientBase[HttpTransport]):
 
     def watch(self, key: str, *, prefix: bool = False, start_revision: Optional[int] = None,
               spaces: Optional[Sequence[str]] = None) -> "Watch":
-        """The changes to `key` (or under it), from `start_revision` (default: the next change)
-        on, for as long as it is iterated; it reconnects by itself. ``close()`` ends it."""
-        return Watch(self, p.WatchStream(self._protocol, key, prefix=prefix,
-                                         start_revision=start_revision, spaces=spaces))
+        """The changes to `key` (or under it), from `start_revision` (default: the next change
+        after this call) on, for as long as it is iterated; it reconnects by itself.
+        ``close()`` ends it."""
+        watch = Watch(self, p.WatchStream(self._protocol, key, prefix=prefix,
+                                          start_revision=start_revision, spaces=spaces))
+        watch._place(self._protocol.attempt_timeout)
+        return watch
 
     # --- reading the cell's state ---------------------------------------------------------------
 
@@ -543,21 +546,39 @@ class Watch(WatchBase[Client]):
         while not self._ready:
             if self._closed.is_set():
                 raise StopIteration
-            if self._stream is None:
-                self._open()
-                continue
-            try:
-                chunk = self._stream.read_chunk()
-                problem = "the stream ended"
-            except (OSError, http.client.HTTPException) as e:
-                chunk, problem = b"", describe(e)
-            if not chunk:
-                self._stream.close()
-                self._stream = None
-                self._closed.wait(self._state.dropped(problem))
-                continue
-            self._take(chunk)
+            self._step()
         return self._ready.popleft()
+
+    def _place(self, seconds: float) -> None:
+        """Opens the stream and reads until the cell says where it starts, so that a watch
+        "from the next change" sees every change after watch() returned, not only those after
+        the first next(). A cell that cannot be reached in `seconds` leaves that to next()."""
+        deadline = time.monotonic() + seconds
+        while self._state.next_revision is None and not self._closed.is_set() \
+                and time.monotonic() < deadline:
+            self._step()
+
+    def _step(self) -> None:
+        """Opens the stream, or takes its next chunk; reopens it after a drop or a cut."""
+        if self._stream is None:
+            self._open()
+            return
+        try:
+            chunk = self._stream.read_chunk()
+            problem = "the stream ended"
+        except (OSError, http.client.HTTPException) as e:
+            chunk, problem = b"", describe(e)
+        except Exception:
+            if self._closed.is_set():
+                return  # close() from another thread tore the stream down under the read
+            raise
+        if not chunk:
+            self._stream.close()
+            self._stream = None
+            self._closed.wait(self._state.dropped(problem))
+        elif not self._take(chunk):
+            self._stream.close()
+            self._stream = None
 
     def _open(self) -> None:
         opened = self._client._transport.open_stream(self._state.attempt())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from typing import (Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence,
                     Tuple, TypeVar, Union)
 
@@ -500,6 +501,13 @@ class Watch(WatchBase[Client]):
         return self
 
     async def __aenter__(self) -> "Watch":
+        """Opens the stream and reads until the cell says where it starts, so that a watch
+        "from the next change" sees every change after ``async with`` entered (a cell that
+        cannot be reached within the attempt timeout leaves that to the first event)."""
+        deadline = time.monotonic() + self._client._protocol.attempt_timeout
+        while self._state.next_revision is None and not self._closed.is_set() \
+                and time.monotonic() < deadline:
+            await self._step()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -520,21 +528,26 @@ class Watch(WatchBase[Client]):
         while not self._ready:
             if self._closed.is_set():
                 raise StopAsyncIteration
-            if self._stream is None:
-                await self._open()
-                continue
-            try:
-                chunk = await asyncio.wait_for(self._stream.read_some(), p.WATCH_READ_TIMEOUT)
-                problem = "the stream ended"
-            except _CONNECTION_ERRORS as e:
-                chunk, problem = b"", describe(e)
-            if not chunk:
-                self._stream.close()
-                self._stream = None
-                await self._pause(self._state.dropped(problem))
-                continue
-            self._take(chunk)
+            await self._step()
         return self._ready.popleft()
+
+    async def _step(self) -> None:
+        """Opens the stream, or takes its next chunk; reopens it after a drop or a cut."""
+        if self._stream is None:
+            await self._open()
+            return
+        try:
+            chunk = await asyncio.wait_for(self._stream.read_some(), p.WATCH_READ_TIMEOUT)
+            problem = "the stream ended"
+        except _CONNECTION_ERRORS as e:
+            chunk, problem = b"", describe(e)
+        if not chunk:
+            self._stream.close()
+            self._stream = None
+            await self._pause(self._state.dropped(problem))
+        elif not self._take(chunk):
+            self._stream.close()
+            self._stream = None
 
     async def _open(self) -> None:
         opened = await self._client._transport.open_stream(self._state.attempt())
