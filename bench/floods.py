@@ -384,12 +384,18 @@ def main() -> int:
                         help="the cell's http_io_threads (default: voltlockd's)")
     parser.add_argument("--voltlockd", default=os.path.join(REPO, "build", "voltlockd"),
                         help="the daemon to flood (default: this build's)")
+    parser.add_argument("--raise-limits", action="store_true",
+                        help="set the cell's connection and stream limits above the floods "
+                             "(needed past 10,000 watches, or 11,000 idle connections)")
     parser.add_argument("--json", help="write every number here too")
     args = parser.parse_args()
     raise_file_limit(args.watches + args.idle + args.slowloris + 4096)
-    limit = max(args.watches, args.idle) + args.slowloris + 1000
-    extra = {"http_max_connections": limit, "http_max_connections_per_address": limit,
-             "http_max_streams": args.watches + 1000}
+    # The floods fit voltlockd's default limits; bigger ones get limits to match.
+    extra = {}
+    if args.raise_limits:
+        limit = max(args.watches, args.idle) + args.slowloris + 1000
+        extra = {"http_max_connections": limit, "http_max_connections_per_address": limit,
+                 "http_max_streams": args.watches + 1000}
     if args.io_threads is not None:
         extra["http_io_threads"] = args.io_threads
     report = {}

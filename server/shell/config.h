@@ -49,8 +49,10 @@ struct DaemonConfig {
     uint64_t snapshot_every_ops = 100'000;
     uint32_t snapshot_every_seconds = 300;
     // The HTTP front end's limits (docs/frontend.md).
-    uint32_t http_max_connections = 10'000;
-    uint32_t http_max_connections_per_address = 10'000;
+    // Room for 10,000 held watches or idle connections and the clients beside them, also when
+    // they all come from one address; no address alone takes every connection.
+    uint32_t http_max_connections = 16'000;
+    uint32_t http_max_connections_per_address = 12'000;
     uint32_t http_max_streams = 10'000;  // watches and lock/barrier waits held open
     uint32_t http_listen_backlog = 4096;
     uint32_t http_header_timeout_ms = 10'000;
