@@ -14,10 +14,12 @@
 
     sudo .venv/bin/python bench/floods.py [--watches 10000] [--idle 10000] [--slowloris 1000]
                                           [--watch-keys prefix,own] [--seconds 5] [--clients 16]
-                                          [--json out.json]
+                                          [--raise-limits] [--json out.json]
 
 Honest clients are build/vl_http_load (closed loop, kept-alive connections). The process's open
 file limit is raised to its hard limit (and the hard limit to what the floods need, as root).
+The cell runs with voltlockd's default connection and stream limits, which these floods fit;
+--raise-limits sets them above bigger ones.
 """
 import argparse
 import http.client
