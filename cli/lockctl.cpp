@@ -578,6 +578,53 @@ int cmd_put(Context& ctx)
     return kExitOk;
 }
 
+// What `get` prints of each key: everything, or one part (--rev-only, --keys-only,
+// --print-value-only).
+enum class GetPart { all, revision, key, value };
+
+// The keys `get` read: each as JSON, and its value's raw bytes for the simple format.
+struct GetResult {
+    std::vector<Json> kvs;
+    std::vector<std::string> values;
+    uint64_t revision = 0;
+};
+
+void print_get(Format format, GetResult& got, bool prefix, GetPart part)
+{
+    if (part == GetPart::key)
+        for (Json& kv : got.kvs) {
+            kv.erase("value");
+            kv.erase("encoding");
+        }
+    const std::vector<Json>& kvs = got.kvs;
+    if (format == Format::json) {
+        Json document{{"kvs", kvs}, {"count", kvs.size()}};
+        if (prefix) document["revision"] = got.revision;
+        print_json(document);
+    } else if (format == Format::table) {
+        const bool no_value = part == GetPart::revision || part == GetPart::key;
+        std::vector<std::vector<std::string>> rows;
+        for (size_t i = 0; i < kvs.size(); i++)
+            rows.push_back({kvs[i]["key"], no_value ? "" : printable(got.values[i]),
+                            std::to_string(kvs[i]["mod_revision"].get<uint64_t>()),
+                            std::to_string(kvs[i]["version"].get<uint64_t>()),
+                            std::to_string(kvs[i]["session"].get<uint64_t>())});
+        print_table({"KEY", "VALUE", "MOD_REVISION", "VERSION", "SESSION"}, rows);
+    } else {
+        // etcdctl's simple format: the key, then the value, each on its own line; the raw
+        // bytes, so `get K` gives back what `put K -` wrote.
+        for (size_t i = 0; i < kvs.size(); i++) {
+            if (part == GetPart::revision) {
+                std::cout << kvs[i]["mod_revision"].get<uint64_t>() << "\n";
+                continue;
+            }
+            if (part != GetPart::value) std::cout << kvs[i]["key"].get<std::string>() << "\n";
+            if (part != GetPart::key) std::cout << got.values[i] << "\n";
+        }
+        std::cout << std::flush;
+    }
+}
+
 int cmd_get(Context& ctx)
 {
     const Args& args = ctx.args();
@@ -587,35 +634,34 @@ int cmd_get(Context& ctx)
                  2, 2,
                  "get KEY [--prefix] [--limit N] [--consistency l|s] "
                  "[--rev-only | --keys-only | --print-value-only]");
-    const bool rev_only = args.has("--rev-only");
-    const bool keys_only = args.has("--keys-only");
-    const bool values_only = args.has("--print-value-only");
-    if (rev_only + keys_only + values_only > 1)
+    if (args.has("--rev-only") + args.has("--keys-only") + args.has("--print-value-only") > 1)
         throw UsageError{"--rev-only, --keys-only and --print-value-only go one at a time"};
+    const GetPart part = args.has("--rev-only")           ? GetPart::revision
+                         : args.has("--keys-only")        ? GetPart::key
+                         : args.has("--print-value-only") ? GetPart::value
+                                                          : GetPart::all;
     const std::string consistency = args.get("--consistency").value_or("l");
     if (consistency != "l" && consistency != "s")
         throw UsageError{"--consistency: 'l' (linearizable) or 's' (serializable, stale)"};
     const int flags = consistency == "s" ? VL_READ_STALE : VL_READ_LINEARIZABLE;
     const uint64_t limit = args.has("--limit") ? parse_u64(*args.get("--limit"), "--limit") : 0;
     if (args.has("--limit") && !args.has("--prefix")) throw UsageError{"--limit needs --prefix"};
-    std::vector<Json> kvs;
-    std::vector<std::string> values;  // the raw bytes, for the simple format
-    uint64_t revision = 0;
+    GetResult got;
     const std::string& key = args.words[1];
     auto take = [&](const vl_kv& kv) {
-        kvs.push_back(kv_json(kv));
-        values.emplace_back(value_of(kv));
+        got.kvs.push_back(kv_json(kv));
+        got.values.emplace_back(value_of(kv));
     };
     if (args.has("--prefix")) {
         std::string after;
-        while (limit == 0 || kvs.size() < limit) {
+        while (limit == 0 || got.kvs.size() < limit) {
             vl_kv_list* list = nullptr;
-            const uint64_t want = limit ? std::min<uint64_t>(limit - kvs.size(), 1000) : 0;
+            const uint64_t want = limit ? std::min<uint64_t>(limit - got.kvs.size(), 1000) : 0;
             check(vl_get_prefix(ctx.client(), key.c_str(), after.empty() ? nullptr : after.c_str(),
                                 static_cast<uint32_t>(want), flags, &list),
                   ctx.client());
             for (size_t i = 0; i < list->count; i++) take(list->kvs[i]);
-            revision = list->revision;
+            got.revision = list->revision;
             const bool more = list->more;
             if (more) after = list->next_after;
             vl_kv_list_free(list);
@@ -625,39 +671,10 @@ int cmd_get(Context& ctx)
         vl_kv* kv = nullptr;
         check(vl_get(ctx.client(), key.c_str(), flags, &kv), ctx.client());
         take(*kv);
-        revision = kv->mod_revision;
+        got.revision = kv->mod_revision;
         vl_kv_free(kv);
     }
-    if (keys_only)
-        for (Json& kv : kvs) {
-            kv.erase("value");
-            kv.erase("encoding");
-        }
-    if (ctx.format() == Format::json) {
-        Json document{{"kvs", kvs}, {"count", kvs.size()}};
-        if (args.has("--prefix")) document["revision"] = revision;
-        print_json(document);
-    } else if (ctx.format() == Format::table) {
-        std::vector<std::vector<std::string>> rows;
-        for (size_t i = 0; i < kvs.size(); i++)
-            rows.push_back({kvs[i]["key"], rev_only || keys_only ? "" : printable(values[i]),
-                            std::to_string(kvs[i]["mod_revision"].get<uint64_t>()),
-                            std::to_string(kvs[i]["version"].get<uint64_t>()),
-                            std::to_string(kvs[i]["session"].get<uint64_t>())});
-        print_table({"KEY", "VALUE", "MOD_REVISION", "VERSION", "SESSION"}, rows);
-    } else {
-        // etcdctl's simple format: the key, then the value, each on its own line; the raw
-        // bytes, so `get K` gives back what `put K -` wrote.
-        for (size_t i = 0; i < kvs.size(); i++) {
-            if (rev_only) {
-                std::cout << kvs[i]["mod_revision"].get<uint64_t>() << "\n";
-                continue;
-            }
-            if (!values_only) std::cout << kvs[i]["key"].get<std::string>() << "\n";
-            if (!keys_only) std::cout << values[i] << "\n";
-        }
-        std::cout << std::flush;
-    }
+    print_get(ctx.format(), got, args.has("--prefix"), part);
     return kExitOk;
 }
 
