@@ -589,6 +589,7 @@ struct GetResult {
     uint64_t revision = 0;
 };
 
+// Prints what `get` read in `format`; with GetPart::key the values leave `got`'s JSON too.
 void print_get(Format format, GetResult& got, bool prefix, GetPart part)
 {
     if (part == GetPart::key)
