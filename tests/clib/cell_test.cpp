@@ -345,17 +345,24 @@ TEST_CASE("watches: from a revision, from now, and closed while waiting")
 
 TEST_CASE("a watch from revision 1 starts at the history's beginning, not at the next change")
 {
-    vl_client* c = rig::open_client();
+    // One replica, so that the history the watch reads is the one asked about below.
+    const std::string all = rig::endpoints();
+    vl_client* c = rig::open_client(10000, all.substr(0, all.find(',')));
     vl_put_result marker{};
     REQUIRE(put_text(c, rig::unique("from-one"), "1", nullptr, &marker) == VL_OK);
+    char* cluster = nullptr;
+    REQUIRE(vl_info_get(c, "/v1/cluster", 0, &cluster) == VL_OK);
+    const auto oldest = nlohmann::json::parse(cluster)["api"]["oldest_revision"].get<uint64_t>();
+    vl_string_free(cluster);
     vl_watch_options from_one{};
     from_one.prefix = true;
     from_one.start_revision = 1;
     vl_watch* w = nullptr;
     const vl_status opened = vl_watch_open(c, "", &from_one, &w);
-    if (opened == VL_ERR_COMPACTED) {
-        // The cell's history no longer reaches back to revision 1: that is the answer then.
-        CHECK(std::string(vl_client_errstr(c)).find("compacted") != std::string::npos);
+    if (oldest > 1) {
+        // The replica's history no longer reaches back to revision 1 (earlier tests wrote more
+        // than it keeps): that is the answer then.
+        CHECK(opened == VL_ERR_COMPACTED);
     } else {
         REQUIRE(opened == VL_OK);
         vl_event* e = nullptr;
