@@ -212,8 +212,10 @@ def test_a_watch_sees_the_change_made_right_after_it_was_made(cell, client):
 
 
 def test_a_watch_cut_for_reading_slowly_resumes_with_no_gap(cell, client):
-    """The cell keeps 64 KiB per stream here (conftest): 3,000 events of 1 KB fill that and the
-    sockets' buffers while nobody reads, and after 5 s full the cell cuts the stream."""
+    """The cell keeps 64 KiB per stream here (conftest). While nobody reads, 5,000 events of
+    1.3 KB fill that and the sockets' buffers (the sender's grows to 4 MB); the cell cuts a stream
+    whose buffer stayed full for 5 s when it next has an event for it, so a put goes every 0.2 s
+    until it has."""
     def cut() -> int:
         total = 0
         for i in range(3):
@@ -223,10 +225,14 @@ def test_a_watch_cut_for_reading_slowly_resumes_with_no_gap(cell, client):
     cut_before = cut()
     prefix = fresh("slow") + "/"
     watch = client.watch(prefix, prefix=True)
-    value = "v" * 1000
+    value = "v" * 1300
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        written = list(pool.map(lambda i: client.put(f"{prefix}{i % 10}", value), range(3000)))
-    wait_until(lambda: cut() > cut_before, 30, "the slow reader cut")
+        written = list(pool.map(lambda i: client.put(f"{prefix}{i % 10}", value), range(5000)))
+    deadline = time.monotonic() + 30
+    while cut() == cut_before:
+        assert time.monotonic() < deadline, "the slow reader was not cut within 30 s"
+        written.append(client.put(f"{prefix}trickle", "t"))
+        time.sleep(0.2)
     try:
         seen = [next(watch).revision for _ in written]
     finally:
