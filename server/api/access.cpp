@@ -1,8 +1,7 @@
 #include "api/access.h"
 
-#include <chrono>
-
 #include "api/leader_path.h"
+#include "shell/node.h"
 
 namespace voltlock::api {
 
@@ -147,11 +146,7 @@ Result<Identity> Access::identify(const Call& call, const AuthTables& tables) co
         if (!matched) return Error{0, "the token is not known (revoked, or mistyped)"};
         // The leader's clock set the expiry (the op's timestamp + ttl); the replicas' clocks
         // agree closely enough for a validity of seconds at least.
-        const auto now_ms = static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::system_clock::now().time_since_epoch())
-                .count());
-        if (matched->expires_ms != 0 && matched->expires_ms <= now_ms)
+        if (matched->expires_ms != 0 && matched->expires_ms <= steady_wall_clock_ms())
             return Error{0, "the token expired; ask an admin for a new one"};
         return Identity{matched->name, matched->roles, false};
     }

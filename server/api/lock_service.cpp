@@ -85,7 +85,7 @@ Result<Ok> LockService::start()
 {
     auto lease_timer = make_timer(CLOCK_MONOTONIC);
     if (!lease_timer.ok()) return lease_timer.error();
-    auto deadline_timer = make_timer(CLOCK_REALTIME);
+    auto deadline_timer = make_timer(CLOCK_MONOTONIC);
     if (!deadline_timer.ok()) return deadline_timer.error();
     lease_timer_ = std::move(lease_timer.value());
     deadline_timer_ = std::move(deadline_timer.value());
@@ -144,7 +144,7 @@ void LockService::on_executed(const Executed& executed)
     // Events pile up in the machine until drained; the history keeps what waits and watches read.
     const std::vector<WatchEvent> events = machine_.drain_events();
     if (leases_.active()) {
-        const uint64_t now = wall_clock_ms();
+        const uint64_t now = steady_wall_clock_ms();
         const auto& sessions = machine_.state().sessions;
         for (const WatchEvent& e : events) {
             switch (e.type) {
@@ -175,7 +175,7 @@ void LockService::check_leadership()
     if (replica.is_leader()) {
         if (!leases_.active() || leader_view_ != replica.view()) {
             // DESIGN.md §4: a new leader grants every session a fresh lease before expiring any.
-            leases_.become_leader(wall_clock_ms(), machine_.session_leases(),
+            leases_.become_leader(steady_wall_clock_ms(), machine_.session_leases(),
                                   replica.config().leader_lease_ms);
             leader_view_ = replica.view();
             spdlog::info("r{} v{}: leader: {} sessions get a fresh lease", replica.replica(),
@@ -194,7 +194,7 @@ void LockService::on_lease_timer()
     check_leadership();
     if (!leases_.active()) return;
     const Replica& replica = node_.replica();
-    for (const ExpireSession& expiry : leases_.take_expired(wall_clock_ms())) {
+    for (const ExpireSession& expiry : leases_.take_expired(steady_wall_clock_ms())) {
         spdlog::info("r{} v{}: session {} lease ran out: proposing its expiry", replica.replica(),
                      replica.view(), expiry.session);
         const SessionId session = expiry.session;
@@ -220,7 +220,7 @@ void LockService::maybe_expire_waiters()
 {
     if (!node_.replica().is_leader() || expire_waiters_in_flight_) return;
     const std::optional<uint64_t> deadline = machine_.next_deadline_ms();
-    const uint64_t now = wall_clock_ms();
+    const uint64_t now = steady_wall_clock_ms();
     if (!deadline || *deadline > now) return;
     // The leader stamps entries with its clock as of its last tick: an ExpireWaiters proposed
     // right at the deadline may be stamped just before it. Do not propose again within a tick.
@@ -244,12 +244,16 @@ void LockService::arm_deadline_timer()
     }
     if (at == armed_at_ms_) return;
     armed_at_ms_ = at;
+    // Relative, on the monotonic clock: the deadline is on steady_wall_clock_ms(), which runs
+    // with the monotonic clock; an absolute CLOCK_REALTIME timer would follow a stepped clock.
     itimerspec when{};  // all zero: disarmed
     if (at != 0) {
-        when.it_value.tv_sec = static_cast<time_t>(at / 1000);
-        when.it_value.tv_nsec = static_cast<long>(at % 1000) * 1'000'000L;
+        const uint64_t now = steady_wall_clock_ms();
+        const uint64_t in_ms = at > now ? at - now : 1;  // all zero would disarm it
+        when.it_value.tv_sec = static_cast<time_t>(in_ms / 1000);
+        when.it_value.tv_nsec = static_cast<long>(in_ms % 1000) * 1'000'000L;
     }
-    ::timerfd_settime(deadline_timer_.get(), at != 0 ? TFD_TIMER_ABSTIME : 0, &when, nullptr);
+    ::timerfd_settime(deadline_timer_.get(), 0, &when, nullptr);
 }
 
 bool LockService::propose_internal(const LockOp& op,
@@ -276,7 +280,7 @@ LockService::KeepAliveAnswer LockService::keep_alive(SessionId session)
     answer.known = machine_.state().sessions.contains(session);
     if (!answer.known) return answer;
     const std::optional<LeaseTracker::Renewal> renewal =
-        leases_.keep_alive(session, wall_clock_ms());
+        leases_.keep_alive(session, steady_wall_clock_ms());
     answer.known = renewal.has_value();
     if (renewal) answer.renewal = *renewal;
     return answer;

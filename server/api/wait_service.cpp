@@ -74,7 +74,7 @@ void WaitService::await_outcome(const CallPtr& call, WaitKind kind, const std::s
         return;
     }
     waits_.emplace(id, std::move(wait));
-    const int64_t remaining_ms = int64_t(deadline_ms) - int64_t(wall_clock_ms());
+    const int64_t remaining_ms = int64_t(deadline_ms) - int64_t(steady_wall_clock_ms());
     loop_.after(milliseconds(std::max<int64_t>(remaining_ms, 0) + kWaitGraceMs),
                 [this, id] {
                     const auto it = waits_.find(id);

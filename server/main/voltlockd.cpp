@@ -289,7 +289,8 @@ Result<Startup> open_data_directory(const DaemonConfig& config, bool recover)
         // The damaged files would fail RocksDB's next compaction, and every write after it: the
         // directory is moved aside (for whoever wants to look) and a new one takes its place.
         storage.value().reset();
-        const std::string aside = config.data_dir + ".refused-" + std::to_string(wall_clock_ms());
+        const std::string aside =
+            config.data_dir + ".refused-" + std::to_string(steady_wall_clock_ms());
         if (std::rename(config.data_dir.c_str(), aside.c_str()) != 0)
             return os_error("data directory " + config.data_dir + ": cannot move it aside to " +
                             aside);

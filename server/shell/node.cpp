@@ -46,11 +46,13 @@ uint64_t monotonic_clock_ms()
         duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
 }
 
-uint64_t wall_clock_ms()
+uint64_t steady_wall_clock_ms()
 {
     using namespace std::chrono;
-    return static_cast<uint64_t>(
+    static const uint64_t wall_at_start = static_cast<uint64_t>(
         duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count());
+    static const uint64_t monotonic_at_start = monotonic_clock_ms();
+    return wall_at_start + (monotonic_clock_ms() - monotonic_at_start);
 }
 
 Result<std::unique_ptr<Node>> Node::create(const DaemonConfig& config, Start start,
@@ -186,7 +188,7 @@ void Node::on_timer()
     for (uint64_t i = 0; i < std::min<uint64_t>(expirations, 4); i++) {
         ticks_ += 1;
         if (electrode_) feed_kernel_acks();
-        step(Tick{.now_ms = wall_clock_ms(), .monotonic_ms = monotonic_clock_ms()});
+        step(Tick{.now_ms = steady_wall_clock_ms(), .monotonic_ms = monotonic_clock_ms()});
     }
     // A neighbour entry can appear or change at any time; the peers map follows it, every tick
     // until every peer resolves (broadcast waits for that), then every tenth.

@@ -222,8 +222,12 @@ private:
     SnapshotDownload download_;  // fetcher thread, while fetching_
 };
 
-// The wall clock in milliseconds: the timestamp the leader stamps on new ops.
-uint64_t wall_clock_ms();
+// The wall clock in milliseconds as read once, at the first call, advanced since by the
+// monotonic clock: a step of the system clock after that (`date -s`, NTP's `makestep`) moves
+// nothing here, and a slew moves it as it moves the wall clock. The timestamp the leader stamps
+// on new ops, and what session leases, wait deadlines and token expiries are measured on
+// (docs/leases.md): a clock stepped forward on the leader expired every session at once.
+uint64_t steady_wall_clock_ms();
 // The monotonic clock in milliseconds (CLOCK_MONOTONIC: never steps; NTP may slew its rate
 // within its bound): what the leader lease is measured on (docs/leases.md).
 uint64_t monotonic_clock_ms();

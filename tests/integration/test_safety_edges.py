@@ -23,6 +23,8 @@ the edges of leases, restarts and partitions.
    has given the lock away, answers nothing that extends the client's lease past that grant: it
    checks its leader lease by the clock at the moment it answers (docs/leases.md, rule 2), also
    for a keepalive sent to it after the grant.
+8. The leader's wall clock stepped an hour forward, then back (`date -s`, NTP's `makestep`):
+   a session kept alive is not expired, and a wait ends at its deadline, not an hour later.
 """
 import http.client
 import json
@@ -33,9 +35,11 @@ import time
 
 import pytest
 
+import steppable_clocks
 from api import Client, call, connect
 from cell import Cell, unique_name
 from cellrig.util import ProcessRef
+from steppable_clocks import SteppableClocks
 
 pytestmark = [pytest.mark.usefixtures("root"), pytest.mark.voltlockd]
 
@@ -461,3 +465,46 @@ def test_a_leader_stopped_as_a_keepalive_reaches_it_never_extends_a_lease_past_t
             f"try {try_number + 1}: the paused leader answered {answer}; A's lease runs until "
             f"{lease_end:.3f} by the documented rule, B was granted the lock at {grant:.3f}: "
             f"{lease_end - grant:.2f} s of two holders")
+
+
+# ---- 8. The leader's wall clock stepped ---------------------------------------------------------
+
+def test_a_stepped_clock_on_the_leader_expires_no_session_and_holds_no_wait(voltlockd):
+    if not steppable_clocks.available():
+        pytest.skip(f"no {steppable_clocks.LIBFAKETIME} (scripts/install-deps installs it)")
+    clocks = SteppableClocks(voltlockd)
+    ttl_s = 2.0
+    with Cell(replicas=3, name=unique_name("sc"), voltlockd=clocks.voltlockd) as cell:
+        leader = cell.wait_for_leader()
+        a, b = Client(cell, timeout=10.0), Client(cell, timeout=10.0)
+        try:
+            holder = a(leader, "POST", "/v1/sessions", {"ttl_ms": int(ttl_s * 1000)})
+            session_a = holder.body["session"]
+            assert a(leader, "POST", "/v1/locks/clock:acquire",
+                     {"session": session_a}).body["granted"]
+            session_b = b(leader, "POST", "/v1/sessions", {"ttl_ms": 60000}).body["session"]
+
+            def keep_a_alive_for(seconds: float) -> None:
+                """Keepalives every quarter TTL, each answered 200, for `seconds`."""
+                until = time.monotonic() + seconds
+                while time.monotonic() < until:
+                    kept = a(leader, "POST", f"/v1/sessions/{session_a}:keepalive")
+                    assert kept.status == 200, f"A's keepalive after the clock step: {kept}"
+                    time.sleep(ttl_s / 4)
+
+            def b_waits_out_its_deadline() -> None:
+                sent = time.monotonic()
+                waited = b(leader, "POST", "/v1/locks/clock:acquire",
+                           {"session": session_b, "wait_ms": 1000})
+                assert waited.status == 408, f"B's wait for A's lock: {waited}"
+                assert time.monotonic() - sent < 5.0, "B's 1 s wait ended late"
+
+            for offset_s in (3600, 0):  # an hour forward, then back
+                clocks.step(leader, offset_s)
+                keep_a_alive_for(3 * ttl_s)  # past the second the step takes to be read
+                b_waits_out_its_deadline()
+            lock = a(leader, "GET", "/v1/locks/clock").body
+            assert [h["session"] for h in lock["holders"]] == [session_a], lock
+        finally:
+            a.close()
+            b.close()
