@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Voltlock's Jepsen-style fault suite (docs/fault-testing.md): concurrent clients on registers,
 locks with leases and fencing, a set and a watch stream, against a real cell while a nemesis
-kills, pauses, partitions, slows and power-cuts it; then every history is checked.
+kills, pauses, partitions, slows, power-cuts it and steps its clocks; then every history is
+checked.
 
     sudo .venv/bin/python tests/fault/fault_suite.py --replicas 3 --seconds 600 --nemeses all
     sudo .venv/bin/python tests/fault/fault_suite.py --seed 7 --nemeses kill,pause --json out.json
@@ -24,7 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 
-from cell import Cell, unique_name  # noqa: E402
+import steppable_clocks  # noqa: E402
+from cell import Cell, unique_name, voltlockd_path  # noqa: E402
 from checks import (fencing_violations, overlapping_holds, set_violations,  # noqa: E402
                     watch_violations)
 from clients import Recorder, ReplicaClient  # noqa: E402
@@ -62,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.durability == "snapshot" and "power-cut" in args.nemeses:
         p.error("power-cut needs --durability sync (snapshot mode may lose acknowledged writes "
                 "when every replica dies at once; README)")
+    if "clock-step" in args.nemeses and not steppable_clocks.available():
+        p.error(f"clock-step needs {steppable_clocks.LIBFAKETIME} (scripts/install-deps)")
     if args.seed is None:
         args.seed = random.randrange(1 << 31)
     return args
@@ -119,8 +123,11 @@ def run(args: argparse.Namespace) -> dict:
     report: dict = {"seed": args.seed, "replicas": args.replicas, "seconds": args.seconds,
                     "nemeses": args.nemeses, "durability": args.durability,
                     "electrode": args.electrode, "violations": [], "errors": []}
-    with Cell(replicas=args.replicas, name=unique_name("fs"),
-              electrode=args.electrode, durability=args.durability, timeout=60) as cell:
+    clocks = (steppable_clocks.SteppableClocks(voltlockd_path())
+              if "clock-step" in args.nemeses else None)
+    with Cell(replicas=args.replicas, name=unique_name("fs"), electrode=args.electrode,
+              durability=args.durability, timeout=60,
+              voltlockd=clocks.voltlockd if clocks else None) as cell:
         recorder = Recorder(time.monotonic())
         endpoints = cell.endpoints
 
@@ -137,7 +144,7 @@ def run(args: argparse.Namespace) -> dict:
                             writes=writes) for i in range(args.lock_workers)]
         watch = WatchWorker(endpoints, stop_watch, seed())
         nemesis = Nemesis(cell, args.nemeses, random.Random(seed()), recorder.now, stop_nemesis,
-                          lease_ttl_s=args.ttl_ms / 1000)
+                          lease_ttl_s=args.ttl_ms / 1000, clocks=clocks)
         workers = registers + sets + locks
         for w in workers + [watch]:
             w.start()

@@ -13,6 +13,8 @@ Each kind, and what it does to the leader L (or a replica chosen at random):
     netem           delay, jitter and loss on a random replica's link, both directions
     power-cut       kill -9 every replica at once, start them all (durability sync only)
     restart         stop every replica gracefully (SIGTERM), start them all
+    clock-step      step L's wall clock an hour forward or back, then back to the true time
+                    (the cell's daemons run under libfaketime: steppable_clocks.py)
 """
 from __future__ import annotations
 
@@ -26,9 +28,10 @@ from dataclasses import dataclass
 
 from cell import Cell, CellCommandError
 from cellrig.util import ProcessRef
+from steppable_clocks import SteppableClocks
 
 KINDS = ["kill", "pause", "partition", "partition-in", "partition-out", "isolate-leader",
-         "netem", "power-cut", "restart"]
+         "netem", "power-cut", "restart", "clock-step"]
 
 RECOVERY_TIMEOUT_S = 60.0
 
@@ -44,13 +47,15 @@ class Fault:
 
 class Nemesis(threading.Thread):
     def __init__(self, cell: Cell, kinds: list, rng: random.Random, clock, stop: threading.Event,
-                 lease_ttl_s: float, hold_s: tuple = (2.0, 3.5), quiet_s: tuple = (1.0, 3.0)):
+                 lease_ttl_s: float, clocks: SteppableClocks | None = None,
+                 hold_s: tuple = (2.0, 3.5), quiet_s: tuple = (1.0, 3.0)):
         super().__init__(daemon=True, name="Nemesis")
         self.cell = cell
         self.kinds = kinds
         self.rng = rng
         self.clock = clock
         self.stop_event = stop
+        self.clocks = clocks  # needed by clock-step
         self.hold_s, self.quiet_s = hold_s, quiet_s
         # A deposed leader matters to leases only if it stays cut off until the new leader has
         # expired the sessions it kept alive: a TTL after the view change.
@@ -113,6 +118,12 @@ class Nemesis(threading.Thread):
             fault.target = "all"
             self.cell.stop("all")
             self.cell.start("all", timeout=30)
+        elif kind == "clock-step":
+            offset_s = self.rng.choice([-3600, 3600])
+            fault.target += f" {offset_s:+d} s"
+            self.clocks.step(leader, offset_s)
+            time.sleep(hold)
+            self.clocks.step(leader, 0)
         else:
             raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(KINDS)}")
         fault.undone = self.clock()
