@@ -23,12 +23,13 @@ void LeaseTracker::become_leader(uint64_t now_ms, const std::vector<SessionLease
     leader_since_ms_ = now_ms;
     leader_lease_ms_ = leader_lease_ms;
     leases_.clear();
+    by_deadline_.clear();
     for (const SessionLease& lease : leases) {
         const uint64_t deadline_ms = now_ms + handover_ms(lease.ttl_ms, leader_lease_ms);
-        leases_[lease.session] = Lease{.ttl_ms = lease.ttl_ms,
-                                       .lease_epoch = lease.lease_epoch,
-                                       .deadline_ms = deadline_ms,
-                                       .replicated_deadline_ms = deadline_ms};
+        add(lease.session, Lease{.ttl_ms = lease.ttl_ms,
+                                 .lease_epoch = lease.lease_epoch,
+                                 .deadline_ms = deadline_ms,
+                                 .replicated_deadline_ms = deadline_ms});
     }
 }
 
@@ -36,6 +37,23 @@ void LeaseTracker::step_down()
 {
     active_ = false;
     leases_.clear();
+    by_deadline_.clear();
+}
+
+void LeaseTracker::add(SessionId session, const Lease& lease)
+{
+    if (const auto it = leases_.find(session); it != leases_.end())
+        by_deadline_.erase({it->second.deadline_ms, session});
+    leases_[session] = lease;
+    by_deadline_.emplace(lease.deadline_ms, session);
+}
+
+void LeaseTracker::move_deadline(SessionId session, Lease& lease, uint64_t deadline_ms)
+{
+    if (deadline_ms == lease.deadline_ms) return;
+    by_deadline_.erase({lease.deadline_ms, session});
+    lease.deadline_ms = deadline_ms;
+    by_deadline_.emplace(deadline_ms, session);
 }
 
 void LeaseTracker::on_created(SessionId session, uint32_t ttl_ms, Revision lease_epoch,
@@ -46,10 +64,10 @@ void LeaseTracker::on_created(SessionId session, uint32_t ttl_ms, Revision lease
     // have answered the client and kept the session alive since, so it gets the handover wait
     // like every session this leader found (docs/leases.md, rule 4).
     const uint64_t handed_over_ms = leader_since_ms_ + handover_ms(ttl_ms, leader_lease_ms_);
-    leases_[session] = Lease{.ttl_ms = ttl_ms,
-                             .lease_epoch = lease_epoch,
-                             .deadline_ms = std::max(now_ms + ttl_ms, handed_over_ms),
-                             .replicated_deadline_ms = now_ms + ttl_ms};
+    add(session, Lease{.ttl_ms = ttl_ms,
+                       .lease_epoch = lease_epoch,
+                       .deadline_ms = std::max(now_ms + ttl_ms, handed_over_ms),
+                       .replicated_deadline_ms = now_ms + ttl_ms});
 }
 
 void LeaseTracker::on_renewed(SessionId session, Revision lease_epoch, uint64_t now_ms)
@@ -59,17 +77,23 @@ void LeaseTracker::on_renewed(SessionId session, Revision lease_epoch, uint64_t 
     Lease& lease = it->second;
     lease.lease_epoch = lease_epoch;
     lease.replicated_deadline_ms = now_ms + lease.ttl_ms;
-    lease.deadline_ms = std::max(lease.deadline_ms, lease.replicated_deadline_ms);
+    move_deadline(session, lease, std::max(lease.deadline_ms, lease.replicated_deadline_ms));
 }
 
-void LeaseTracker::on_ended(SessionId session) { leases_.erase(session); }
+void LeaseTracker::on_ended(SessionId session)
+{
+    const auto it = leases_.find(session);
+    if (it == leases_.end()) return;
+    by_deadline_.erase({it->second.deadline_ms, session});
+    leases_.erase(it);
+}
 
 std::optional<LeaseTracker::Renewal> LeaseTracker::keep_alive(SessionId session, uint64_t now_ms)
 {
     const auto it = leases_.find(session);
     if (!active_ || it == leases_.end()) return std::nullopt;
     Lease& lease = it->second;
-    lease.deadline_ms = std::max(lease.deadline_ms, now_ms + lease.ttl_ms);
+    move_deadline(session, lease, std::max(lease.deadline_ms, now_ms + lease.ttl_ms));
     // Replicate when the machine's lease lags the real one by more than half a TTL, or when an
     // expiry is already on its way: the KeepAlive then either lands first (the expiry becomes
     // stale) or after it (unknown session), and the client hears which.
@@ -83,8 +107,9 @@ std::vector<ExpireSession> LeaseTracker::take_expired(uint64_t now_ms)
 {
     std::vector<ExpireSession> expired;
     if (!active_) return expired;
-    for (auto& [session, lease] : leases_) {
-        if (lease.deadline_ms > now_ms) continue;
+    for (const auto& [deadline_ms, session] : by_deadline_) {
+        if (deadline_ms > now_ms) break;
+        Lease& lease = leases_.at(session);
         if (lease.expiring && now_ms < lease.expiring_since_ms + kExpiryRetryMs) continue;
         lease.expiring = true;
         lease.expiring_since_ms = now_ms;

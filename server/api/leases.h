@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "core/lock_machine.h"
@@ -75,10 +77,16 @@ private:
         uint64_t expiring_since_ms = 0;       // offered again if it never finished
     };
 
+    void add(SessionId session, const Lease& lease);
+    void move_deadline(SessionId session, Lease& lease, uint64_t deadline_ms);
+
     bool active_ = false;
     uint64_t leader_since_ms_ = 0;  // become_leader's now
     uint64_t leader_lease_ms_ = 0;
     std::map<SessionId, Lease> leases_;
+    // Every lease by its deadline, so that the leader's check every 100 ms reads only the leases
+    // that have run out, not all of them (200,000 idle sessions cost it 18% of a core).
+    std::set<std::pair<uint64_t, SessionId>> by_deadline_;
 };
 
 }  // namespace voltlock::api

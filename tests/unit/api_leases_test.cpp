@@ -1,7 +1,11 @@
 // The leader's in-memory session leases (server/api/leases.h; DESIGN.md §4, Chubby §2.8).
 #include <doctest/doctest.h>
 
+#include <map>
+#include <set>
+
 #include "api/leases.h"
+#include "split_mix64.h"
 
 namespace voltlock::api {
 namespace {
@@ -91,6 +95,64 @@ TEST_CASE("only the leader tracks; ended sessions and a step-down are forgotten"
     leases.step_down();
     CHECK_FALSE(leases.active());
     CHECK(leases.take_expired(1'000'000).empty());
+}
+
+TEST_CASE("the leases that ran out are offered, whatever order creations and renewals came in")
+{
+    // take_expired reads only the leases whose deadline passed (kept in deadline order): on
+    // random creations, keepalives, renewals and ends, it must offer exactly the sessions whose
+    // deadline_ms() has passed, less those offered within kExpiryRetryMs and not finished.
+    test_support::SplitMix64 random(20261127);
+    LeaseTracker leases;
+    leases.become_leader(0, {}, 0);
+    std::set<SessionId> live;
+    std::map<SessionId, uint64_t> offered_at;  // offered and not finished
+    uint64_t now = 0;
+    SessionId next_session = 1;
+    for (int step = 0; step < 20'000; step++) {
+        now += random.below(50);
+        const SessionId some = live.empty() ? 0 : *std::next(live.begin(),
+                                                             long(random.below(live.size())));
+        switch (random.below(6)) {
+        case 0:
+            leases.on_created(next_session, uint32_t(1'000 + random.below(5'000)), step, now);
+            live.insert(next_session++);
+            break;
+        case 1:
+            if (some) leases.keep_alive(some, now);
+            break;
+        case 2:
+            if (some) leases.on_renewed(some, step, now);
+            break;
+        case 3:
+            if (some) {
+                leases.on_ended(some);
+                live.erase(some);
+                offered_at.erase(some);
+            }
+            break;
+        case 4:
+            if (some) {
+                leases.expiry_finished(some);
+                offered_at.erase(some);
+            }
+            break;
+        default: {
+            std::set<SessionId> offered;
+            for (const ExpireSession& e : leases.take_expired(now)) offered.insert(e.session);
+            for (const SessionId session : live) {
+                const bool due = *leases.deadline_ms(session) <= now;
+                const auto it = offered_at.find(session);
+                const bool pending =
+                    it != offered_at.end() && now < it->second + LeaseTracker::kExpiryRetryMs;
+                CHECK(offered.contains(session) == (due && !pending));
+                if (offered.contains(session)) offered_at[session] = now;
+            }
+            CHECK(offered.size() <= live.size());
+        }
+        }
+    }
+    CHECK(leases.size() == live.size());
 }
 
 }  // namespace
