@@ -10,7 +10,8 @@ Each kind, and what it does to the leader L (or a replica chosen at random):
     partition-out   drop traffic from L only (one-way)
     isolate-leader  cut L off from its peers only, for a lease TTL + 2-4 s: clients still reach
                     it (issue 11, case 1)
-    netem           delay, jitter and loss on a random replica's link, both directions
+    netem           delay, jitter (so reordering), loss and duplication on a random replica's
+                    link, both directions
     power-cut       kill -9 every replica at once, start them all (durability sync only)
     restart         stop every replica gracefully (SIGTERM), start them all
     clock-step      step L's wall clock an hour forward or back, then back to the true time
@@ -104,9 +105,10 @@ class Nemesis(threading.Thread):
             victim = self.rng.randrange(self.cell.replica_count)
             fault.target = f"r{victim}"
             delay, loss = self.rng.choice([10, 30, 80]), self.rng.choice([1, 5, 20])
-            self.cell.netem(victim, f"delay {delay}ms {delay // 2}ms loss {loss}%",
-                            direction="both")
-            fault.target += f" delay {delay}ms loss {loss}%"
+            duplicate = self.rng.choice([0, 5, 25])
+            spec = f"delay {delay}ms {delay // 2}ms loss {loss}% duplicate {duplicate}%"
+            self.cell.netem(victim, spec, direction="both")
+            fault.target += " " + spec
             time.sleep(hold)
             self.cell.heal()
         elif kind == "power-cut":
