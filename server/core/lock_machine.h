@@ -208,6 +208,7 @@ struct LockServiceState {
     std::map<std::string, ValueRecord> kv;
     std::map<std::string, BarrierRecord> barriers;
     std::set<TimerRecord> timers;
+    uint64_t kv_bytes = 0;           // derived: the keys' and values' sizes, summed
     std::deque<WatchEvent> history;  // revisions compacted_revision + 1 .. revision, in order
     Revision compacted_revision = 0; // events up to here were dropped
     AuthState auth;                  // users, roles, tokens (core/auth_state.h)
@@ -270,6 +271,10 @@ public:
     // The earliest pending deadline (lock wait, barrier wait, lock-delay end), if any: the leader
     // proposes ExpireWaiters once its clock passes it.
     std::optional<uint64_t> next_deadline_ms() const;
+    // About the memory the records take: the keys' and values' bytes, plus a fixed cost per key,
+    // session, lock and barrier record (measured, docs/api.md "Limits"). The API refuses what
+    // would add records once this reaches quota_bytes.
+    uint64_t stored_bytes() const;
 
     // A hash over the whole state (history included); equal on replicas that applied the same ops.
     // The snapshot's layout run through codec.h's hashing sink: what a snapshot leaves out is

@@ -54,6 +54,13 @@ const char* index_records(const LockServiceState& records,
     return nullptr;
 }
 
+uint64_t kv_bytes_of(const LockServiceState& s)
+{
+    uint64_t bytes = 0;
+    for (const auto& [key, r] : s.kv) bytes += key.size() + r.value.size();
+    return bytes;
+}
+
 const char* broken_invariant(const LockServiceState& s, size_t history_events)
 {
     for (const auto& [id, r] : s.sessions) {
@@ -136,6 +143,7 @@ void LockMachine::check_invariants() const
         VL_ASSERT(r.ephemeral_keys == index.ephemeral_keys, "ephemeral_keys index");
     }
     VL_ASSERT(timers == state_.timers, "the timer index matches the records");
+    VL_ASSERT(kv_bytes_of(state_) == state_.kv_bytes, "kv_bytes matches the keys and values");
     const char* broken = broken_invariant(state_, config_.history_events);
     VL_ASSERT(broken == nullptr, broken);
 }

@@ -27,6 +27,9 @@ const char* index_records(const LockServiceState& records,
                           std::map<SessionId, SessionRecord>& sessions,
                           std::set<TimerRecord>& timers);
 
+// The keys' and values' sizes in `s.kv`, summed: LockServiceState::kv_bytes rebuilt.
+uint64_t kv_bytes_of(const LockServiceState& s);
+
 // The first rule of the records that `s` breaks, or nullptr; the derived data is index_records'
 // concern. check_invariants() aborts on one, restore() rejects the snapshot.
 const char* broken_invariant(const LockServiceState& s, size_t history_events);

@@ -265,6 +265,7 @@ bool LockMachine::restore(std::string_view snapshot)
     if (!fields(in, restored) || !in.done()) return false;
     if (broken_auth_state(restored.auth) != nullptr) return false;
     if (index_records(restored, restored.sessions, restored.timers) != nullptr) return false;
+    restored.kv_bytes = kv_bytes_of(restored);
     trim_history(restored, config_.history_events);
     if (broken_invariant(restored, config_.history_events) != nullptr) return false;
     state_ = std::move(restored);

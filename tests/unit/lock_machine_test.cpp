@@ -818,6 +818,36 @@ TEST_CASE("lock machine: ephemeral keys are deleted when their session closes or
     CHECK(h.state().kv.contains("cfg"));
 }
 
+TEST_CASE("lock machine: stored_bytes counts keys, values and records, and a snapshot keeps it")
+{
+    // The quota's measure (docs/api.md, "Limits"): every apply's invariant check holds kv_bytes
+    // to the keys and values; here, each change moves stored_bytes by what it adds or frees.
+    Machine h;
+    const uint64_t empty = h.machine().stored_bytes();
+    h.put("k", "12345");
+    const uint64_t one_key = h.machine().stored_bytes();
+    h.put("k", "1234567890");
+    CHECK(h.machine().stored_bytes() == one_key + 5);  // the same record, a longer value
+    h.put("k", "1");
+    CHECK(h.machine().stored_bytes() == one_key - 4);
+    const SessionId s = h.session();
+    h.put("eph/a", "xyz", s);
+    const uint64_t with_session = h.machine().stored_bytes();
+    CHECK(with_session > one_key - 4 + 8);  // a session record and a key record, not just bytes
+    h.granted("lk", s);
+    CHECK(h.machine().stored_bytes() > with_session);
+
+    LockMachine restored;
+    REQUIRE(restored.restore(h.machine().snapshot()));
+    CHECK(restored.stored_bytes() == h.machine().stored_bytes());
+    CHECK(restored.state() == h.machine().state());
+
+    h.ok<CloseSessionResult>(CloseSession{.session = s});  // frees the lock and "eph/a"
+    CHECK(h.machine().stored_bytes() == one_key - 4);
+    h.ok<DeleteResult>(Delete{.key = "k"});
+    CHECK(h.machine().stored_bytes() == empty);
+}
+
 TEST_CASE("lock machine: the latest put decides whether a key is ephemeral, and to which session")
 {
     Machine h;
