@@ -143,6 +143,8 @@ Json Admin::cluster_json() const
         api["locks"] = s.locks.size();
         api["keys"] = s.kv.size();
         api["barriers"] = s.barriers.size();
+        api["stored_bytes"] = machine_->stored_bytes();
+        api["quota_bytes"] = node_.config().quota_bytes;
         api["revision"] = s.revision;
         api["oldest_revision"] = machine_->oldest_revision();
         api["leases_tracked"] = service_->leases_tracked();

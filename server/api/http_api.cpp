@@ -24,6 +24,24 @@ Parsed<ValueEncoding> encoding_param(const Call& call)
     return parse_encoding_param(call.param("encoding").value_or(""));
 }
 
+// A put, a new session, an acquire or a barrier entry: the ops that may add a record, refused
+// over the quota. What frees space (deletes, releases, closes) and keepalives go through.
+bool adds_records(const LockOp& op)
+{
+    return std::holds_alternative<Put>(op) || std::holds_alternative<CreateSession>(op) ||
+           std::holds_alternative<Acquire>(op) || std::holds_alternative<BarrierEnter>(op);
+}
+
+ApiError quota_exceeded(uint64_t stored_bytes, uint64_t quota_bytes)
+{
+    return ApiError{507, "quota_exceeded",
+                    "the cell's records take " + std::to_string(stored_bytes) +
+                        " bytes, its quota_bytes is " + std::to_string(quota_bytes) +
+                        ": delete keys or close sessions first (deletes, releases and closes "
+                        "go through)",
+                    Json{{"stored_bytes", stored_bytes}, {"quota_bytes", quota_bytes}}};
+}
+
 ApiError too_many_streams(uint32_t limit)
 {
     return unavailable("too many watches and waits held open at this replica "
@@ -163,6 +181,7 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
       machine_(machine),
       max_message_bytes_(node.config().max_message_bytes),
       limits_(http_limits(node.config())),
+      quota_bytes_(node.config().quota_bytes),
       service_(machine ? std::make_unique<LockService>(loop, node, *machine, pool_, progress_)
                        : nullptr),
       forwarder_(node.config(), loop, node.config().http_forward_threads),
@@ -374,6 +393,11 @@ void HttpApi::run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, An
         },
         op);
     if (auto refused = foreign_session(*call, session)) return call->fail(*refused);
+    // Judged on this replica's records, which a follower has as of its last apply: a soft
+    // limit, as etcd's, that ops already on their way may pass by a little.
+    if (quota_bytes_ != 0 && machine_ && adds_records(op) &&
+        machine_->stored_bytes() >= quota_bytes_)
+        return call->fail(quota_exceeded(machine_->stored_bytes(), quota_bytes_));
     const OpCode code = op_code(op);
     auto finish = [call, code, answer = std::move(answer)](const ClientIdentity& identity,
                                                            Proposed proposed) {

@@ -130,6 +130,7 @@ private:
     LockMachine* machine_;
     const uint32_t max_message_bytes_;
     const HttpLimits limits_;
+    const uint64_t quota_bytes_;  // config quota_bytes: run_op refuses records past it
     Progress progress_;
     ClientPool pool_;
     RequestCounters counters_;

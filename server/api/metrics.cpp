@@ -66,6 +66,23 @@ std::string group_label(const std::string& group)
     return "kind";
 }
 
+// /v1/cluster's api gauges, each as voltlock_<name>.
+constexpr std::pair<const char*, const char*> kApiGauges[] = {
+    {"revision", "The lock service's revision as applied here."},
+    {"oldest_revision", "The oldest revision a watch can start from here."},
+    {"sessions", "Open sessions."},
+    {"locks", "Locks with a holder, a waiter or a lock-delay."},
+    {"keys", "Keys in the key/value namespace."},
+    {"barriers", "Barriers with members."},
+    {"stored_bytes", "About the memory the records take (keys, values, sessions, locks)."},
+    {"quota_bytes", "Past this, puts, new sessions and acquires get 507 (0: no quota)."},
+    {"watchers", "Watch streams open on this replica."},
+    {"waiters", "HTTP requests waiting here for a lock or barrier."},
+    {"leases_tracked", "Session leases this replica tracks as the leader."},
+    {"client_ids", "Internal VR client ids this replica has made."},
+    {"connections", "HTTP connections open on this replica."},
+};
+
 // /v1/cluster's api counters, each as voltlock_api_<name>_total.
 constexpr std::pair<const char*, const char*> kApiCounters[] = {
     {"forwarded", "Requests this replica forwarded to the leader."},
@@ -175,20 +192,7 @@ std::string render_metrics(const Json& cluster,
     if (cluster.contains("event_loop")) write_event_loop(w, cluster["event_loop"]);
 
     const Json& api = cluster.contains("api") ? cluster["api"] : kNoCounters;
-    const std::pair<const char*, const char*> api_gauges[] = {
-        {"revision", "The lock service's revision as applied here."},
-        {"oldest_revision", "The oldest revision a watch can start from here."},
-        {"sessions", "Open sessions."},
-        {"locks", "Locks with a holder, a waiter or a lock-delay."},
-        {"keys", "Keys in the key/value namespace."},
-        {"barriers", "Barriers with members."},
-        {"watchers", "Watch streams open on this replica."},
-        {"waiters", "HTTP requests waiting here for a lock or barrier."},
-        {"leases_tracked", "Session leases this replica tracks as the leader."},
-        {"client_ids", "Internal VR client ids this replica has made."},
-        {"connections", "HTTP connections open on this replica."},
-    };
-    for (const auto& [field, help] : api_gauges) {
+    for (const auto& [field, help] : kApiGauges) {
         if (!api.contains(field)) continue;
         const std::string name = std::string("voltlock_") + field;
         w.family(name, "gauge", help);

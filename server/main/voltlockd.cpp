@@ -74,10 +74,10 @@ Configuration:
   A JSON object: cluster_id, replica (this one's index in replicas), replicas (a list of
   {"ip", "udp_port", "http_port"}), and optionally interface, electrode ("on"/"off"),
   fast_paths, durability ("snapshot"/"sync"), data_dir, snapshot_every_ops,
-  snapshot_every_seconds, log_level, tick_ms, heartbeat_ticks, view_change_timeout_ticks,
-  retransmit_ticks, pipeline_ops, max_message_bytes, machine, replication_key_file (the
-  cell's replication key, mode 0600, read beside the config if relative; without it replication
-  is unauthenticated: docs/security.md).
+  snapshot_every_seconds, quota_bytes, log_level, tick_ms, heartbeat_ticks,
+  view_change_timeout_ticks, retransmit_ticks, pipeline_ops, max_message_bytes, machine,
+  replication_key_file (the cell's replication key, mode 0600, read beside the config if
+  relative; without it replication is unauthenticated: docs/security.md).
 
 Signals:
   SIGTERM and SIGINT stop the replica; the others carry on without it.

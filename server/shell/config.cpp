@@ -184,6 +184,7 @@ Result<DaemonConfig> parse_config_fields(const std::string& json_text)
                           uint64_t{1} << 30));
     VL_TRY(reader.integer("snapshot_every_seconds", config.snapshot_every_seconds, false, 0,
                           7 * 24 * 3600));
+    VL_TRY(reader.integer("quota_bytes", config.quota_bytes, false, 0, uint64_t{1} << 50));
     VL_TRY(read_http_keys(reader, config));
     VL_TRY(reader.string("tls_cert_file", config.tls_cert_file, false));
     VL_TRY(reader.string("tls_key_file", config.tls_key_file, false));

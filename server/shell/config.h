@@ -48,6 +48,11 @@ struct DaemonConfig {
     Durability durability = Durability::snapshot;
     uint64_t snapshot_every_ops = 100'000;
     uint32_t snapshot_every_seconds = 300;
+    // Once the records take this many bytes (LockMachine::stored_bytes), the API refuses what
+    // would add one (a put, a new session, an acquire, a barrier entry) with 507
+    // quota_exceeded; deletes, releases and closes still go through. 0: no quota. 2 GiB, as
+    // etcd's quota-backend-bytes: every replica holds the records in memory.
+    uint64_t quota_bytes = uint64_t{2} << 30;
     // The HTTP front end's limits (docs/frontend.md).
     // Room for 10,000 held watches or idle connections and the clients beside them, also when
     // they all come from one address; no address alone takes every connection.

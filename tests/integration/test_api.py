@@ -269,6 +269,48 @@ def test_a_value_too_large_for_a_datagram_is_413_naming_the_limit(cell):
     assert_error(call(cell, 1, "PUT", "/v1/kv/k", {"value": "x" * 100_000}), 413, "too_large")
 
 
+def test_at_the_quota_what_adds_records_is_507_and_what_frees_them_goes_through():
+    """quota_bytes 100,000: 1 KB puts through a follower until the cell refuses one. Then, at
+    every replica, a put, a new session, an acquire and a barrier entry are 507 quota_exceeded
+    and change nothing; reads, keepalives and deletes go through, and once the keys are deleted
+    a put does too."""
+    quota = 100_000
+    with Cell(replicas=3, config_extra={"quota_bytes": quota}) as c:
+        follower = followers(c)[0]
+        holder = session(c, follower)
+        value = "v" * 1000
+        for i in range(300):
+            r = call(c, follower, "PUT", f"/v1/kv/q/{i}", {"value": value})
+            if r.status != 200:
+                break
+        assert_error(r, 507, "quota_exceeded")
+        assert r["details"]["quota_bytes"] == quota
+        assert r["details"]["stored_bytes"] >= quota
+        filled = i
+        assert 50 < filled < 100, f"{filled} puts of 1 KB filled a quota of {quota} bytes"
+        for replica in range(3):
+            for refused in [("PUT", "/v1/kv/q/more", {"value": "x"}),
+                            ("POST", "/v1/sessions", {"ttl_ms": 30_000}),
+                            ("POST", "/v1/locks/q-lock:acquire", {"session": holder}),
+                            ("POST", "/v1/barriers/q-barrier:enter",
+                             {"session": holder, "count": 2})]:
+                assert_error(call(c, replica, *refused), 507, "quota_exceeded")
+            assert_error(call(c, replica, "GET", "/v1/kv/q/more"), 404, "key_not_found")
+            assert call(c, replica, "GET", "/v1/kv/q/0")["value"] == value
+            assert call(c, replica, "POST", f"/v1/sessions/{holder}:keepalive").status == 200
+        api = call(c, follower, "GET", "/v1/cluster")["api"]
+        assert api["quota_bytes"] == quota and api["stored_bytes"] >= quota
+        assert re.search(rf"^voltlock_quota_bytes {quota}$",
+                         call(c, follower, "GET", "/metrics").body, re.M)
+
+        assert call(c, follower, "DELETE", "/v1/kv/q/?prefix=true")["deleted"] == filled
+        wait_until(lambda: call(c, follower, "GET", "/v1/cluster")["api"]["stored_bytes"] < quota,
+                   timeout=10, what="the follower applies the delete")
+        assert call(c, follower, "PUT", "/v1/kv/q/more", {"value": "x"}).status == 200
+        assert call(c, follower, "POST", "/v1/locks/q-lock:acquire",
+                    {"session": holder})["granted"]
+
+
 def test_fenced_and_ephemeral_writes(cell):
     s = session(cell)
     lock = fresh("fence")

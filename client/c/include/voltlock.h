@@ -89,7 +89,8 @@ typedef enum vl_status {
     VL_ERR_NOT_READY = 46,
     VL_ERR_SERVER_OTHER = 47,    /* a code this library does not know; the text says which */
     VL_ERR_UNAUTHENTICATED = 48, /* 401: no token (or certificate), or one the cell doesn't know */
-    VL_ERR_PERMISSION_DENIED = 49 /* 403: the identity lacks a permission (the text says which) */
+    VL_ERR_PERMISSION_DENIED = 49, /* 403: the identity lacks a permission (the text says which) */
+    VL_ERR_QUOTA_EXCEEDED = 50     /* 507: the cell's records reached its quota_bytes */
 } vl_status;
 
 /* The stable name of a status: "ok", "key_not_found", "timeout", ... (static storage). */

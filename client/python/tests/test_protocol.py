@@ -145,6 +145,7 @@ def test_errors_map_to_their_class_with_code_message_and_details(proto, clock):
                               (400, "unknown_field", voltlock.UnknownField),
                               (400, "invalid_argument", voltlock.InvalidArgument),
                               (501, "not_lock_service", voltlock.NotLockService),
+                              (507, "quota_exceeded", voltlock.QuotaExceeded),
                               (418, "a_newer_code", voltlock.Error)]:
         with pytest.raises(cls) as raised:
             drive(proto.check(voltlock.Sequencer("l", "exclusive", 3, 1), None),

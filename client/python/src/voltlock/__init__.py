@@ -14,9 +14,10 @@ from ._sync import Barrier, Client, Election, Lock, Session, Watch
 from .errors import (BadJson, BadRequest, BarrierInUse, BarrierNotFound, BarrierNotReady,
                      CasMismatch, Compacted, Conflict, CountMismatch, Error, InvalidArgument,
                      KeyNotFound, LockBusy, ModeConflict, NotFound, NotHeld, NotLeader,
-                     NotLockService, NotMember, RequestNumberReused, RequestNumberStale,
-                     SequencerInvalid, SessionExpired, TooLarge, Unavailable, UnknownField,
-                     UnknownSession, WaitOutcomeUnknown, WaitTimedOut, WaitWithdrawn)
+                     NotLockService, NotMember, QuotaExceeded, RequestNumberReused,
+                     RequestNumberStale, SequencerInvalid, SessionExpired, TooLarge,
+                     Unavailable, UnknownField, UnknownSession, WaitOutcomeUnknown,
+                     WaitTimedOut, WaitWithdrawn)
 from .models import EXCLUSIVE, SHARED, KeyValue, Sequencer, Value, WatchEvent
 
 __version__ = "0.1.0"
@@ -30,5 +31,5 @@ __all__ = [
     "Conflict", "CasMismatch", "SequencerInvalid", "LockBusy", "BarrierNotReady",
     "ModeConflict", "NotHeld", "NotMember", "CountMismatch", "BarrierInUse", "WaitWithdrawn",
     "RequestNumberReused", "RequestNumberStale", "Compacted", "TooLarge", "NotLockService",
-    "Unavailable", "NotLeader", "WaitOutcomeUnknown",
+    "QuotaExceeded", "Unavailable", "NotLeader", "WaitOutcomeUnknown",
 ]

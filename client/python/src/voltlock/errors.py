@@ -168,6 +168,14 @@ class NotLockService(Error):
     code = "not_lock_service"
 
 
+class QuotaExceeded(Error):
+    """The cell's records reached its ``quota_bytes``: puts, new sessions, acquires and barrier
+    entries are refused until keys are deleted or sessions closed. ``details`` has
+    ``stored_bytes`` and ``quota_bytes``."""
+
+    code = "quota_exceeded"
+
+
 # --- 401, 403: auth (docs/security-auth.md) ---
 class Unauthenticated(Error):
     """No credentials, or a token the cell does not know (revoked or mistyped): pass
@@ -205,8 +213,8 @@ __all__ = ["Error", "BadRequest", "BadJson", "UnknownField", "InvalidArgument", 
            "Conflict", "CasMismatch", "SequencerInvalid", "LockBusy", "BarrierNotReady",
            "ModeConflict", "NotHeld", "NotMember", "CountMismatch", "BarrierInUse",
            "WaitWithdrawn", "RequestNumberReused", "RequestNumberStale", "Compacted", "TooLarge",
-           "NotLockService", "Unauthenticated", "PermissionDenied", "Unavailable", "NotLeader",
-           "WaitOutcomeUnknown"]
+           "NotLockService", "QuotaExceeded", "Unauthenticated", "PermissionDenied",
+           "Unavailable", "NotLeader", "WaitOutcomeUnknown"]
 
 ERROR_CLASSES: Dict[str, Type[Error]] = {
     cls.code: cls
@@ -215,7 +223,7 @@ ERROR_CLASSES: Dict[str, Type[Error]] = {
                 BarrierNotReady, ModeConflict, NotHeld, NotMember, CountMismatch, BarrierInUse,
                 WaitWithdrawn, RequestNumberReused, RequestNumberStale, Compacted, TooLarge,
                 Unauthenticated, PermissionDenied,
-                NotLockService, Unavailable, NotLeader, WaitOutcomeUnknown)
+                NotLockService, QuotaExceeded, Unavailable, NotLeader, WaitOutcomeUnknown)
 }
 ERROR_CLASSES["malformed"] = BadRequest
 
