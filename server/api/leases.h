@@ -85,7 +85,7 @@ private:
     uint64_t leader_lease_ms_ = 0;
     std::map<SessionId, Lease> leases_;
     // Every lease by its deadline, so that the leader's check every 100 ms reads only the leases
-    // that have run out, not all of them (200,000 idle sessions cost it 18% of a core).
+    // that have run out, not all of them (200,000 idle sessions cost it 14.5% of a core).
     std::set<std::pair<uint64_t, SessionId>> by_deadline_;
 };
 
