@@ -37,13 +37,16 @@ def test_every_fast_path_runs(replicas):
     with electrode_cell(replicas) as cell:
         report = run_load(cell, "--clients", "8", "--seconds", "2", "--verify")
         assert report["verified"]
-        leader = statuses(cell)[cell.leader]
-        assert leader["electrode"]["xdp_mode"] in ("native", "generic")
-        counters = leader["electrode"]["counters"]
-        assert counters["q_complete"] > 0          # quorums counted in the leader's XDP
-        assert counters["tc_clones"] > 0           # Prepares cloned at the leader's TC egress
+        # The leader now: a view change under the load's first burst (5 replicas and the load on
+        # 2 cores) hands the rest of the run to another, and the first may have had no time to
+        # resolve its peers and clone anything. So the leaders' paths are summed over the cell.
+        leader = cell.wait_for_leader()
+        assert statuses(cell)[leader]["electrode"]["xdp_mode"] in ("native", "generic")
+        totals = fast_path_totals(cell)
+        assert totals["quorums"] > 0               # quorums counted in a leader's XDP
+        assert totals["clones"] > 0                # Prepares cloned at a leader's TC egress
         for follower in range(replicas):
-            if follower != cell.leader:            # Prepares acknowledged in followers' XDP
+            if follower != leader:                 # Prepares acknowledged in followers' XDP
                 assert kernel_counters(cell, follower)["fa_appended"] > 0
         wait_until(lambda: converged(cell), 10, "every replica to hold the same state")
 
