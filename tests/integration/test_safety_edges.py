@@ -39,7 +39,6 @@ import steppable_clocks
 from api import Client, call, connect
 from cell import Cell, unique_name
 from cellrig.util import ProcessRef
-from steppable_clocks import SteppableClocks
 
 pytestmark = [pytest.mark.usefixtures("root"), pytest.mark.voltlockd]
 
@@ -472,7 +471,7 @@ def test_a_leader_stopped_as_a_keepalive_reaches_it_never_extends_a_lease_past_t
 def test_a_stepped_clock_on_the_leader_expires_no_session_and_holds_no_wait(voltlockd):
     if not steppable_clocks.available():
         pytest.skip(f"no {steppable_clocks.LIBFAKETIME} (scripts/install-deps installs it)")
-    clocks = SteppableClocks(voltlockd)
+    clocks = steppable_clocks.SteppableClocks(voltlockd)
     ttl_s = 2.0
     with Cell(replicas=3, name=unique_name("sc"), voltlockd=clocks.voltlockd) as cell:
         leader = cell.wait_for_leader()
