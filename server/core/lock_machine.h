@@ -284,11 +284,12 @@ public:
     // Snapshots (StateMachine). The layout: u32 magic "VLM3", then the fields of
     // LockServiceState in declaration order, nested records likewise; integers little-endian
     // (codec.h), enums and bools one byte, strings and sequences a u32 count first, maps in
-    // key order. Derived data (the timers, the sessions' index sets) is left out and rebuilt by
-    // restore(), which accepts only states that pass check_invariants(): every record names a
-    // live session, at most once per lock or barrier, and so on. The history is trimmed to this
-    // machine's history_events (configuration is no part of a snapshot). A restored machine has
-    // no pending events: those of the state it replaced were never drained and no longer apply.
+    // key order. Derived data (the timers, the sessions' index sets, kv_bytes) is left out and
+    // rebuilt by restore(), which accepts only states that pass check_invariants(): every record
+    // names a live session, at most once per lock or barrier, and so on. The history is trimmed
+    // to this machine's history_events (configuration is no part of a snapshot). A restored
+    // machine has no pending events: those of the state it replaced were never drained and no
+    // longer apply.
     Bytes snapshot() const override;
     bool restore(std::string_view snapshot) override;
     // Revisions (and so session ids) and lock generations jump by kLostWritesBound; the watch
