@@ -184,6 +184,36 @@ test('the barriers page shows each barrier with its count, phase and members', a
   for (const answer of await Promise.all(entering)) assert.equal(answer.status, 404);
 });
 
+test('the cell page shows the records against the quota, warns near it and says when it is reached', async () => {
+  await go('#/cell');
+  const records = page.locator('.summary div', { hasText: 'Records' });
+  await records.locator('strong', { hasText: /^[\d.]+ (B|KiB) of 256 KiB \([\d.]+%\)$/ }).waitFor({ timeout: 5000 });
+  assert.equal(await records.getAttribute('data-quota'), 'below');
+  // 1,200-byte values (about 1.4 KB each on the books) until the cell refuses one.
+  const value = 'q'.repeat(1200);
+  let refused = null;
+  let sawNear = false;
+  for (let i = 0; i < 400 && !refused; i++) {
+    const answer = await call(ui, 'PUT', `/v1/kv/quota/k${i}`, { value });
+    if (answer.status === 507) refused = answer.body;
+    else assert.equal(answer.status, 200);
+    const { stored_bytes: stored, quota_bytes: quota } = (await call(ui, 'GET', '/v1/cluster')).body.api;
+    if (!sawNear && stored >= 0.85 * quota && stored < quota) {
+      await page.waitForSelector('.summary div[data-quota="near"]', { timeout: 5000 });
+      await page.locator('.notice-warn', { hasText: /The records take \d+% of the quota \(256 KiB\)/ }).waitFor();
+      sawNear = true;
+    }
+  }
+  assert.ok(sawNear, 'the records passed 85% of the quota before it was reached');
+  assert.equal(refused?.code, 'quota_exceeded');
+  await page.locator('.notice-error', { hasText: 'The records have reached the quota (256 KiB)' }).waitFor({ timeout: 5000 });
+  assert.equal(await records.getAttribute('data-quota'), 'reached');
+  await screenshots('cell-at-quota');
+  assert.equal((await call(ui, 'DELETE', '/v1/kv/quota/?prefix=true')).status, 200);
+  await page.waitForSelector('.summary div[data-quota="below"]', { timeout: 5000 });
+  assert.equal(await page.locator('.notice', { hasText: 'quota' }).count(), 0);
+});
+
 test('a killed leader turns red within 2.5 s and the new leader is marked within 5 s', async () => {
   await go('#/cell');
   await page.locator(`article[data-replica="${leader}"][data-state="leader"]`).waitFor();

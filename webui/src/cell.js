@@ -1,8 +1,9 @@
 // The cell page: every replica as a card, the leader marked, and live charts fed once a second
 // from GET /v1/cluster/replicas (every replica's /v1/status, fetched by the replica that served
-// this page). A replica that does not answer within 0.8 s is shown down at the next poll.
+// this page). A replica that does not answer within 0.8 s is shown down at the next poll. What the
+// records take against the quota comes from GET /v1/cluster's "api", polled alongside.
 import { api, explain } from './api.js';
-import { h, formatNumber, formatDuration, notice } from './dom.js';
+import { h, formatBytes, formatNumber, formatDuration, notice } from './dom.js';
 import { TimeChart } from './charts.js';
 import { histogramQuantile } from './histogram.js';
 
@@ -20,6 +21,8 @@ const isPassReason = (name) =>
 // page (which leaves a gap in them).
 const seen = { charts: {}, events: [], previous: null, lastAnswered: {}, highestView: null };
 const GAP_MS = 3000;
+// Where the server's alert (VoltlockNearQuota, deploy/prometheus) warns too.
+const NEAR_QUOTA = 0.8;
 
 export function cellPage(main) {
   const banner = h('div', { 'aria-live': 'polite' });
@@ -56,9 +59,12 @@ export function cellPage(main) {
   async function poll() {
     const started = Date.now();
     try {
-      const answer = await api('GET', '/v1/cluster/replicas', undefined, { timeoutMs: 3000 });
+      // The records are a detail: without them the cards are still worth showing.
+      const [answer, cluster] = await Promise.all([
+        api('GET', '/v1/cluster/replicas', undefined, { timeoutMs: 3000 }),
+        api('GET', '/v1/cluster', undefined, { timeoutMs: 3000 }).catch(() => null)]);
       if (stopped) return;
-      render(answer, Date.now());
+      render(answer, cluster && cluster.api, Date.now());
     } catch (error) {
       if (stopped) return;
       banner.replaceChildren(notice('error', explain(error) +
@@ -79,7 +85,7 @@ export function cellPage(main) {
     return entry && entry.reachable && entry.status.view === view && entry.status.status === 'normal' ? entry : null;
   }
 
-  function render(answer, now) {
+  function render(answer, records, now) {
     const replicas = answer.replicas;
     const up = replicas.filter((r) => r.reachable);
     for (const r of up) lastAnswered[r.replica] = now;
@@ -90,20 +96,27 @@ export function cellPage(main) {
     const views = up.map((r) => r.status.view);
     const view = views.length ? Math.max(...views) : null;
 
+    const notices = [];
     if (up.length < majority)
-      banner.replaceChildren(notice('error', `No leader: the cell has lost its quorum (${up.length} of ${replicas.length} replicas answer; ${majority} are needed), or the replica serving this page is cut off from the others.`));
+      notices.push(notice('error', `No leader: the cell has lost its quorum (${up.length} of ${replicas.length} replicas answer; ${majority} are needed), or the replica serving this page is cut off from the others.`));
     else if (!leader)
-      banner.replaceChildren(notice('warn', 'No leader right now: a view change is under way.'));
+      notices.push(notice('warn', 'No leader right now: a view change is under way.'));
     else if (up.length < replicas.length)
-      banner.replaceChildren(notice('warn', `${replicas.length - up.length} of ${replicas.length} replicas do not answer; the cell still has its quorum.`));
-    else banner.replaceChildren();
+      notices.push(notice('warn', `${replicas.length - up.length} of ${replicas.length} replicas do not answer; the cell still has its quorum.`));
+    const share = quotaShare(records);
+    if (share !== null && share >= 1)
+      notices.push(notice('error', `The records have reached the quota (${formatBytes(records.quota_bytes)}): puts, new sessions, acquires and barrier entries are refused with 507 quota_exceeded until keys are deleted or sessions closed.`));
+    else if (share !== null && share >= NEAR_QUOTA)
+      notices.push(notice('warn', `The records take ${Math.floor(share * 100)}% of the quota (${formatBytes(records.quota_bytes)}). At the quota, puts, new sessions, acquires and barrier entries are refused.`));
+    banner.replaceChildren(...notices);
 
     summary.replaceChildren(
       stat('Leader', leader ? `r${leader.replica}` : 'none'),
       stat('View', view ?? '–'),
       stat('Replicas up', `${up.length} / ${replicas.length}`),
       stat('Commit', formatNumber(leader ? leader.status.commit : null)),
-      stat('Cluster id', up.length ? up[0].status.cluster_id : '–'));
+      stat('Cluster id', up.length ? up[0].status.cluster_id : '–'),
+      recordsStat(records, share));
 
     cards.replaceChildren(...replicas.map((r) => card(r, leader, claimed, now)));
 
@@ -119,6 +132,21 @@ export function cellPage(main) {
 
   function stat(label, value) {
     return h('div', {}, h('span', {}, label), h('strong', {}, value));
+  }
+
+  // The share of quota_bytes the records take, or null when there is no quota (0) or no answer.
+  function quotaShare(records) {
+    return records && records.quota_bytes ? records.stored_bytes / records.quota_bytes : null;
+  }
+
+  function recordsStat(records, share) {
+    if (!records || records.stored_bytes === undefined) return stat('Records', '–');
+    const used = formatBytes(records.stored_bytes);
+    if (share === null) return stat('Records', `${used} (no quota)`);
+    const element = stat('Records', `${used} of ${formatBytes(records.quota_bytes)} (${(share * 100).toFixed(share < 0.1 ? 1 : 0)}%)`);
+    element.dataset.quota = share >= 1 ? 'reached' : share >= NEAR_QUOTA ? 'near' : 'below';
+    element.title = `${formatNumber(records.keys)} keys, ${formatNumber(records.sessions)} sessions, ${formatNumber(records.locks)} locks, ${formatNumber(records.barriers)} barriers`;
+    return element;
   }
 
   function card(r, leader, claimed, now) {

@@ -21,6 +21,14 @@ export function formatNumber(n) {
   return n === null || n === undefined ? '–' : Number(n).toLocaleString('en-US');
 }
 
+export function formatBytes(n) {
+  if (n === null || n === undefined) return '–';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i === 0 ? `${n} B` : `${n.toFixed(n < 10 ? 1 : 0)} ${units[i]}`;
+}
+
 export function formatDuration(ms) {
   if (ms === null || ms === undefined) return '–';
   const sign = ms < 0 ? '-' : '';
