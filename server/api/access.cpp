@@ -1,7 +1,6 @@
 #include "api/access.h"
 
 #include "api/leader_path.h"
-#include "shell/node.h"
 
 namespace voltlock::api {
 
@@ -77,8 +76,11 @@ Need need_of(const Call& call)
 
 }  // namespace
 
-Access::Access(const DaemonConfig& config)
-    : config_(config), on_(config.auth()), peer_auth_(std::make_unique<PeerAuthVerifier>(config))
+Access::Access(const DaemonConfig& config, std::function<uint64_t()> cell_clock)
+    : config_(config),
+      cell_clock_(std::move(cell_clock)),
+      on_(config.auth()),
+      peer_auth_(std::make_unique<PeerAuthVerifier>(config))
 {
 }
 
@@ -144,9 +146,9 @@ Result<Identity> Access::identify(const Call& call, const AuthTables& tables) co
             if (user.token_hash && same_hash(*user.token_hash, presented) && !matched)
                 matched = &user;
         if (!matched) return Error{0, "the token is not known (revoked, or mistyped)"};
-        // The leader's clock set the expiry (the op's timestamp + ttl); the replicas' clocks
-        // agree closely enough for a validity of seconds at least.
-        if (matched->expires_ms != 0 && matched->expires_ms <= steady_wall_clock_ms())
+        // The expiry is in the cell's time (the op's timestamp + ttl), which every replica's
+        // cell clock follows closely enough for a validity of seconds at least.
+        if (matched->expires_ms != 0 && matched->expires_ms <= cell_clock_())
             return Error{0, "the token expired; ask an admin for a new one"};
         return Identity{matched->name, matched->roles, false};
     }

@@ -11,6 +11,7 @@
 // peers forward requests the sending replica has already checked, and fetch snapshots.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,7 +35,9 @@ struct Identity {
 
 class Access {
 public:
-    explicit Access(const DaemonConfig& config);
+    // `cell_clock`: what a token's expiry, in the cell's time, is measured by
+    // (Node::cell_clock_ms); called from any thread.
+    Access(const DaemonConfig& config, std::function<uint64_t()> cell_clock);
 
     // Reads the auth files (at start and on SIGHUP); on an error the tables in use stay.
     Result<Ok> load();
@@ -50,6 +53,7 @@ private:
     Result<Identity> identify(const Call& call, const AuthTables& tables) const;
 
     const DaemonConfig config_;
+    const std::function<uint64_t()> cell_clock_;
     const bool on_;
     const std::unique_ptr<PeerAuthVerifier> peer_auth_;  // snapshot fetches without mTLS
     // Files and replicated tables joined: users of both, grants of a role from both.

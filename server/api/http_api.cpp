@@ -196,7 +196,7 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
           [this](const CallPtr& call, std::function<Json()> body) {
               return read_state(call, ReadAt::commit_point, std::move(body));
           }),
-      access_(node.config()),
+      access_(node.config(), [&node] { return node.cell_clock_ms(); }),
       router_(loop, counters_, access_),
       server_(limits_,
               HttpTls{.cert_file = node.config().tls_cert_file,
@@ -208,7 +208,8 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
     if (machine_)
         waits_ = std::make_unique<WaitService>(
             loop, *machine_, progress_, limits_.max_streams,
-            [this](const std::string& lock, SessionId session) { withdraw(lock, session); });
+            [this](const std::string& lock, SessionId session) { withdraw(lock, session); },
+            [this] { return node_.cell_clock_ms(); });
     install_routes();
     if (service_)
         node_.take_requests([this](const Request& request) {

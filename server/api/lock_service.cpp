@@ -220,7 +220,7 @@ void LockService::maybe_expire_waiters()
 {
     if (!node_.replica().is_leader() || expire_waiters_in_flight_) return;
     const std::optional<uint64_t> deadline = machine_.next_deadline_ms();
-    const uint64_t now = steady_wall_clock_ms();
+    const uint64_t now = node_.cell_clock_ms();
     if (!deadline || *deadline > now) return;
     // The leader stamps entries with its clock as of its last tick: an ExpireWaiters proposed
     // right at the deadline may be stamped just before it. Do not propose again within a tick.
@@ -244,11 +244,11 @@ void LockService::arm_deadline_timer()
     }
     if (at == armed_at_ms_) return;
     armed_at_ms_ = at;
-    // Relative, on the monotonic clock: the deadline is on steady_wall_clock_ms(), which runs
-    // with the monotonic clock; an absolute CLOCK_REALTIME timer would follow a stepped clock.
+    // Relative, on the monotonic clock: the deadline is on the cell's clock, which runs with
+    // the monotonic clock; an absolute CLOCK_REALTIME timer would follow a stepped clock.
     itimerspec when{};  // all zero: disarmed
     if (at != 0) {
-        const uint64_t now = steady_wall_clock_ms();
+        const uint64_t now = node_.cell_clock_ms();
         const uint64_t in_ms = at > now ? at - now : 1;  // all zero would disarm it
         when.it_value.tv_sec = static_cast<time_t>(in_ms / 1000);
         when.it_value.tv_nsec = static_cast<long>(in_ms % 1000) * 1'000'000L;

@@ -6,7 +6,6 @@
 #include <chrono>
 
 #include "api/leader_path.h"
-#include "shell/node.h"
 
 namespace voltlock::api {
 
@@ -44,11 +43,12 @@ std::string sse_error(const ApiError& error)
 }  // namespace
 
 WaitService::WaitService(EventLoop& loop, LockMachine& machine, Progress& progress,
-                         uint32_t max_streams, Withdraw withdraw)
+                         uint32_t max_streams, Withdraw withdraw, Clock cell_clock)
     : loop_(loop),
       machine_(machine),
       max_streams_(max_streams),
       withdraw_(std::move(withdraw)),
+      cell_clock_(std::move(cell_clock)),
       index_(machine)
 {
     progress.on_change([this](Revision) { on_progress(); });
@@ -74,7 +74,7 @@ void WaitService::await_outcome(const CallPtr& call, WaitKind kind, const std::s
         return;
     }
     waits_.emplace(id, std::move(wait));
-    const int64_t remaining_ms = int64_t(deadline_ms) - int64_t(steady_wall_clock_ms());
+    const int64_t remaining_ms = int64_t(deadline_ms) - int64_t(cell_clock_());
     loop_.after(milliseconds(std::max<int64_t>(remaining_ms, 0) + kWaitGraceMs),
                 [this, id] {
                     const auto it = waits_.find(id);

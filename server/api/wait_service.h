@@ -60,9 +60,12 @@ inline constexpr double kHeadroomUnpaced = 0.25;
 class WaitService {
 public:
     using Withdraw = std::function<void(const std::string& lock, SessionId session)>;
+    using Clock = std::function<uint64_t()>;
 
+    // `cell_clock`: what a wait's deadline, in the cell's time, is measured by
+    // (Node::cell_clock_ms).
     WaitService(EventLoop& loop, LockMachine& machine, Progress& progress, uint32_t max_streams,
-                Withdraw withdraw);
+                Withdraw withdraw, Clock cell_clock);
 
     // The request is over the stream limit: answer it 503 now.
     bool full() const { return waits_.size() + watches_.size() >= max_streams_; }
@@ -132,6 +135,7 @@ private:
     LockMachine& machine_;
     const uint32_t max_streams_;
     Withdraw withdraw_;
+    Clock cell_clock_;
     uint64_t next_id_ = 1;
     WatchIndex index_;  // the filters of every wait and watch, by id
     std::unordered_map<uint64_t, Wait> waits_;

@@ -253,7 +253,7 @@ public:
     // ---- Queries: local state, as of the last apply (a stale read on a follower) -------------
     const LockServiceState& state() const { return state_; }
     Revision revision() const { return state_.revision; }
-    uint64_t now_ms() const { return state_.now_ms; }
+    uint64_t time_ms() const override { return state_.now_ms; }
     Op last_applied_op() const { return state_.last_applied_op; }
     // A Get against local state: what the Get op would return if applied now.
     OpResult get(const Get& query) const;

@@ -30,6 +30,8 @@ public:
     // The register is for measuring replication: its version counts the writes it applied, and
     // a restart that lost some starts counting again from its snapshot.
     void skip_past_lost_writes() override {}
+    // It counts writes and nothing else: no time.
+    uint64_t time_ms() const override { return 0; }
     void reset() override { *this = RegisterMachine{}; }
     // Snapshot: u32 magic "VLR1", u64 version, u64 digest, u32 value length, the value.
     Bytes snapshot() const override;

@@ -30,6 +30,9 @@ public:
     // value those writes could have used, so that none is ever handed out twice. Applied through
     // the log like an entry, so deterministic.
     virtual void skip_past_lost_writes() = 0;
+    // The cell's time as of the last entry applied: the largest entry timestamp applied, or 0 for
+    // a machine that keeps no time. A replica stamps its ops no earlier (shell/node.h).
+    virtual uint64_t time_ms() const = 0;
 };
 
 }  // namespace voltlock

@@ -178,6 +178,27 @@ void Node::on_datagrams()
     send_queued();
 }
 
+uint64_t Node::cell_clock_ms() const { return steady_wall_clock_ms() + cell_ahead_ms_; }
+
+void Node::follow_cell_time()
+{
+    // Only forward: a replica whose clock is ahead of the cell's keeps its own, and the cell's
+    // time follows it once it stamps (as it did before this, when every replica stamped by its
+    // own clock). What it stamps is never behind what it applied, as it would be if it had
+    // started with its clock behind (not yet set at boot), or behind the clock of the leader
+    // before it: the cell's time, the largest stamp applied, stood still until its clock
+    // caught up, and with it every wait and lock-delay.
+    const uint64_t applied = machine_->time_ms();
+    const uint64_t own = steady_wall_clock_ms();
+    if (applied > own + cell_ahead_ms_) {
+        if (applied - own > cell_ahead_ms_ + 1000)
+            spdlog::warn("r{}: the cell's time is {} ms ahead of this replica's clock: this "
+                         "replica stamps ops by the cell's time",
+                         config_.replica, applied - own);
+        cell_ahead_ms_ = applied - own;
+    }
+}
+
 void Node::on_timer()
 {
     uint64_t expirations = 0;
@@ -185,10 +206,11 @@ void Node::on_timer()
     // The ring wakes nobody per record: the follower catches up here, off the commit path.
     if (electrode_) take_ring_records();
     // After a stall, catch up a little at a time rather than fire every timeout at once.
+    follow_cell_time();
     for (uint64_t i = 0; i < std::min<uint64_t>(expirations, 4); i++) {
         ticks_ += 1;
         if (electrode_) feed_kernel_acks();
-        step(Tick{.now_ms = steady_wall_clock_ms(), .monotonic_ms = monotonic_clock_ms()});
+        step(Tick{.now_ms = cell_clock_ms(), .monotonic_ms = monotonic_clock_ms()});
     }
     // A neighbour entry can appear or change at any time; the peers map follows it, every tick
     // until every peer resolves (broadcast waits for that), then every tenth.

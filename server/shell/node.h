@@ -104,6 +104,13 @@ public:
 
     const Replica& replica() const { return replica_; }
     StateMachine& machine() { return *machine_; }
+    // The cell's time as this replica reads it (docs/leases.md, "The clock assumption"): its
+    // steady_wall_clock_ms(), moved forward by as much as the largest timestamp it has applied
+    // was ahead of that clock, as of its last tick. The leader stamps ops by it; waits,
+    // lock-delays and token expiries, which count from those stamps, are measured by it. So a
+    // replica whose clock is behind the cell's never holds the cell's time still when it leads.
+    // Any thread.
+    uint64_t cell_clock_ms() const;
     const DaemonConfig& config() const { return config_; }
     // The state that /v1/status reports.
     // `with_digest`: also the state machine's digest, which tests compare across replicas. It
@@ -128,6 +135,7 @@ private:
     void deliver_ring_records(bool past_gaps);
     void drain_kernel();
     void feed_kernel_acks();
+    void follow_cell_time();
     void broadcast(const Message& message);
     void on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& from);
     void step(const Input& input);
@@ -174,6 +182,7 @@ private:
     RingRecords ring_records_;              // acknowledged by the kernel, not yet delivered
     std::vector<Op> kernel_acks_fed_;       // per replica, the op last fed to the core
     uint64_t ticks_ = 0;
+    std::atomic<uint64_t> cell_ahead_ms_ = 0;  // written on the loop: follow_cell_time()
     std::unique_ptr<StateMachine> machine_;
     Replica replica_;
     UdpSocket socket_;
@@ -224,9 +233,9 @@ private:
 
 // The wall clock in milliseconds as read once, at the first call, advanced since by the
 // monotonic clock: a step of the system clock after that (`date -s`, NTP's `makestep`) moves
-// nothing here, and a slew moves it as it moves the wall clock. The timestamp the leader stamps
-// on new ops, and what session leases, wait deadlines and token expiries are measured on
-// (docs/leases.md): a clock stepped forward on the leader expired every session at once.
+// nothing here, and a slew moves it as it moves the wall clock. What session leases are measured
+// on, and what Node::cell_clock_ms() follows (docs/leases.md): a clock stepped forward on the
+// leader expired every session at once.
 uint64_t steady_wall_clock_ms();
 // The monotonic clock in milliseconds (CLOCK_MONOTONIC: never steps; NTP may slew its rate
 // within its bound): what the leader lease is measured on (docs/leases.md).

@@ -25,6 +25,8 @@ the edges of leases, restarts and partitions.
    for a keepalive sent to it after the grant.
 8. The leader's wall clock stepped an hour forward, then back (`date -s`, NTP's `makestep`):
    a session kept alive is not expired, and a wait ends at its deadline, not an hour later.
+9. Replicas started with their wall clocks an hour slow (a clock not yet set at boot), one of
+   which then leads: a wait and a lock-delay still end on time, not an hour later.
 """
 import http.client
 import json
@@ -507,3 +509,54 @@ def test_a_stepped_clock_on_the_leader_expires_no_session_and_holds_no_wait(volt
         finally:
             a.close()
             b.close()
+
+
+# ---- 9. A leader started with its wall clock an hour slow ---------------------------------------
+
+def test_a_leader_started_with_a_slow_clock_ends_waits_and_lock_delays_on_time(voltlockd):
+    """Waits and lock-delays end by the cell's time, the largest stamp on an op applied. A leader
+    that stamped ops by its own clock, an hour behind that time, held the cell's time still: no
+    wait and no lock-delay ended for an hour. Now each replica keeps the cell's time moving from
+    what it has applied, and stamps by that."""
+    if not steppable_clocks.available():
+        pytest.skip(f"no {steppable_clocks.LIBFAKETIME} (scripts/install-deps installs it)")
+    clocks = steppable_clocks.SteppableClocks(voltlockd)
+    with Cell(replicas=3, name=unique_name("sl"), voltlockd=clocks.voltlockd) as cell:
+        first = cell.wait_for_leader()
+        slow = [r for r in range(3) if r != first]
+        for r in slow:  # restarted an hour slow: each reads its wall clock as it starts
+            clocks.step(r, -3600)
+            cell.kill(r)
+            cell.start(r)
+        client = Client(cell, timeout=20.0)
+        try:
+            until_ok(client, [first], "PUT", "/v1/kv/slow/mark", {"value": "x"})
+            op = client(first, "GET", "/v1/status").body["op"]
+            for r in slow:  # each applied an op the leader stamped, before it may lead
+                deadline = time.monotonic() + 10.0
+                while client(r, "GET", "/v1/status").body["commit"] < op:
+                    assert time.monotonic() < deadline, f"r{r} did not catch up to op {op}"
+                    time.sleep(0.05)
+            cell.kill(first)
+            leader = cell.wait_for_leader()
+            assert leader in slow
+
+            holder = until_ok(client, [leader], "POST", "/v1/sessions",
+                              {"ttl_ms": 1000, "lock_delay_ms": 1000}).body["session"]
+            waiter = client(leader, "POST", "/v1/sessions", {"ttl_ms": 60000}).body["session"]
+            assert client(leader, "POST", "/v1/locks/slow/lock:acquire",
+                          {"session": holder}).body["granted"]
+            sent = time.monotonic()
+            waited = client(leader, "POST", "/v1/locks/slow/lock:acquire",
+                            {"session": waiter, "wait_ms": 1000})
+            assert waited.status == 408, f"the waiter's 1 s wait: {waited}"
+            assert time.monotonic() - sent < 5.0, "a 1 s wait ended late"
+            # The holder's session runs out (no keepalives); its lock is granted to the waiter
+            # once the lock-delay after the expiry ends.
+            sent = time.monotonic()
+            granted = client(leader, "POST", "/v1/locks/slow/lock:acquire",
+                             {"session": waiter, "wait_ms": 15000})
+            assert granted.status == 200 and granted.body["granted"], granted
+            assert time.monotonic() - sent < 8.0, "the lock-delay ended late"
+        finally:
+            client.close()

@@ -279,7 +279,7 @@ TEST_CASE("lock machine: time never moves backwards when a new leader's clock is
     const uint64_t t0 = h.now;
     h.now = t0 - 5'000;  // the next leader's clock lags
     CHECK(h.ok<KeepAliveResult>(KeepAlive{.session = s}).deadline_ms == t0 + 10'000);
-    CHECK(h.machine().now_ms() == t0);
+    CHECK(h.machine().time_ms() == t0);
     const SessionId t = h.session();
     h.granted("L", s);
     CHECK(h.waits("L", t, 1'000).deadline_ms == t0 + 1'000);
