@@ -145,6 +145,7 @@ Json Admin::cluster_json() const
         api["barriers"] = s.barriers.size();
         api["stored_bytes"] = machine_->stored_bytes();
         api["quota_bytes"] = node_.config().quota_bytes;
+        api["cell_clock_ahead_ms"] = node_.cell_clock_ahead_ms();
         api["revision"] = s.revision;
         api["oldest_revision"] = machine_->oldest_revision();
         api["leases_tracked"] = service_->leases_tracked();

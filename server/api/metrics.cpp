@@ -76,6 +76,9 @@ constexpr std::pair<const char*, const char*> kApiGauges[] = {
     {"barriers", "Barriers with members."},
     {"stored_bytes", "About the memory the records take (keys, values, sessions, locks)."},
     {"quota_bytes", "Past this, puts, new sessions and acquires get 507 (0: no quota)."},
+    {"cell_clock_ahead_ms",
+     "How far the cell's time (the largest op timestamp applied) ran ahead of this replica's "
+     "clock; this replica stamps and measures by the cell's time."},
     {"watchers", "Watch streams open on this replica."},
     {"waiters", "HTTP requests waiting here for a lock or barrier."},
     {"leases_tracked", "Session leases this replica tracks as the leader."},

@@ -111,6 +111,8 @@ public:
     // replica whose clock is behind the cell's never holds the cell's time still when it leads.
     // Any thread.
     uint64_t cell_clock_ms() const;
+    // How far that is ahead of steady_wall_clock_ms(): /v1/cluster and /metrics show it.
+    uint64_t cell_clock_ahead_ms() const { return cell_ahead_ms_; }
     const DaemonConfig& config() const { return config_; }
     // The state that /v1/status reports.
     // `with_digest`: also the state machine's digest, which tests compare across replicas. It

@@ -537,6 +537,13 @@ def test_a_leader_started_with_a_slow_clock_ends_waits_and_lock_delays_on_time(v
                 while client(r, "GET", "/v1/status").body["commit"] < op:
                     assert time.monotonic() < deadline, f"r{r} did not catch up to op {op}"
                     time.sleep(0.05)
+                deadline = time.monotonic() + 5.0  # it follows the cell's time at its next tick
+                while True:
+                    api = client(r, "GET", "/v1/cluster").body["api"]
+                    if api["cell_clock_ahead_ms"] > 3_500_000:
+                        break
+                    assert time.monotonic() < deadline, f"r{r}'s cell clock: {api}"
+                    time.sleep(0.05)
             cell.kill(first)
             leader = cell.wait_for_leader()
             assert leader in slow
