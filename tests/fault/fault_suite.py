@@ -31,7 +31,7 @@ from checks import (fencing_violations, overlapping_holds, set_violations,  # no
                     watch_violations)
 from clients import Recorder, ReplicaClient  # noqa: E402
 from linearizability import check  # noqa: E402
-from nemesis import KINDS, RECOVERY_TIMEOUT_S, Nemesis  # noqa: E402
+from nemesis import CLOCK_KINDS, KINDS, RECOVERY_TIMEOUT_S, Nemesis  # noqa: E402
 from workloads import (PREFIX, LockWorker, RegisterWorker, SetWorker,  # noqa: E402
                        WatchWorker)
 
@@ -64,8 +64,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.durability == "snapshot" and "power-cut" in args.nemeses:
         p.error("power-cut needs --durability sync (snapshot mode may lose acknowledged writes "
                 "when every replica dies at once; README)")
-    if "clock-step" in args.nemeses and not steppable_clocks.available():
-        p.error(f"clock-step needs {steppable_clocks.LIBFAKETIME} (scripts/install-deps)")
+    clock_kinds = [k for k in CLOCK_KINDS if k in args.nemeses]
+    if clock_kinds and not steppable_clocks.available():
+        p.error(f"{', '.join(clock_kinds)} needs {steppable_clocks.LIBFAKETIME} "
+                "(scripts/install-deps)")
     if args.seed is None:
         args.seed = random.randrange(1 << 31)
     return args
@@ -124,7 +126,7 @@ def run(args: argparse.Namespace) -> dict:
                     "nemeses": args.nemeses, "durability": args.durability,
                     "electrode": args.electrode, "violations": [], "errors": []}
     clocks = (steppable_clocks.SteppableClocks(voltlockd_path())
-              if "clock-step" in args.nemeses else None)
+              if set(CLOCK_KINDS) & set(args.nemeses) else None)
     with Cell(replicas=args.replicas, name=unique_name("fs"), electrode=args.electrode,
               durability=args.durability, timeout=60,
               voltlockd=clocks.voltlockd if clocks else None) as cell:
@@ -186,6 +188,7 @@ def run(args: argparse.Namespace) -> dict:
             report["errors"].append(f"{t.name}: {t.error!r}")
         elif t.is_alive():
             report["errors"].append(f"{t.name} did not stop")
+    report["violations"] += nemesis.probe_failures
     for f in nemesis.faults:
         if f.recovered is None:
             report["violations"].append(f"{f.kind} of {f.target} at {f.start:.1f} s: no leader "

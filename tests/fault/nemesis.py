@@ -16,9 +16,14 @@ Each kind, and what it does to the leader L (or a replica chosen at random):
     restart         stop every replica gracefully (SIGTERM), start them all
     clock-step      step L's wall clock an hour forward or back, then back to the true time
                     (the cell's daemons run under libfaketime: steppable_clocks.py)
+    clock-restart   restart every replica (SIGTERM) with its wall clock an hour fast or slow,
+                    then again with the true time; after each restart, a probe: a 1 s wait for
+                    a held lock must end within WAIT_PROBE_BOUND_S (a leader that stamped ops
+                    behind the cell's time held every wait and lock-delay still)
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import random
@@ -32,9 +37,11 @@ from cellrig.util import ProcessRef
 from steppable_clocks import SteppableClocks
 
 KINDS = ["kill", "pause", "partition", "partition-in", "partition-out", "isolate-leader",
-         "netem", "power-cut", "restart", "clock-step"]
+         "netem", "power-cut", "restart", "clock-step", "clock-restart"]
+CLOCK_KINDS = ["clock-step", "clock-restart"]  # need the daemons under libfaketime
 
 RECOVERY_TIMEOUT_S = 60.0
+WAIT_PROBE_BOUND_S = 5.0
 
 
 @dataclass
@@ -56,12 +63,13 @@ class Nemesis(threading.Thread):
         self.rng = rng
         self.clock = clock
         self.stop_event = stop
-        self.clocks = clocks  # needed by clock-step
+        self.clocks = clocks  # needed by CLOCK_KINDS
         self.hold_s, self.quiet_s = hold_s, quiet_s
         # A deposed leader matters to leases only if it stays cut off until the new leader has
         # expired the sessions it kept alive: a TTL after the view change.
         self.isolation_s = (lease_ttl_s + 2.0, lease_ttl_s + 4.0)
         self.faults: list = []
+        self.probe_failures: list = []  # clock-restart's wait probes, as violations
         self.error: BaseException | None = None
         self.paused: set = set()
 
@@ -126,11 +134,65 @@ class Nemesis(threading.Thread):
             self.clocks.step(leader, offset_s)
             time.sleep(hold)
             self.clocks.step(leader, 0)
+        elif kind == "clock-restart":
+            offset_s = self.rng.choice([-3600, 3600])
+            fault.target = f"all {offset_s:+d} s"
+            for offset in (offset_s, 0):  # a new daemon reads its clock as it starts
+                for r in range(self.cell.replica_count):
+                    self.clocks.step(r, offset)
+                self.cell.stop("all")
+                self.cell.start("all", timeout=30)
+                self.probe_wait(f"{kind} of {fault.target}", f"clocks {offset:+d} s")
         else:
             raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(KINDS)}")
         fault.undone = self.clock()
         if self.leader(timeout=RECOVERY_TIMEOUT_S) is not None:
             fault.recovered = self.clock()
+
+    def probe_wait(self, fault: str, stage: str) -> None:
+        """With a leader again: one session holds the lock nemesis/probe, another waits 1 s for
+        it, which must end in 408 within WAIT_PROBE_BOUND_S; a failure is a violation."""
+        leader = self.leader(timeout=RECOVERY_TIMEOUT_S)
+        if leader is None:
+            return  # the fault's recovery check reports it
+        sessions = [self.call_until(leader, "POST", "/v1/sessions", {"ttl_ms": 30000}, (201,))
+                    ["session"] for _ in range(2)]
+        try:
+            holder, waiter = sessions
+            granted = self.call_until(leader, "POST", "/v1/locks/nemesis/probe:acquire",
+                                      {"session": holder}, (200,))
+            if not granted["granted"]:
+                raise AssertionError(f"the probe's lock is not free: {granted}")
+            sent = time.monotonic()
+            try:
+                status, body = self.cell.request(leader, "POST", "/v1/locks/nemesis/probe:acquire",
+                                                 {"session": waiter, "wait_ms": 1000},
+                                                 timeout=WAIT_PROBE_BOUND_S)
+            except (OSError, http.client.HTTPException) as e:  # a timeout
+                status, body = None, repr(e)
+            took = time.monotonic() - sent
+            if status != 408 or took > WAIT_PROBE_BOUND_S:
+                self.probe_failures.append(
+                    f"{fault}, {stage}: a 1 s wait for a held lock at r{leader} ended after "
+                    f"{took:.1f} s with {status} {body}")
+        finally:
+            for session in sessions:
+                self.call_until(leader, "DELETE", f"/v1/sessions/{session}", None, (200, 404))
+
+    def call_until(self, replica: int, method: str, path: str, body, ok: tuple) -> dict:
+        """The request again (a 503 or no answer while the cell settles) until its status is
+        in `ok`, for up to RECOVERY_TIMEOUT_S; only for requests that may apply twice."""
+        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+        while True:
+            try:
+                status, answer = self.cell.request(replica, method, path, body)
+                if status in ok:
+                    return answer
+            except (OSError, http.client.HTTPException) as e:
+                status, answer = None, repr(e)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{method} {path} at r{replica}: {status} {answer}")
+            time.sleep(0.1)
 
     def leader(self, timeout: float = 5.0) -> int | None:
         try:
