@@ -822,6 +822,7 @@ nlohmann::json Node::status(bool with_digest) const
         {"storage", storage_status()},
         {"electrode", electrode_ ? electrode_->status() : nlohmann::json{{"mode", "off"}}},
         {"replication_auth", wire_.authenticated() ? "siphash-2-4" : "none"},
+        {"cell_clock_ahead_ms", cell_clock_ahead_ms()},
     };
     // The kernel's exit counters (wire.h's vl_stat), xdp_bad_mac among them, for /metrics.
     if (electrode_) status["counters"]["kernel"] = electrode_->counters();

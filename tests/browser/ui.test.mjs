@@ -184,6 +184,16 @@ test('the barriers page shows each barrier with its count, phase and members', a
   for (const answer of await Promise.all(entering)) assert.equal(answer.status, 404);
 });
 
+test('a replica started with its clock behind the cell\'s time says so on its card', async (t) => {
+  const slow = process.env.VL_SLOW_REPLICA;
+  if (!slow) return t.skip('no libfaketime: every replica runs on the true time');
+  await go('#/cell');
+  const card = page.locator(`article[data-replica="${slow}"]`);
+  await card.locator('.warn-text', { hasText: /^(59 min \d+ s|1 h 0 min) behind the cell's time$/ }).waitFor({ timeout: 5000 });
+  for (const r of [0, 1, 2].filter((r) => String(r) !== slow))
+    assert.equal(await page.locator(`article[data-replica="${r}"] .warn-text`).count(), 0);
+});
+
 test('the cell page shows the records against the quota, warns near it and says when it is reached', async () => {
   await go('#/cell');
   const records = page.locator('.summary div', { hasText: 'Records' });

@@ -1,8 +1,13 @@
 """Replicas whose wall clock a test can step, as `date -s` or NTP's `makestep` would: every
 voltlockd of the cell runs under Debian's libfaketime (`libfaketime`), which offsets its
 CLOCK_REALTIME alone (not CLOCK_MONOTONIC) by what a file of its replica says, read again every
-second. Give `voltlockd` to the Cell; `step` sets a replica's offset from the true time."""
+second. Give `voltlockd` to the Cell; `step` sets a replica's offset from the true time.
+
+From the shell (tests/browser/run): `steppable_clocks.py DIR VOLTLOCKD [REPLICA=OFFSET_S ...]`
+writes the wrapper to DIR/voltlockd and each replica's offset; DIR is the caller's to remove.
+Exits 1 without libfaketime."""
 import os
+import sys
 import tempfile
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
@@ -23,11 +28,13 @@ def available() -> bool:
 
 
 class SteppableClocks:
-    def __init__(self, voltlockd: str):
-        """The wrapper and the offsets go to a directory of their own, removed with this object:
-        keep it until the cell is down."""
-        self._directory = tempfile.TemporaryDirectory(prefix="vl-clocks-")
-        self.directory = self._directory.name
+    def __init__(self, voltlockd: str, directory: str | None = None):
+        """The wrapper and the offsets go to `directory`, or to one of their own, removed with
+        this object: keep it until the cell is down."""
+        if directory is None:
+            self._directory = tempfile.TemporaryDirectory(prefix="vl-clocks-")
+            directory = self._directory.name
+        self.directory = directory
         self.voltlockd = os.path.join(self.directory, "voltlockd")
         with open(self.voltlockd, "w") as f:
             f.write(WRAPPER.format(library=LIBFAKETIME, offsets=self.directory,
@@ -38,3 +45,12 @@ class SteppableClocks:
         """r<replica>'s wall clock reads the true time + offset_s from within a second on."""
         with open(os.path.join(self.directory, f"r{replica}"), "w") as f:
             f.write(f"{offset_s:+d}\n")
+
+
+if __name__ == "__main__":
+    if not available():
+        sys.exit(f"steppable_clocks: no {LIBFAKETIME} (scripts/install-deps installs it)")
+    clocks = SteppableClocks(sys.argv[2], directory=sys.argv[1])
+    for setting in sys.argv[3:]:
+        replica, offset_s = setting.split("=")
+        clocks.step(int(replica), int(offset_s))

@@ -23,6 +23,8 @@ const seen = { charts: {}, events: [], previous: null, lastAnswered: {}, highest
 const GAP_MS = 3000;
 // Where the server's alert (VoltlockNearQuota, deploy/prometheus) warns too.
 const NEAR_QUOTA = 0.8;
+// As the server's alert VoltlockClockBehindCell.
+const CLOCK_BEHIND_MS = 1000;
 
 export function cellPage(main) {
   const banner = h('div', { 'aria-live': 'polite' });
@@ -165,6 +167,10 @@ export function cellPage(main) {
       rows.push(['Status', s.status], ['View', s.view], ['Op', formatNumber(s.op)], ['Commit', formatNumber(s.commit)]);
       if (leader && !isLeader) rows.push(['Behind', `${formatNumber(Math.max(0, leader.status.commit - s.commit))} ops`]);
       rows.push(['Electrode', electrodeText(s.electrode)]);
+      // Its clock behind the cell's time: it stamps by the cell's, but NTP wants a look.
+      if (s.cell_clock_ahead_ms > CLOCK_BEHIND_MS)
+        rows.push(['Clock', h('span', { class: 'warn-text', title: "This replica stamps and measures by the cell's time; check NTP on it" },
+          `${formatDuration(s.cell_clock_ahead_ms)} behind the cell's time`)]);
       if (!r.self) rows.push(['Answered in', formatDuration(r.answered_us / 1000)]);
     }
     const element = h('article', { class: classes, 'data-replica': r.replica, 'data-state': !r.reachable ? 'down' : isLeader ? 'leader' : s.status,
