@@ -205,8 +205,8 @@ void Node::on_timer()
     if (::read(timer_.get(), &expirations, sizeof expirations) != sizeof expirations) return;
     // The ring wakes nobody per record: the follower catches up here, off the commit path.
     if (electrode_) take_ring_records();
-    // After a stall, catch up a little at a time rather than fire every timeout at once.
     follow_cell_time();
+    // After a stall, catch up a little at a time rather than fire every timeout at once.
     for (uint64_t i = 0; i < std::min<uint64_t>(expirations, 4); i++) {
         ticks_ += 1;
         if (electrode_) feed_kernel_acks();

@@ -111,7 +111,8 @@ public:
     // replica whose clock is behind the cell's never holds the cell's time still when it leads.
     // Any thread.
     uint64_t cell_clock_ms() const;
-    // How far that is ahead of steady_wall_clock_ms(): /v1/cluster and /metrics show it.
+    // How far that is ahead of steady_wall_clock_ms(): /v1/status, /v1/cluster and /metrics
+    // show it.
     uint64_t cell_clock_ahead_ms() const { return cell_ahead_ms_; }
     const DaemonConfig& config() const { return config_; }
     // The state that /v1/status reports.
