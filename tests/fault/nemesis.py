@@ -10,8 +10,9 @@ Each kind, and what it does to the leader L (or a replica chosen at random):
     partition-out   drop traffic from L only (one-way)
     isolate-leader  cut L off from its peers only, for a lease TTL + 2-4 s: clients still reach
                     it (issue 11, case 1)
-    netem           delay, jitter (so reordering), loss and duplication on a random replica's
-                    link, both directions
+    netem           delay, jitter (so reordering), loss, duplication and corruption (bits
+                    flipped in a packet, which the receiver's tag check, in XDP or in user
+                    space, must drop) on a random replica's link, both directions
     power-cut       kill -9 every replica at once, start them all (durability sync only)
     restart         stop every replica gracefully (SIGTERM), start them all
     clock-step      step L's wall clock an hour forward or back, then back to the true time
@@ -114,7 +115,9 @@ class Nemesis(threading.Thread):
             fault.target = f"r{victim}"
             delay, loss = self.rng.choice([10, 30, 80]), self.rng.choice([1, 5, 20])
             duplicate = self.rng.choice([0, 5, 25])
-            spec = f"delay {delay}ms {delay // 2}ms loss {loss}% duplicate {duplicate}%"
+            corrupt = self.rng.choice([0, 2, 10])
+            spec = (f"delay {delay}ms {delay // 2}ms loss {loss}% duplicate {duplicate}%"
+                    f" corrupt {corrupt}%")
             self.cell.netem(victim, spec, direction="both")
             fault.target += " " + spec
             time.sleep(hold)
