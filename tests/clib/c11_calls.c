@@ -58,6 +58,7 @@ int c11_walkthrough(const char *endpoints, const char *prefix, char *why, size_t
     CHECK_OK(vl_session_open(c, 10000, &session_options, &s), vl_client_errstr(c));
     EXPECT(vl_session_id(s) > 0);
     EXPECT(vl_session_status(s) == VL_OK);
+    vl_session_interrupt(s); /* nothing in flight: the session goes on */
 
     CHECK_OK(vl_lock_acquire(s, lock, VL_LOCK_EXCLUSIVE, 1000, &seq), vl_session_errstr(s));
     EXPECT(seq->generation > 0 && seq->session == vl_session_id(s));

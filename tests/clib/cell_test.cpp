@@ -196,6 +196,63 @@ TEST_CASE("locks: busy, waits that time out, shared holders, fencing, release")
     vl_client_close(c);
 }
 
+TEST_CASE("a wait interrupted from another thread ends at once, is withdrawn, the session goes on")
+{
+    vl_client* c = rig::open_client();
+    const std::string lock = rig::unique("interrupted");
+    // The lock as the leader has it (linearizable read); null once it has neither holder nor
+    // waiter.
+    const auto lock_state = [&] {
+        char* json = nullptr;
+        const vl_status status = vl_info_get(c, ("/v1/locks/" + lock).c_str(), -1, &json);
+        if (status == VL_ERR_NOT_FOUND) return nlohmann::json();
+        REQUIRE(status == VL_OK);
+        nlohmann::json state = nlohmann::json::parse(json);
+        vl_string_free(json);
+        return state;
+    };
+    vl_session *a = nullptr, *b = nullptr;
+    REQUIRE(vl_session_open(c, 10000, nullptr, &a) == VL_OK);
+    REQUIRE(vl_session_open(c, 10000, nullptr, &b) == VL_OK);
+    REQUIRE(vl_lock_acquire(a, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_OK);
+
+    std::atomic<int> outcome{-1};
+    std::string outcome_text;  // the error text is per thread
+    std::thread waiter([&] {
+        outcome = vl_lock_acquire(b, lock.c_str(), VL_LOCK_EXCLUSIVE, 30000, nullptr);
+        outcome_text = vl_session_errstr(b);
+    });
+    REQUIRE(rig::eventually(std::chrono::seconds(5), [&] {
+        const nlohmann::json state = lock_state();
+        return state.is_object() && state["waiters"].size() == 1;
+    }));
+    const auto start = std::chrono::steady_clock::now();
+    vl_session_interrupt(b);
+    waiter.join();
+    CHECK(rig::elapsed_ms(start) < 1000);
+    CHECK(outcome.load() == VL_ERR_CLOSED);
+    CHECK_MESSAGE(outcome_text.find("interrupted") != std::string::npos, outcome_text);
+
+    // The cell withdrew the wait when its connection closed: a's release grants nobody.
+    CHECK(rig::eventually(std::chrono::seconds(5), [&] {
+        const nlohmann::json state = lock_state();
+        return state.is_object() && state["waiters"].empty();
+    }));
+    REQUIRE(vl_lock_release(a, lock.c_str()) == VL_OK);
+    const nlohmann::json after = lock_state();
+    CHECK((after.is_null() || after["holders"].empty()));
+
+    // Only the calls in flight were ended: b's next ones run as usual.
+    CHECK(vl_session_status(b) == VL_OK);
+    CHECK(vl_lock_acquire(b, lock.c_str(), VL_LOCK_EXCLUSIVE, 1000, nullptr) == VL_OK);
+    CHECK(vl_lock_release(b, lock.c_str()) == VL_OK);
+    vl_session_interrupt(b);  // nothing in flight: nothing to end
+    CHECK(vl_lock_acquire(b, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_OK);
+    CHECK(vl_session_close(b) == VL_OK);
+    CHECK(vl_session_close(a) == VL_OK);
+    vl_client_close(c);
+}
+
 TEST_CASE("ephemeral keys go with their session; sessions by id")
 {
     vl_client* c = rig::open_client();

@@ -58,7 +58,7 @@ typedef enum vl_status {
     VL_ERR_SESSION_LOST = 4,     /* the session's lease ran out or the cell ended it */
     VL_ERR_NO_MEMORY = 5,
     VL_ERR_PROTOCOL = 6,         /* the server's answer was not what docs/api.md describes */
-    VL_ERR_CLOSED = 7,           /* the watch ended (vl_watch_close from another thread) */
+    VL_ERR_CLOSED = 7,           /* ended from another thread: vl_watch_close, vl_session_interrupt */
     /* Server codes, as in docs/api.md's error table. */
     VL_ERR_BAD_JSON = 20,
     VL_ERR_UNKNOWN_FIELD = 21,
@@ -170,6 +170,13 @@ VL_API vl_status vl_session_open(vl_client *c, uint32_t ttl_ms, const vl_session
  * session was already lost (nothing to end), otherwise the reason the end was not confirmed
  * (the session then expires by its TTL). NULL is fine. */
 VL_API vl_status vl_session_close(vl_session *s);
+/* Ends the calls on s that other threads are making now (a lock or barrier wait, a release):
+ * each answers VL_ERR_CLOSED at once, its connection closed, and the cell withdraws a wait whose
+ * client hung up. Calls made after it run as usual, and the session stays open. A wait the cell
+ * granted just as it was interrupted leaves the lock held by the session: release it, or close
+ * the session. For a program's Ctrl-C (from a thread that watches a flag the signal handler
+ * sets; this call takes a mutex, so not from the handler itself). Never blocks for long. */
+VL_API void vl_session_interrupt(vl_session *s);
 /* Session id as the cell knows it. */
 VL_API uint64_t vl_session_id(const vl_session *s);
 /* VL_OK while the lease holds on the client's clock; VL_ERR_SESSION_LOST (or

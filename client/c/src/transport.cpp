@@ -89,13 +89,31 @@ void CancelToken::cancel()
 {
     std::lock_guard lock(mutex_);
     cancelled_ = true;
+    stop_running();
+}
+
+void CancelToken::interrupt()
+{
+    std::lock_guard lock(mutex_);
+    interrupts_++;
+    stop_running();
+}
+
+void CancelToken::stop_running()
+{
     for (httplib::Client* client : running_) client->stop();
 }
 
-bool CancelToken::enter(httplib::Client* client)
+vl_status CancelToken::stop_reason(uint64_t since) const
+{
+    if (cancelled_.load()) return VL_ERR_SESSION_LOST;
+    return interrupts_.load() != since ? VL_ERR_CLOSED : VL_OK;
+}
+
+bool CancelToken::enter(httplib::Client* client, uint64_t since)
 {
     std::lock_guard lock(mutex_);
-    if (cancelled_) return false;
+    if (stop_reason(since) != VL_OK) return false;
     running_.insert(client);
     return true;
 }
@@ -231,10 +249,18 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
     size_t index = pinned ? size_t(request.endpoint_index) : preferred_.load();
     Outcome last{VL_ERR_TIMEOUT, "no attempt was made before the deadline", {}};
     bool answered = false;
+    bool stopped_early = false;  // cancelled or interrupted: `last` says which
     size_t attempts = 0;
+    const uint64_t since = cancel ? cancel->interrupts() : 0;
+    const auto stopped = [&] { return cancel && cancel->stop_reason(since) != VL_OK; };
     while (!answered) {
-        if (cancel && cancel->cancelled()) {
-            last = {VL_ERR_SESSION_LOST, "the session was lost during the call", {}};
+        if (stopped()) {
+            const vl_status why = cancel->stop_reason(since);
+            last = {why,
+                    why == VL_ERR_SESSION_LOST ? "the session was lost during the call"
+                                               : "the call was interrupted (vl_session_interrupt)",
+                    {}};
+            stopped_early = true;
             break;
         }
         const auto now = Clock::now();
@@ -246,7 +272,7 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
         client->set_connection_timeout(std::min(options_.dial_timeout, remaining));
         client->set_read_timeout(attempt);
         client->set_write_timeout(attempt);
-        if (cancel && !cancel->enter(client.get())) continue;  // loop says "lost"
+        if (cancel && !cancel->enter(client.get(), since)) continue;  // the loop says why
         httplib::Result result = [&] {
             const std::string_view method = request.method;
             if (method == "GET") return client->Get(request.path, headers);
@@ -298,13 +324,13 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
             auto pause = std::min(kRoundBackoffMost, kRoundBackoffFirst * (1 << std::min<size_t>(
                                                                              rounds - 1, 4)));
             const auto until = std::min(deadline, Clock::now() + pause);
-            while (Clock::now() < until && !(cancel && cancel->cancelled()))
+            while (Clock::now() < until && !stopped())
                 std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(20),
                                                                        until - Clock::now()));
         }
     }
     if (identity) give_back_identity(*identity);
-    if (!answered && !pinned && last.status != VL_ERR_SESSION_LOST && Clock::now() >= deadline)
+    if (!answered && !pinned && !stopped_early && Clock::now() >= deadline)
         last = {VL_ERR_TIMEOUT, "no answer before the deadline; last: " + last.text, {}};
     return last;
 }

@@ -35,19 +35,28 @@ struct Endpoint {
 std::optional<std::vector<Endpoint>> parse_endpoints(std::string_view list, std::string* why);
 
 // Lets another thread abort the requests running under it: a session that is lost stops the
-// waits made on its behalf at once instead of at their deadlines.
+// waits made on its behalf at once instead of at their deadlines (cancel, for good), and
+// vl_session_interrupt ends the calls in flight without touching later ones (interrupt).
 class CancelToken {
 public:
     void cancel();
-    bool cancelled() const { return cancelled_.load(); }
-    // While registered, cancel() shuts the client's socket down, waking its blocked read.
-    bool enter(httplib::Client* client);
+    void interrupt();
+    // What a call that began when interrupts() was `since` ends with: VL_OK (go on),
+    // VL_ERR_SESSION_LOST (cancelled) or VL_ERR_CLOSED (interrupted since).
+    vl_status stop_reason(uint64_t since) const;
+    uint64_t interrupts() const { return interrupts_.load(); }
+    // While registered, cancel() and interrupt() shut the client's socket down, waking its
+    // blocked read. False (nothing registered) if the call is to stop already.
+    bool enter(httplib::Client* client, uint64_t since);
     void leave(httplib::Client* client);
 
 private:
+    void stop_running();  // with mutex_ held
+
     std::mutex mutex_;
     std::set<httplib::Client*> running_;
     std::atomic<bool> cancelled_{false};
+    std::atomic<uint64_t> interrupts_{0};
 };
 
 struct Request {

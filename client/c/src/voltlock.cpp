@@ -107,7 +107,8 @@ struct vl_session {
     std::mutex mutex;
     std::condition_variable wake;
     bool stopping = false;
-    CancelToken calls;      // the session's own calls: cancelled when it is lost
+    CancelToken calls;      // the session's own calls: cancelled when it is lost,
+                            // interrupted by vl_session_interrupt
     CancelToken keepalive;  // the keepalive in flight: cancelled by vl_session_close
     std::thread keepalive_thread;
 
@@ -736,6 +737,11 @@ vl_status vl_session_close(vl_session* s)
     }
     delete s;
     return status;
+}
+
+void vl_session_interrupt(vl_session* s)
+{
+    if (s) s->calls.interrupt();
 }
 
 uint64_t vl_session_id(const vl_session* s) { return s ? s->id : 0; }
