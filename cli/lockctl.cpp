@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -37,6 +38,8 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr const char* kVersion = "0.1.0";
+// The longest wait the cell takes in one request (docs/api.md, "Waits": up to an hour).
+constexpr uint32_t kLongestWaitMs = 3600u * 1000;
 
 enum Exit : int {
     kExitOk = 0,
@@ -109,6 +112,7 @@ Exit codes:
   4  any other server error
   5  unauthenticated (no token, or an unknown one) or permission denied
   lock -- COMMAND exits with COMMAND's status (128+N if killed by signal N).
+  128+N  a wait in line (lock, elect, barrier) given up on signal N (130: Ctrl-C).
 Errors go to stderr as one line: the server's code and message.
 )";
 
@@ -435,6 +439,12 @@ void install_signal_handlers()
 }
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// A wait given up because a signal came: the process exits 128 + the signal, as a shell
+// reports a command a signal ended.
+struct Interrupted {
+    int signal_number;
+};
 
 // ---- The context every command runs in ----------------------------------------------------------
 
@@ -785,6 +795,29 @@ void hold_until_interrupted(ScopedSession& session, const LossFlag& loss, const 
     if (loss.lost) check(vl_session_status(session.get()), gone);
 }
 
+// Runs `call`, a wait on `session` (a lock or barrier wait), so that a signal ends it at once: a
+// thread watches for one and interrupts the session's calls, and the cell withdraws the wait
+// when its connection closes. What the session may hold then is the caller's to give up (the
+// session's close, as the Interrupted unwinds, releases it).
+void wait_interruptibly(vl_session* session, const std::function<vl_status()>& call)
+{
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+        while (!done) {
+            if (g_signal) {
+                vl_session_interrupt(session);
+                return;
+            }
+            sleep_ms(20);
+        }
+    });
+    const vl_status status = call();
+    done = true;
+    watcher.join();
+    if (status == VL_ERR_CLOSED && g_signal) throw Interrupted{g_signal};
+    check(status, session);
+}
+
 int exit_status_of(int wait_status)
 {
     if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
@@ -847,9 +880,11 @@ int cmd_lock(Context& ctx)
     LossFlag loss;
     ScopedSession session(ctx, ttl, note_loss, &loss);
     vl_sequencer* raw = nullptr;
-    check(vl_lock_acquire(session.get(), args.words[1].c_str(),
-                          args.has("--shared") ? VL_LOCK_SHARED : VL_LOCK_EXCLUSIVE, wait, &raw),
-          session.get());
+    wait_interruptibly(session.get(), [&] {
+        return vl_lock_acquire(session.get(), args.words[1].c_str(),
+                               args.has("--shared") ? VL_LOCK_SHARED : VL_LOCK_EXCLUSIVE, wait,
+                               &raw);
+    });
     std::unique_ptr<vl_sequencer, void (*)(vl_sequencer*)> seq(raw, vl_sequencer_free);
     const std::string text = sequencer_text(seq.get());
     if (!args.command.empty()) {
@@ -898,14 +933,16 @@ int cmd_elect(Context& ctx)
     const std::string& proposal = args.words[2];
     LossFlag loss;
     ScopedSession session(ctx, duration_flag(args, "--ttl", 10000), note_loss, &loss);
-    // Campaign: wait for the election's lock a second at a time, so an interrupt is seen.
+    // Campaign: wait in line for the election's lock, an hour (the longest wait) at a time.
     vl_sequencer* raw = nullptr;
-    while (true) {
-        const vl_status status =
-            vl_lock_acquire(session.get(), name.c_str(), VL_LOCK_EXCLUSIVE, 1000, &raw);
-        if (status == VL_OK) break;
-        if (status != VL_ERR_WAIT_TIMED_OUT) check(status, session.get());
-        if (g_signal) return kExitOk;
+    bool won = false;
+    while (!won) {
+        wait_interruptibly(session.get(), [&] {
+            const vl_status status = vl_lock_acquire(session.get(), name.c_str(),
+                                                     VL_LOCK_EXCLUSIVE, kLongestWaitMs, &raw);
+            won = status == VL_OK;
+            return status == VL_ERR_WAIT_TIMED_OUT ? VL_OK : status;
+        });
     }
     std::unique_ptr<vl_sequencer, void (*)(vl_sequencer*)> seq(raw, vl_sequencer_free);
     // The leader's value: owned by its session (gone with it), written fenced by its grant.
@@ -934,11 +971,12 @@ int cmd_barrier(Context& ctx)
     if (count < 1 || count > 1024) throw UsageError{"--count must be 1 to 1024"};
     const uint32_t wait = duration_flag(args, "--wait", 30000);
     ScopedSession session(ctx, duration_flag(args, "--ttl", 10000));
-    check(
-        vl_barrier_enter(session.get(), args.words[1].c_str(), static_cast<uint32_t>(count), wait),
-        session.get());
-    check(vl_barrier_leave(session.get(), args.words[1].c_str(), wait),
-          session.get());
+    wait_interruptibly(session.get(), [&] {
+        return vl_barrier_enter(session.get(), args.words[1].c_str(),
+                                static_cast<uint32_t>(count), wait);
+    });
+    wait_interruptibly(session.get(),
+                       [&] { return vl_barrier_leave(session.get(), args.words[1].c_str(), wait); });
     if (ctx.format() == Format::json) print_json({{"barrier", args.words[1]}, {"passed", true}});
     else std::cout << "passed\n";
     return kExitOk;
@@ -1834,6 +1872,10 @@ int main(int argc, char** argv)
     } catch (const Failed& e) {
         std::cerr << "Error: " << e.text << "\n";
         return exit_code_for(e.status);
+    } catch (const Interrupted& e) {
+        std::cerr << "Error: interrupted: " << strsignal(e.signal_number)
+                  << "; the wait was given up and nothing is held\n";
+        return 128 + e.signal_number;
     } catch (const std::exception& e) {
         std::cerr << "Error: " << e.what() << "\n";
         return kExitServerError;

@@ -177,6 +177,22 @@ expect 1 lockctl lock "$P/held" --wait 0
 contains "$err" "lock_busy"
 expect 1 lockctl lock "$P/held" --wait 500ms
 contains "$err" "wait_timed_out"
+# Ctrl-C during a wait gives up at once, as 128 + SIGINT, and leaves no wait in line (before,
+# lockctl waited out the whole --wait and then said wait_timed_out).
+waiting_for_held() { "$LOCKCTL" -w json session list | grep -q '"waiting_locks":\["'"$P/held"'"\]'; }
+"$LOCKCTL" lock "$P/held" --wait 60s >"$work/waiter.out" 2>"$work/waiter.err" &
+waiter=$!
+background+=("$waiter")
+until_true 10 waiting_for_held || fail "the second lock did not wait in line"
+interrupted_at=$SECONDS
+kill -INT "$waiter"
+wait "$waiter"
+same "$?" "130"
+[ $((SECONDS - interrupted_at)) -le 2 ] || fail "the interrupted wait took $((SECONDS - interrupted_at)) s to end"
+contains "$(cat "$work/waiter.err")" "interrupted"
+[ -s "$work/waiter.out" ] && fail "the interrupted wait printed a sequencer"
+no_wait_for_held() { ! waiting_for_held; }
+until_true 5 no_wait_for_held || fail "the interrupted wait is still in line"
 expect 0 lockctl sequencer check "$seq"
 same "$out" "valid"
 expect 0 lockctl put "$P/fenced" by-holder --sequencer "$seq"
@@ -283,11 +299,33 @@ background+=("$listener")
 until_true 10 grep -q alpha "$work/listen" || fail "the listener did not print the leader"
 sleep 0.5
 [ -s "$work/beta" ] && fail "beta won while alpha led"
+two_in_line_for_e() {
+    [ "$("$LOCKCTL" -w json session list | grep -o '"waiting_locks":\["'"$P/e"'"\]' | wc -l)" -eq 2 ]
+}
+# A third campaigner, interrupted while in line, goes at once (128 + SIGINT).
+"$LOCKCTL" elect "$P/e" gamma --ttl 2s >"$work/gamma" 2>"$work/gamma.err" &
+gamma=$!
+background+=("$gamma")
+until_true 10 two_in_line_for_e || fail "beta and gamma are not both in line"
+kill -INT "$gamma"
+wait "$gamma"
+same "$?" "130"
+contains "$(cat "$work/gamma.err")" "interrupted"
+# Campaigners keep their places in line: delta, in line after beta, leads after beta.
+"$LOCKCTL" elect "$P/e" delta --ttl 2s >"$work/delta" &
+delta=$!
+background+=("$delta")
+until_true 10 two_in_line_for_e || fail "beta and delta are not both in line"
 kill -KILL "$alpha"
 until_true 15 grep -q beta "$work/beta" || fail "beta did not take over after alpha died"
 until_true 10 grep -q beta "$work/listen" || fail "the listener did not see beta"
-kill -INT "$beta" "$listener"
+[ -s "$work/delta" ] && fail "delta, in line after beta, won first"
+kill -INT "$beta"
 wait "$beta" || fail "elect did not exit 0 on SIGINT"
+until_true 10 grep -q delta "$work/delta" || fail "delta did not take over after beta resigned"
+until_true 10 grep -q delta "$work/listen" || fail "the listener did not see delta"
+kill -INT "$delta" "$listener"
+wait "$delta" || fail "elect did not exit 0 on SIGINT"
 wait "$listener"
 
 section "snapshot save: a backup that voltlockd --import-snapshot restores"
