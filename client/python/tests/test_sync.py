@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import signal
 import threading
 import time
 from typing import List, Optional
@@ -117,6 +118,44 @@ def test_a_waiter_gets_the_lock_when_it_is_released(cell, client):
         first.release()
         waiter.join(10)
         assert got and got[0].session == b.id and got[0].generation > first_seq.generation
+
+
+class _Interrupted(BaseException):
+    """What a program's signal handler raises, as Python's own KeyboardInterrupt is."""
+
+
+def test_a_wait_interrupted_by_a_signal_is_withdrawn_not_granted_later(cell, client):
+    """Ctrl-C in a lock wait, in a program that goes on (a REPL, a server that catches it): the
+    SDK hangs up, so the cell withdraws the wait. Before, the wait stayed in line and the lock
+    was granted to the still-living session later, held with nobody knowing."""
+    name = fresh("lock")
+    assert threading.current_thread() is threading.main_thread()  # where signals are handled
+
+    def interrupt(signum, frame):
+        raise _Interrupted()
+
+    with client.session(ttl=10) as a, client.session(ttl=10) as b:
+        first = a.lock(name)
+        first.acquire()
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        kept = None
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 1.0)
+            started = time.monotonic()
+            with pytest.raises(_Interrupted) as raised:
+                b.lock(name).acquire(timeout=60)
+            kept = raised.value  # kept alive, with its traceback and what that holds
+            assert time.monotonic() - started < 5
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        wait_until(lambda: not client.lock_info(name)["waiters"], 5, "the wait to be withdrawn")
+        first.release()
+        assert client.lock_info(name)["holders"] == [], "the interrupted wait was granted"
+        # The session goes on, and its next wait is an ordinary one.
+        with b.lock(name, timeout=5) as seq:
+            assert seq.session == b.id
+        assert kept is not None
 
 
 def test_contention_eight_threads_count_exactly_under_one_lock(cell, client):

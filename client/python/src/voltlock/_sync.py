@@ -50,6 +50,19 @@ class _Connection(http.client.HTTPConnection):
         self.sock.sendall(b"".join(held))
 
 
+def _hang_up(connection: _Connection) -> None:
+    """Closes the connection for good, at once: the shutdown sends the FIN even while a
+    response object still holds the socket (http.client's makefile keeps the descriptor open
+    until it is closed itself), so a server holding a wait for it sees its client leave."""
+    sock = connection.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    connection.close()
+
+
 class _Stream:
     """An open watch response, read a chunk at a time; `close()` from any thread ends a read."""
 
@@ -60,13 +73,7 @@ class _Stream:
         return self._response.read1(65536)
 
     def close(self) -> None:
-        sock = self._connection.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self._connection.close()
+        _hang_up(self._connection)
 
 
 class HttpTransport:
@@ -119,6 +126,12 @@ class HttpTransport:
                 # to the same replica (safe: writes carry their idempotency pair).
                 if not (reused and isinstance(e, _RECONNECTABLE)):
                     return p.Failure(describe(e))
+            except BaseException:
+                # Interrupted mid-request (KeyboardInterrupt, or whatever a signal handler
+                # raises): hang up, so that the cell withdraws a lock wait rather than grant it
+                # later to a caller that has gone (as aio does for a cancelled task).
+                _hang_up(connection)
+                raise
         raise AssertionError("unreachable")
 
     def perform(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure]:
@@ -131,6 +144,9 @@ class HttpTransport:
         except (OSError, http.client.HTTPException) as e:
             connection.close()
             return p.Failure(describe(e))
+        except BaseException:
+            _hang_up(connection)
+            raise
         headers = {k.lower(): v for k, v in response.getheaders()}
         if response.will_close:
             connection.close()
