@@ -975,8 +975,9 @@ int cmd_barrier(Context& ctx)
         return vl_barrier_enter(session.get(), args.words[1].c_str(),
                                 static_cast<uint32_t>(count), wait);
     });
-    wait_interruptibly(session.get(),
-                       [&] { return vl_barrier_leave(session.get(), args.words[1].c_str(), wait); });
+    wait_interruptibly(session.get(), [&] {
+        return vl_barrier_leave(session.get(), args.words[1].c_str(), wait);
+    });
     if (ctx.format() == Format::json) print_json({{"barrier", args.words[1]}, {"passed", true}});
     else std::cout << "passed\n";
     return kExitOk;

@@ -58,7 +58,7 @@ typedef enum vl_status {
     VL_ERR_SESSION_LOST = 4,     /* the session's lease ran out or the cell ended it */
     VL_ERR_NO_MEMORY = 5,
     VL_ERR_PROTOCOL = 6,         /* the server's answer was not what docs/api.md describes */
-    VL_ERR_CLOSED = 7,           /* ended from another thread: vl_watch_close, vl_session_interrupt */
+    VL_ERR_CLOSED = 7,           /* ended by vl_watch_close or vl_session_interrupt */
     /* Server codes, as in docs/api.md's error table. */
     VL_ERR_BAD_JSON = 20,
     VL_ERR_UNKNOWN_FIELD = 21,

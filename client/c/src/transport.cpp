@@ -234,6 +234,35 @@ void Transport::note_answer(size_t index, std::optional<int> leader_hint)
     preferred_ = index;
 }
 
+namespace {
+
+// What a call that `cancel` stopped ends with, or nullopt while it may go on.
+std::optional<Outcome> stopped_outcome(const CancelToken* cancel, uint64_t since)
+{
+    switch (cancel ? cancel->stop_reason(since) : VL_OK) {
+    case VL_ERR_SESSION_LOST:
+        return Outcome{VL_ERR_SESSION_LOST, "the session was lost during the call", {}};
+    case VL_ERR_CLOSED:
+        return Outcome{VL_ERR_CLOSED, "the call was interrupted (vl_session_interrupt)", {}};
+    default:
+        return std::nullopt;
+    }
+}
+
+// One attempt of `request` on one connection.
+httplib::Result send_once(httplib::Client& client, const Request& request,
+                          const httplib::Headers& headers)
+{
+    const std::string_view method = request.method;
+    if (method == "GET") return client.Get(request.path, headers);
+    if (method == "POST")
+        return client.Post(request.path, headers, request.body, "application/json");
+    if (method == "PUT") return client.Put(request.path, headers, request.body, "application/json");
+    return client.Delete(request.path, headers, request.body, "application/json");
+}
+
+}  // namespace
+
 Outcome Transport::call(const Request& request, Clock::time_point deadline, CancelToken* cancel)
 {
     std::optional<Identity> identity;
@@ -249,18 +278,11 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
     size_t index = pinned ? size_t(request.endpoint_index) : preferred_.load();
     Outcome last{VL_ERR_TIMEOUT, "no attempt was made before the deadline", {}};
     bool answered = false;
-    bool stopped_early = false;  // cancelled or interrupted: `last` says which
     size_t attempts = 0;
     const uint64_t since = cancel ? cancel->interrupts() : 0;
-    const auto stopped = [&] { return cancel && cancel->stop_reason(since) != VL_OK; };
     while (!answered) {
-        if (stopped()) {
-            const vl_status why = cancel->stop_reason(since);
-            last = {why,
-                    why == VL_ERR_SESSION_LOST ? "the session was lost during the call"
-                                               : "the call was interrupted (vl_session_interrupt)",
-                    {}};
-            stopped_early = true;
+        if (auto stop = stopped_outcome(cancel, since)) {
+            last = std::move(*stop);
             break;
         }
         const auto now = Clock::now();
@@ -273,15 +295,7 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
         client->set_read_timeout(attempt);
         client->set_write_timeout(attempt);
         if (cancel && !cancel->enter(client.get(), since)) continue;  // the loop says why
-        httplib::Result result = [&] {
-            const std::string_view method = request.method;
-            if (method == "GET") return client->Get(request.path, headers);
-            if (method == "POST")
-                return client->Post(request.path, headers, request.body, "application/json");
-            if (method == "PUT")
-                return client->Put(request.path, headers, request.body, "application/json");
-            return client->Delete(request.path, headers, request.body, "application/json");
-        }();
+        httplib::Result result = send_once(*client, request, headers);
         if (cancel) cancel->leave(client.get());
         attempts++;
         std::optional<int> leader_hint;
@@ -324,13 +338,14 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
             auto pause = std::min(kRoundBackoffMost, kRoundBackoffFirst * (1 << std::min<size_t>(
                                                                              rounds - 1, 4)));
             const auto until = std::min(deadline, Clock::now() + pause);
-            while (Clock::now() < until && !stopped())
+            while (Clock::now() < until && !stopped_outcome(cancel, since))
                 std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(20),
                                                                        until - Clock::now()));
         }
     }
     if (identity) give_back_identity(*identity);
-    if (!answered && !pinned && !stopped_early && Clock::now() >= deadline)
+    const bool stopped = last.status == VL_ERR_SESSION_LOST || last.status == VL_ERR_CLOSED;
+    if (!answered && !pinned && !stopped && Clock::now() >= deadline)
         last = {VL_ERR_TIMEOUT, "no answer before the deadline; last: " + last.text, {}};
     return last;
 }
