@@ -46,7 +46,7 @@ Need need_of(const Call& call)
 {
     using What = Need::What;
     const std::string& e = call.endpoint;
-    const std::string name = call.match(1);
+    const std::string name = call.path_param;
     if (e == "/healthz" || e == "/readyz" || e == "/ui") return Need{What::nothing, {}, {}, {}};
     if (e == "/v1/internal/snapshot") return Need{What::peer, Permission::admin, {}, {}};
     if (e.starts_with("/v1/auth/")) return Need{What::admin, Permission::admin, {}, {}};

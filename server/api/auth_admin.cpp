@@ -42,19 +42,19 @@ void AuthAdmin::install(const AddRoute& add)
             return Json{{"roles", roles}};
         });
     });
-    add("GET", R"(/v1/auth/roles/([^/]+))", "/v1/auth/roles/{role}", {"stale"},
+    add("GET", "/v1/auth/roles/{role}", "/v1/auth/roles/{role}", {"stale"},
         [this](const CallPtr& call) {
-            return list(call, [name = call->match(1)](const AuthState& state) {
+            return list(call, [name = call->path_param](const AuthState& state) {
                 const auto found = state.roles.find(name);
                 if (found == state.roles.end()) return error_body(not_found("role", name));
                 return role_json(name, found->second);
             });
         });
-    add("PUT", R"(/v1/auth/roles/([^/]+))", "/v1/auth/roles/{role}", {},
+    add("PUT", "/v1/auth/roles/{role}", "/v1/auth/roles/{role}", {},
         [this](const CallPtr& call) { return put_role(call); });
-    add("DELETE", R"(/v1/auth/roles/([^/]+))", "/v1/auth/roles/{role}", {},
+    add("DELETE", "/v1/auth/roles/{role}", "/v1/auth/roles/{role}", {},
         [this](const CallPtr& call) {
-            return run(call, delete_role_op(call->match(1), max_message_bytes_));
+            return run(call, delete_role_op(call->path_param, max_message_bytes_));
         });
 
     add("GET", "/v1/auth/users", "/v1/auth/users", {"stale"}, [this](const CallPtr& call) {
@@ -65,19 +65,19 @@ void AuthAdmin::install(const AddRoute& add)
             return Json{{"users", users}};
         });
     });
-    add("GET", R"(/v1/auth/users/([^/]+))", "/v1/auth/users/{user}", {"stale"},
+    add("GET", "/v1/auth/users/{user}", "/v1/auth/users/{user}", {"stale"},
         [this](const CallPtr& call) {
-            return list(call, [name = call->match(1)](const AuthState& state) {
+            return list(call, [name = call->path_param](const AuthState& state) {
                 const auto found = state.users.find(name);
                 if (found == state.users.end()) return error_body(not_found("user", name));
                 return user_json(name, found->second, state);
             });
         });
-    add("PUT", R"(/v1/auth/users/([^/]+))", "/v1/auth/users/{user}", {},
+    add("PUT", "/v1/auth/users/{user}", "/v1/auth/users/{user}", {},
         [this](const CallPtr& call) { return put_user(call); });
-    add("DELETE", R"(/v1/auth/users/([^/]+))", "/v1/auth/users/{user}", {},
+    add("DELETE", "/v1/auth/users/{user}", "/v1/auth/users/{user}", {},
         [this](const CallPtr& call) {
-            return run(call, delete_user_op(call->match(1), max_message_bytes_));
+            return run(call, delete_user_op(call->path_param, max_message_bytes_));
         });
 
     add("GET", "/v1/auth/tokens", "/v1/auth/tokens", {"stale"}, [this](const CallPtr& call) {
@@ -89,9 +89,9 @@ void AuthAdmin::install(const AddRoute& add)
     });
     add("POST", "/v1/auth/tokens", "/v1/auth/tokens", {},
         [this](const CallPtr& call) { return create_token(call); });
-    add("DELETE", R"(/v1/auth/tokens/([^/]+))", "/v1/auth/tokens/{id}", {},
+    add("DELETE", "/v1/auth/tokens/{id}", "/v1/auth/tokens/{id}", {},
         [this](const CallPtr& call) {
-            return run(call, revoke_token_op(call->match(1), max_message_bytes_));
+            return run(call, revoke_token_op(call->path_param, max_message_bytes_));
         });
 }
 
@@ -119,12 +119,12 @@ Served AuthAdmin::list(const CallPtr& call, std::function<Json(const AuthState&)
 
 Served AuthAdmin::put_role(const CallPtr& call)
 {
-    return run(call, put_role_op(call->match(1), call->body, max_message_bytes_));
+    return run(call, put_role_op(call->path_param, call->body, max_message_bytes_));
 }
 
 Served AuthAdmin::put_user(const CallPtr& call)
 {
-    return run(call, put_user_op(call->match(1), call->body, max_message_bytes_));
+    return run(call, put_user_op(call->path_param, call->body, max_message_bytes_));
 }
 
 Served AuthAdmin::create_token(const CallPtr& call)

@@ -39,8 +39,8 @@ struct Call {
     std::string target;  // as sent, still percent-encoded: what forwarding passes on
     std::string body;
     Target parsed;
-    std::vector<std::string> matches;  // the route's captures, decoded
-    std::string endpoint;               // the route's name, for /metrics
+    std::string path_param;  // what the route's {placeholder} held, decoded (path_pattern.h)
+    std::string endpoint;    // the route's name, for /metrics
     // Who sent it, with auth on (api/access.h): the user, and whether it may do anything (the
     // admin role, or a peer replica).
     std::string user;
@@ -50,7 +50,6 @@ struct Call {
     // Set on the answer (and a stream's head) made while they are here.
     std::vector<std::pair<std::string, std::string>> answer_headers;
 
-    std::string match(size_t i) const { return i < matches.size() ? matches[i] : std::string(); }
     std::optional<std::string> header(std::string_view name) const;
     std::optional<std::string> param(std::string_view name) const { return parsed.get(name); }
     // Sends the answer, once; later answers are dropped.

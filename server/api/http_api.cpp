@@ -269,8 +269,8 @@ Json HttpApi::api_stats() const
 
 void HttpApi::install_routes()
 {
-    // Names and keys may contain '/' and ':' (the patterns are greedy and anchored), and any other
-    // character: [\s\S], not '.', which does not match '\r' or '\n' (those names are then 400).
+    // Names and keys may contain '/' and ':' ({name+}: the suffix is anchored at the path's end),
+    // and any other byte (control characters then get their 400 from the translators).
     auto add = [this](const char* method, const char* pattern, const char* endpoint,
                       std::vector<std::string> params, Router::Handler handler) {
         router_.add(method, pattern, endpoint, std::move(params), Where::loop,
@@ -284,41 +284,41 @@ void HttpApi::install_routes()
                     });
     };
     add("POST", "/v1/sessions", "/v1/sessions", {}, [this](auto& c) { return create_session(c); });
-    add("POST", R"(/v1/sessions/([^/]+):keepalive)", "/v1/sessions/{id}:keepalive", {},
+    add("POST", "/v1/sessions/{id}:keepalive", "/v1/sessions/{id}:keepalive", {},
         [this](auto& c) { return keep_alive(c); });
-    add("DELETE", R"(/v1/sessions/([^/]+))", "/v1/sessions/{id}", {},
+    add("DELETE", "/v1/sessions/{id}", "/v1/sessions/{id}", {},
         [this](auto& c) { return close_session(c); });
     add("GET", "/v1/sessions", "/v1/sessions", {"stale"},
         [this](auto& c) { return get_sessions(c, false); });
-    add("GET", R"(/v1/sessions/([^/]+))", "/v1/sessions/{id}", {"stale"},
+    add("GET", "/v1/sessions/{id}", "/v1/sessions/{id}", {"stale"},
         [this](auto& c) { return get_sessions(c, true); });
 
-    add("POST", R"(/v1/locks/([\s\S]+):acquire)", "/v1/locks/{name}:acquire", {},
+    add("POST", "/v1/locks/{name+}:acquire", "/v1/locks/{name}:acquire", {},
         [this](auto& c) { return acquire(c); });
-    add("POST", R"(/v1/locks/([\s\S]+):release)", "/v1/locks/{name}:release", {},
+    add("POST", "/v1/locks/{name+}:release", "/v1/locks/{name}:release", {},
         [this](auto& c) { return release(c); });
     add("GET", "/v1/locks", "/v1/locks", {"stale"},
         [this](auto& c) { return get_locks(c, false); });
-    add("GET", R"(/v1/locks/([\s\S]+))", "/v1/locks/{name}", {"stale"},
+    add("GET", "/v1/locks/{name+}", "/v1/locks/{name}", {"stale"},
         [this](auto& c) { return get_locks(c, true); });
     add("POST", "/v1/sequencers:check", "/v1/sequencers:check", {},
         [this](auto& c) { return check_sequencer(c); });
 
-    add("GET", R"(/v1/kv/([\s\S]*))", "/v1/kv/{key}",
+    add("GET", "/v1/kv/{key*}", "/v1/kv/{key}",
         {"prefix", "after", "limit", "encoding", "stale"}, [this](auto& c) { return get_kv(c); });
-    add("PUT", R"(/v1/kv/([\s\S]+))", "/v1/kv/{key}", {}, [this](auto& c) { return put_kv(c); });
-    add("DELETE", R"(/v1/kv/([\s\S]*))", "/v1/kv/{key}", {"prefix", "prev_revision"},
+    add("PUT", "/v1/kv/{key+}", "/v1/kv/{key}", {}, [this](auto& c) { return put_kv(c); });
+    add("DELETE", "/v1/kv/{key*}", "/v1/kv/{key}", {"prefix", "prev_revision"},
         [this](auto& c) { return delete_kv(c); });
-    add("GET", R"(/v1/watch/([\s\S]*))", "/v1/watch/{key}",
+    add("GET", "/v1/watch/{key*}", "/v1/watch/{key}",
         {"prefix", "start_revision", "spaces", "encoding"}, [this](auto& c) { return watch(c); });
 
-    add("POST", R"(/v1/barriers/([\s\S]+):enter)", "/v1/barriers/{name}:enter", {},
+    add("POST", "/v1/barriers/{name+}:enter", "/v1/barriers/{name}:enter", {},
         [this](auto& c) { return barrier(c, true); });
-    add("POST", R"(/v1/barriers/([\s\S]+):leave)", "/v1/barriers/{name}:leave", {},
+    add("POST", "/v1/barriers/{name+}:leave", "/v1/barriers/{name}:leave", {},
         [this](auto& c) { return barrier(c, false); });
     add("GET", "/v1/barriers", "/v1/barriers", {"stale"},
         [this](auto& c) { return get_barriers(c, false); });
-    add("GET", R"(/v1/barriers/([\s\S]+))", "/v1/barriers/{name}", {"stale"},
+    add("GET", "/v1/barriers/{name+}", "/v1/barriers/{name}", {"stale"},
         [this](auto& c) { return get_barriers(c, true); });
 
     admin_.install(router_);
@@ -341,19 +341,20 @@ void HttpApi::install_cluster_and_ui_routes()
                     return Served(answering);
                 });
     // The web UI's embedded files (api/ui_assets.h), on the I/O thread; "/" leads there.
-    router_.add("GET", R"(/|/ui(/[\s\S]*)?)", "/ui", {}, Where::io_thread,
-                [](const CallPtr& call) {
-                    const std::string& path = call->parsed.path;
-                    const UiResponse ui = ui_response(path == "/" ? "/ui" : path,
-                                                      call->header("If-None-Match").value_or(""));
-                    HttpResponse response;
-                    response.status = ui.status;
-                    response.content_type = ui.content_type;
-                    response.body = std::string(ui.body);
-                    response.headers = ui.headers;
-                    call->answer(std::move(response));
-                    return Served(answering);
-                });
+    const auto serve_ui = [](const CallPtr& call) {
+        const std::string& path = call->parsed.path;
+        const UiResponse ui =
+            ui_response(path == "/" ? "/ui" : path, call->header("If-None-Match").value_or(""));
+        HttpResponse response;
+        response.status = ui.status;
+        response.content_type = ui.content_type;
+        response.body = std::string(ui.body);
+        response.headers = ui.headers;
+        call->answer(std::move(response));
+        return Served(answering);
+    };
+    for (const char* pattern : {"/", "/ui", "/ui/{file*}"})
+        router_.add("GET", pattern, "/ui", {}, Where::io_thread, serve_ui);
 }
 
 // ---- Proposing ---------------------------------------------------------------------------------
@@ -580,7 +581,7 @@ Served HttpApi::create_session(const CallPtr& call)
 
 Served HttpApi::keep_alive(const CallPtr& call)
 {
-    const SessionId id = VL_TRY(parse_session_id(call->match(1)));
+    const SessionId id = VL_TRY(parse_session_id(call->path_param));
     if (auto refused = foreign_session(*call, id)) return *refused;
     auto serve = [this, call, id](const LeaderPath::AtLeader& at,
                                   LeaderPath::NotLeader not_leader) {
@@ -693,14 +694,14 @@ bool HttpApi::take_keepalive_request(const Request& request)
 
 Served HttpApi::close_session(const CallPtr& call)
 {
-    const SessionId session = VL_TRY(parse_session_id(call->match(1)));
+    const SessionId session = VL_TRY(parse_session_id(call->path_param));
     run_op_answering_result(call, CloseSession{.session = session});
     return answering;
 }
 
 Served HttpApi::get_sessions(const CallPtr& call, bool one)
 {
-    const SessionId id = one ? VL_TRY(parse_session_id(call->match(1))) : 0;
+    const SessionId id = one ? VL_TRY(parse_session_id(call->path_param)) : 0;
     LockMachine* machine = machine_;
     LockService* service = service_.get();
     return read_state(call, ReadAt::leader, [machine, service, id, one] {
@@ -726,7 +727,7 @@ Served HttpApi::get_sessions(const CallPtr& call, bool one)
 
 Served HttpApi::acquire(const CallPtr& call)
 {
-    const LockOp op = VL_TRY(acquire_op(call->match(1), call->body, max_message_bytes_));
+    const LockOp op = VL_TRY(acquire_op(call->path_param, call->body, max_message_bytes_));
     const Acquire acquire = std::get<Acquire>(op);
     if (acquire.wait_ms > 0 && waits_->full()) return too_many_streams(limits_.max_streams);
     run_op(call, op, acquire.wait_ms,
@@ -743,14 +744,14 @@ Served HttpApi::acquire(const CallPtr& call)
 
 Served HttpApi::release(const CallPtr& call)
 {
-    run_op_answering_result(call, VL_TRY(release_op(call->match(1), call->body,
+    run_op_answering_result(call, VL_TRY(release_op(call->path_param, call->body,
                                                     max_message_bytes_)));
     return answering;
 }
 
 Served HttpApi::get_locks(const CallPtr& call, bool one)
 {
-    const std::string name = one ? call->match(1) : std::string();
+    const std::string name = one ? call->path_param : std::string();
     if (one)
         if (auto bad = check_name("lock", name, false)) return *bad;
     LockMachine* machine = machine_;
@@ -778,7 +779,7 @@ Served HttpApi::check_sequencer(const CallPtr& call)
 
 Served HttpApi::get_kv(const CallPtr& call)
 {
-    const std::string key = call->match(1);
+    const std::string key = call->path_param;
     const bool prefix = VL_TRY(bool_param(*call, "prefix"));
     const bool stale = VL_TRY(bool_param(*call, "stale"));
     const std::optional<uint64_t> limit = VL_TRY(u64_param(*call, "limit"));
@@ -807,13 +808,13 @@ Served HttpApi::get_kv(const CallPtr& call)
 
 Served HttpApi::put_kv(const CallPtr& call)
 {
-    run_op_answering_result(call, VL_TRY(put_op(call->match(1), call->body, max_message_bytes_)));
+    run_op_answering_result(call, VL_TRY(put_op(call->path_param, call->body, max_message_bytes_)));
     return answering;
 }
 
 Served HttpApi::delete_kv(const CallPtr& call)
 {
-    const std::string key = call->match(1);
+    const std::string key = call->path_param;
     const bool prefix = VL_TRY(bool_param(*call, "prefix"));
     const std::optional<uint64_t> prev = VL_TRY(u64_param(*call, "prev_revision"));
     if (auto bad = check_name("key", key, prefix)) return *bad;
@@ -826,7 +827,7 @@ Served HttpApi::delete_kv(const CallPtr& call)
 
 Served HttpApi::watch(const CallPtr& call)
 {
-    const std::string key = call->match(1);
+    const std::string key = call->path_param;
     const bool prefix = VL_TRY(bool_param(*call, "prefix"));
     std::optional<Revision> from = VL_TRY(u64_param(*call, "start_revision"));
     const uint8_t spaces = VL_TRY(spaces_param(*call));
@@ -848,7 +849,7 @@ Served HttpApi::watch(const CallPtr& call)
 
 Served HttpApi::barrier(const CallPtr& call, bool enter)
 {
-    const std::string name = call->match(1);
+    const std::string name = call->path_param;
     const LockOp op = VL_TRY(enter ? barrier_enter_op(name, call->body, max_message_bytes_)
                                    : barrier_leave_op(name, call->body, max_message_bytes_));
     const SessionId session =
@@ -876,7 +877,7 @@ Served HttpApi::barrier(const CallPtr& call, bool enter)
 
 Served HttpApi::get_barriers(const CallPtr& call, bool one)
 {
-    const std::string name = one ? call->match(1) : std::string();
+    const std::string name = one ? call->path_param : std::string();
     if (one)
         if (auto bad = check_name("barrier", name, false)) return *bad;
     LockMachine* machine = machine_;

@@ -9,7 +9,7 @@ namespace voltlock::api {
 void Router::add(const char* method, const char* pattern, std::string endpoint,
                  std::vector<std::string> params, Where where, Handler handler)
 {
-    routes_.push_back(Route{method, std::regex(pattern), std::move(endpoint), std::move(params),
+    routes_.push_back(Route{method, PathPattern(pattern), std::move(endpoint), std::move(params),
                             where, std::move(handler)});
 }
 
@@ -37,9 +37,9 @@ void Router::on_request(const std::shared_ptr<Exchange>& exchange)
     const std::string method = call->method == "HEAD" ? "GET" : call->method;
     for (const Route& route : routes_) {
         if (route.method != method) continue;
-        std::smatch groups;
-        if (!std::regex_match(call->parsed.path, groups, route.pattern)) continue;
-        for (size_t i = 0; i < groups.size(); i++) call->matches.push_back(groups[i].str());
+        const auto held = route.pattern.match(call->parsed.path);
+        if (!held) continue;
+        call->path_param = *held;
         call->endpoint = route.endpoint;
         if (auto unknown = check_query(call->parsed, route.params)) return call->fail(*unknown);
         if (auto refused = access_.check(*call)) return call->fail(*refused);

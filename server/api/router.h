@@ -8,13 +8,13 @@
 
 #include <functional>
 #include <memory>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "api/access.h"
 #include "api/call.h"
 #include "api/http_server.h"
+#include "api/path_pattern.h"
 #include "shell/event_loop.h"
 
 namespace voltlock::api {
@@ -28,8 +28,9 @@ public:
     Router(EventLoop& loop, RequestCounters& counters, const Access& access)
         : loop_(loop), counters_(counters), access_(access) {}
 
-    // `pattern` is anchored and matched against the decoded path; its groups are the call's
-    // matches. `params`: the query parameters the endpoint takes. Routes are tried in order.
+    // `pattern` (path_pattern.h) is matched against the decoded path; its placeholder is the
+    // call's path_param. `params`: the query parameters the endpoint takes. Routes are tried in
+    // order.
     void add(const char* method, const char* pattern, std::string endpoint,
              std::vector<std::string> params, Where where, Handler handler);
 
@@ -42,7 +43,7 @@ public:
 private:
     struct Route {
         std::string method;
-        std::regex pattern;
+        PathPattern pattern;
         std::string endpoint;
         std::vector<std::string> params;
         Where where;
