@@ -153,7 +153,17 @@ def test_a_lost_reply_is_sent_again_and_the_op_applied_once(cell):
     try:
         for i in range(puts):
             headers = {"X-Voltlock-Client-Id": new_client_id(), "X-Voltlock-Request-Number": "1"}
-            r = client(f, "PUT", f"/v1/kv/{key}", {"value": str(i)}, headers)
+            # The client's own TCP connection crosses the lossy link too: one dropped (seen once
+            # in many runs) leaves the put's outcome unknown, and the client sends it again with
+            # the same pair on a new connection, as an SDK does; the version check below still
+            # proves each put applied once.
+            for attempt in range(3):
+                try:
+                    r = client(f, "PUT", f"/v1/kv/{key}", {"value": str(i)}, headers)
+                    break
+                except (OSError, http.client.HTTPException):
+                    if attempt == 2:
+                        raise
             assert r.status == 200, r
     finally:
         cell.heal()
