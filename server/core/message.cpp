@@ -192,7 +192,8 @@ template <typename Io, codec::MaybeConst<RecoveryResponse> M>
 bool fields(Io& io, M& m)
 {
     return io.replica(m.replica) && io.view(m.view) && io.op(m.op) && io.commit(m.commit) &&
-           io.u64(m.nonce) && io.u64(m.last_normal_view) && io.boolean(m.restarting);
+           io.u64(m.nonce) && io.u64(m.last_normal_view) &&
+           io.enumeration(m.standing, known);
 }
 
 template <typename Io, codec::MaybeConst<GetState> M>
@@ -272,6 +273,12 @@ const char* message_type_name(vl_message_type type)
     static_assert(std::size(names) == std::variant_size_v<Message>);
     if (type < VL_MSG_TYPE_MIN || type > VL_MSG_TYPE_MAX) return "unknown";
     return names[type - VL_MSG_TYPE_MIN];
+}
+
+const char* standing_name(Standing standing)
+{
+    static constexpr const char* names[] = {"member", "restarting", "blank"};
+    return known(standing) ? names[static_cast<uint8_t>(standing)] : "unknown";
 }
 
 ReplicaIndex sender_of(const Message& message) { return measure(message).header().replica; }

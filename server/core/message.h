@@ -106,9 +106,15 @@ struct Recovery {
     bool operator==(const Recovery&) const = default;
 };
 
+// Who answers a Recovery (on_recovery): a replica of the running cell (normal, or changing
+// views); one recovering with the state of its data directory, which it offers for a
+// whole-cell restart (docs/storage.md); or one recovering from nothing (a new data directory,
+// or a refused snapshot), which holds nothing (Replica::maybe_bootstrap).
+enum class Standing : uint8_t { member = 0, restarting = 1, blank = 2 };
+inline bool known(Standing standing) { return standing <= Standing::blank; }
+const char* standing_name(Standing standing);  // "member", "restarting", "blank"
+
 // §4.3 step 2. The leader's log is fetched afterwards with GetState, as in StartView.
-// `restarting`: the sender is recovering too, with the state of its data directory (op, commit,
-// last_normal_view), which it offers for a whole-cell restart (docs/storage.md).
 struct RecoveryResponse {
     View view = 0;
     ReplicaIndex replica = 0;
@@ -116,7 +122,7 @@ struct RecoveryResponse {
     Op op = 0;
     Op commit = 0;
     View last_normal_view = 0;
-    bool restarting = false;
+    Standing standing = Standing::member;
     bool operator==(const RecoveryResponse&) const = default;
 };
 

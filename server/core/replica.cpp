@@ -77,6 +77,7 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
     if (const auto* recovering = std::get_if<StartRecovering>(&start)) {
         status_ = Status::recovering;
         recovery_nonce_base_ = recovering->nonce;
+        may_bootstrap_ = recovering->may_bootstrap;
     } else if (const auto* restored = std::get_if<StartRestored>(&start)) {
         status_ = Status::recovering;
         recovery_nonce_base_ = restored->nonce;
@@ -263,7 +264,7 @@ void Replica::on_tick(const Tick& tick)
             break;
         }
         maybe_restart_cell();  // its wait for late answers may be over
-        if (status_ != Status::recovering) break;
+        if (status_ != Status::recovering || maybe_bootstrap()) break;  // or for view 0's leader
         if (!recovery_target_ &&
                    tick_ - status_messages_sent_tick_ >= config_.retransmit_ticks) {
             counters_.retransmissions += 1;

@@ -95,6 +95,11 @@ std::optional<ReplicaSnapshot> decode_replica_snapshot(std::string_view bytes);
 struct StartFresh {};
 struct StartRecovering {
     uint64_t nonce = 0;
+    // The shell cannot tell whether this replica was ever in the cell: its data directory is new
+    // and the operator did not say --recover. If every other replica answers that it holds
+    // nothing, the cell is new and this replica starts in it (maybe_bootstrap); otherwise it
+    // recovers (§4.3), as with --recover.
+    bool may_bootstrap = false;
 };
 // After a restart with a data directory: its newest snapshot (empty: none was written, the state
 // of op 0), the log persisted after it and the view persisted last (durability sync; else empty
@@ -278,6 +283,7 @@ struct ReplicaCounters {
     uint64_t snapshots_installed = 0; // fetched from a peer and installed
     uint64_t snapshots_refused = 0;   // restored or fetched bytes that were not a valid snapshot
     uint64_t cell_restarts = 0;       // whole-cell restarts this replica started or joined
+    uint64_t bootstraps = 0;          // a new data directory's start into a new cell
 };
 
 class Replica {
@@ -447,6 +453,8 @@ private:
 
     // Restart from a data directory.
     void maybe_restart_cell();
+    bool maybe_bootstrap();
+    bool bootstrap_safe() const;
     void discard_state();
     View log_epoch() const;
     void propose_restart_fence();
@@ -539,6 +547,10 @@ private:
     // the cell's, so it answers a Recovery also while changing views (on_recovery).
     bool been_normal_ = false;
     std::map<ReplicaIndex, RecoveryResponse> restart_votes_;
+    // StartRecovering::may_bootstrap, until this replica is in the cell; since when, in this
+    // round, it waits for view 0's leader to run before it (maybe_bootstrap).
+    bool may_bootstrap_ = false;
+    std::optional<uint64_t> awaiting_first_leader_since_;
     // Replicated with the state: the view of the last restart fence applied (0: none). States of
     // an older restart epoch are from before a restart that went on without them.
     View fence_view_ = 0;

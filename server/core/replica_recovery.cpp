@@ -13,14 +13,17 @@ void Replica::start_recovery_round()
     recovery_round_ += 1;
     recovery_responses_.clear();
     restart_votes_.clear();
+    awaiting_first_leader_since_.reset();
     recovery_target_.reset();
     fetch_.reset();
     status_since_tick_ = tick_;
     status_messages_sent_tick_ = tick_;
     broadcast(Recovery{.replica = config_.replica, .nonce = recovery_nonce()});
     // A cell of one is a quorum by itself: no answer will come to count (vr_sim seed 3 x 1 sat
-    // recovering forever after a restart from its data directory).
+    // recovering forever after a restart from its data directory, and after a start on a new
+    // one).
     maybe_restart_cell();
+    if (status_ == Status::recovering) maybe_bootstrap();
 }
 
 void Replica::on_recovery(const Recovery& m)
@@ -36,25 +39,33 @@ void Replica::on_recovery(const Recovery& m)
     // a view past its last normal view, which §4.3 step 3 does not count (issue 11, scenario 2).
     const bool live_changing_views = status_ == Status::view_change && been_normal_ &&
                                      !state_unconfirmed_ && !restart_view_change_;
-    if ((status_ != Status::normal || state_unconfirmed_) && !restarting && !live_changing_views)
+    // And one recovering from nothing, saying so: a replica on a new data directory counts it
+    // as holding nothing (maybe_bootstrap).
+    const bool blank = status_ == Status::recovering && !restored_ && !recovery_target_;
+    if ((status_ != Status::normal || state_unconfirmed_) && !restarting && !live_changing_views &&
+        !blank)
         return ignore(__func__, Ignored::not_answering);
+    const Standing standing = restarting ? Standing::restarting
+                              : blank    ? Standing::blank
+                                         : Standing::member;
     send(m.replica, RecoveryResponse{.view = view_,
                                      .replica = config_.replica,
                                      .nonce = m.nonce,
                                      .op = op(),
                                      .commit = commit_,
                                      .last_normal_view = last_normal_view_,
-                                     .restarting = restarting});
+                                     .standing = standing});
 }
 
 void Replica::on_recovery_response(const RecoveryResponse& m)
 {
     if (status_ != Status::recovering || m.nonce != recovery_nonce() || recovery_target_)
         return ignore(__func__, Ignored::other_recovery, m.op);
-    if (m.restarting) {
+    if (m.standing == Standing::restarting) {
         recovery_responses_.erase(m.replica);
         restart_votes_[m.replica] = m;
         maybe_restart_cell();
+        if (status_ == Status::recovering) maybe_bootstrap();
         return;
     }
     restart_votes_.erase(m.replica);
@@ -62,7 +73,8 @@ void Replica::on_recovery_response(const RecoveryResponse& m)
     // §4.3 step 3: f + 1 responses from replicas in normal status (in view change, a replica's
     // view is past its last normal view), one of them from the leader of the latest view.
     const auto in_normal_status = [](const RecoveryResponse& response) {
-        return response.view == response.last_normal_view;
+        return response.standing == Standing::member &&
+               response.view == response.last_normal_view;
     };
     size_t normal_responses = 0;
     View latest = 0;
@@ -73,12 +85,15 @@ void Replica::on_recovery_response(const RecoveryResponse& m)
     }
     if (normal_responses < quorum()) {
         maybe_restart_cell();  // an answer from a replica changing views may complete a restart
+        if (status_ == Status::recovering && maybe_bootstrap()) return;
         return ignore(__func__, Ignored::awaiting_answers, m.op);
     }
     const auto leader_response = recovery_responses_.find(leader_of(latest));
     if (leader_response == recovery_responses_.end() || leader_response->second.view != latest ||
-        !in_normal_status(leader_response->second))
+        !in_normal_status(leader_response->second)) {
+        if (maybe_bootstrap()) return;
         return ignore(__func__, Ignored::awaiting_answers, m.op);
+    }
     if (state_unconfirmed_) {
         // A state restored from a snapshot alone may not be the cell's history (the cell may
         // have restarted without us): the leader's replaces it whole.
@@ -130,6 +145,7 @@ void Replica::maybe_restart_cell()
     // make it drop committed ops (issue 11, scenario 2: 10 of 130 acknowledged writes lost).
     std::optional<ReplicaIndex> live;
     for (const auto& [replica, response] : recovery_responses_) {
+        if (response.standing == Standing::blank) continue;
         if (!live || response.view > recovery_responses_.at(*live).view) live = replica;
         latest = std::max(latest, response.view);
     }
@@ -137,6 +153,86 @@ void Replica::maybe_restart_cell()
     while (live && leader_of(view) != *live) view += 1;
     leave_restart_for_view_change();
     start_view_change(view);
+}
+
+bool Replica::maybe_bootstrap()
+{
+    // A replica on a new data directory (no --recover) cannot tell a new cell from one that it
+    // was in before its disk was lost, and may have acknowledged ops that it no longer has. It
+    // takes part in the cell with nothing only once every other replica answered in this round
+    // and the answers show that the cell committed nothing (bootstrap_safe); otherwise it
+    // recovers (§4.3) once a quorum runs normally.
+    if (!may_bootstrap_ || recovery_target_ ||
+        recovery_responses_.size() + restart_votes_.size() + 1 < config_.replica_count ||
+        !bootstrap_safe())
+        return false;
+    bool all_blank = true;
+    bool fresh = true;  // every answer blank, or in normal status in view 0
+    View latest = view_;
+    for (const auto* answers : {&recovery_responses_, &restart_votes_}) {
+        for (const auto& [replica, answer] : *answers) {
+            all_blank = all_blank && answer.standing == Standing::blank;
+            fresh = fresh && (answer.standing == Standing::blank ||
+                              (answer.standing == Standing::member && answer.view == 0));
+            latest = std::max(latest, answer.view);
+        }
+    }
+    const auto first_leader = recovery_responses_.find(leader_of(0));
+    const bool first_leader_normal = first_leader != recovery_responses_.end() &&
+                                     first_leader->second.standing == Standing::member &&
+                                     first_leader->second.view == 0;
+    // A new cell starts in view 0 as StartFresh does, its leader first. A leader of view 0 whose
+    // disk was lost may have Prepares of its own still on their way: it starts view 0 again only
+    // with every other replica blank (none took part in a view 0), and else waits for the others
+    // to change views away from its silence.
+    const bool may_start_view_0 =
+        fresh && (config_.replica == leader_of(0) ? all_blank : first_leader_normal);
+    // Half a round from the last answer is long enough to wait for that: view 0's leader may
+    // never come (its disk lost too, and restarted with --recover).
+    if (!may_start_view_0 && fresh) {
+        if (!awaiting_first_leader_since_) awaiting_first_leader_since_ = tick_;
+        if (tick_ - *awaiting_first_leader_since_ < config_.view_change_timeout_ticks / 2)
+            return false;
+    }
+    recovery_responses_.clear();
+    restart_votes_.clear();
+    if (may_start_view_0) {
+        enter_normal(0);
+        // As a fresh cell's leader at its first tick: the others had no chance to answer yet.
+        std::fill(answered_tick_.begin(), answered_tick_.end(), tick_);
+    } else {
+        // A view change gathers everyone into a view that none of us ran (some may have moved
+        // past view 0), with what they hold. Like a live replica's, our state (none) is the
+        // cell's: we answer Recovery while changing views (on_recovery).
+        status_ = Status::view_change;  // start_view_change sets the view
+        been_normal_ = true;
+        start_view_change(latest + 1);
+    }
+    may_bootstrap_ = false;
+    counters_.bootstraps += 1;
+    return true;
+}
+
+bool Replica::bootstrap_safe() const
+{
+    // A committed op is held by a quorum: if every other replica holds nothing, so did the
+    // cell, unless all of them lost their state too (more than f faults).
+    bool all_hold_nothing = true;
+    bool only_view_0_ran = true;  // no view after 0 ever started: a quorum would say so
+    bool none_committed = true;
+    for (const auto* answers : {&recovery_responses_, &restart_votes_}) {
+        for (const auto& [replica, answer] : *answers) {
+            all_hold_nothing = all_hold_nothing && answer.op == 0;
+            only_view_0_ran = only_view_0_ran && answer.last_normal_view == 0;
+            none_committed = none_committed && answer.commit == 0;
+        }
+    }
+    if (all_hold_nothing) return true;
+    // Or only view 0 ran, and its leader, which commits its ops and kept its state, committed
+    // none: others may hold its uncommitted ops, which we can fetch from it.
+    const auto first_leader = recovery_responses_.find(leader_of(0));
+    return only_view_0_ran && none_committed && first_leader != recovery_responses_.end() &&
+           first_leader->second.standing == Standing::member;
 }
 
 bool Replica::join_restart(View view)
@@ -166,6 +262,7 @@ void Replica::finish_recovery(Op commit)
 {
     recovery_target_.reset();
     recovery_responses_.clear();
+    may_bootstrap_ = false;
     enter_normal(view_);
     counters_.recoveries += 1;
     commit_to(std::min(commit, op()));

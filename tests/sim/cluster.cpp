@@ -42,7 +42,16 @@ Cluster::Cluster(const ClusterOptions& options)
         slot.clock_rate = 1 + drift * position;
         slot.clock_offset_ms = clocks.between(0, 1'000'000);
     }
-    for (ReplicaIndex r = 0; r < options.replica_count; r++) start_replica(r, StartFresh{});
+    for (ReplicaIndex r = 0; r < options.replica_count; r++) {
+        if (!options.start_blank) {
+            start_replica(r, StartFresh{});
+            continue;
+        }
+        start_replica(r, StartRecovering{.nonce = new_nonce(r), .may_bootstrap = true});
+        // Down (as after a restart) until it is in the cell: one that missed the cell's start
+        // joins it by recovery, which needs a quorum running.
+        replicas_[r].awaiting_recovery = true;
+    }
     for (uint32_t i = 0; i < options.client_count; i++) {
         // Client ids look like real ones (random, 64-bit) rather than small integers, so that
         // nothing in the core can lean on them being dense.
@@ -163,6 +172,7 @@ void Cluster::crash(ReplicaIndex r)
     retired_counters_.snapshots_installed += lost.snapshots_installed;
     retired_counters_.snapshots_refused += lost.snapshots_refused;
     retired_counters_.cell_restarts += lost.cell_restarts;
+    retired_counters_.bootstraps += lost.bootstraps;
     trace("r%u v%llu: crash (%s op=%llu commit=%llu; disk: snapshot op %llu, log to op %llu)", r,
           ull(slot.replica->view()), status_name(slot.replica->status()),
           ull(slot.replica->op()), ull(slot.replica->commit()), ull(slot.disk.snapshot_op),
@@ -191,25 +201,34 @@ void Cluster::crash(ReplicaIndex r)
     slot.kernel_acked_entries.clear();
 }
 
-void Cluster::restart(ReplicaIndex r)
+void Cluster::restart(ReplicaIndex r, std::optional<bool> without_recover)
 {
     ReplicaSlot& slot = replicas_[r];
     VL_ASSERT(!slot.replica, "only a crashed replica can restart");
-    uint64_t nonce = prng_.next();
-    while (!slot.used_nonces.insert(nonce).second) nonce = prng_.next();
+    const uint64_t nonce = new_nonce(r);
+    // As voltlockd with and without --recover: without, it may start a new cell instead, if
+    // every other replica says that it holds nothing.
+    const bool may_bootstrap = without_recover ? *without_recover : prng_.chance(0.5);
     slot.disk = DataDirectory{};  // a new, empty disk
-    start_replica(r, StartRecovering{nonce});
+    start_replica(r, StartRecovering{.nonce = nonce, .may_bootstrap = may_bootstrap});
     slot.awaiting_recovery = true;
     storage_counters_.restarts_from_nothing++;
-    trace("r%u: restart from nothing (disk lost), recovering with nonce %llx", r, ull(nonce));
+    trace("r%u: restart from nothing (disk lost), recovering with nonce %llx%s", r, ull(nonce),
+          may_bootstrap ? " (no --recover)" : "");
+}
+
+uint64_t Cluster::new_nonce(ReplicaIndex r)
+{
+    uint64_t nonce = prng_.next();
+    while (!replicas_[r].used_nonces.insert(nonce).second) nonce = prng_.next();
+    return nonce;
 }
 
 void Cluster::restart_from_disk(ReplicaIndex r)
 {
     ReplicaSlot& slot = replicas_[r];
     VL_ASSERT(!slot.replica, "only a crashed replica can restart");
-    uint64_t nonce = prng_.next();
-    while (!slot.used_nonces.insert(nonce).second) nonce = prng_.next();
+    const uint64_t nonce = new_nonce(r);
     DataDirectory& disk = slot.disk;
     start_replica(r, StartRestored{.nonce = nonce,
                                    .snapshot = disk.snapshot,
@@ -897,6 +916,7 @@ ReplicaCounters Cluster::total_counters() const
         total.snapshots_installed += c.snapshots_installed;
         total.snapshots_refused += c.snapshots_refused;
         total.cell_restarts += c.cell_restarts;
+        total.bootstraps += c.bootstraps;
     }
     return total;
 }

@@ -123,6 +123,9 @@ struct ClusterOptions {
     uint64_t op_budget = 1000;           // operations the clients invoke, in all
 
     double flush_after_each_message = 0;  // else a replica is flushed once per tick
+    // Every replica starts on a new data directory without --recover, as voltlockd does
+    // (StartRecovering::may_bootstrap), rather than as StartFresh.
+    bool start_blank = false;
 
     // Electrode, per replica (empty: nowhere). The shell reads the ring on every tick and before
     // every batch from its socket; a record wakes it only once the ring is half full, and then it
@@ -157,7 +160,8 @@ struct ClusterOptions {
     uint32_t max_snapshot_fetch_ticks = 10;
     double snapshot_fetch_failure = 0;
     double snapshot_fetch_corruption = 0;
-    // Of the restarts quiesce() does, the share that lost their disk (StartRecovering).
+    // Of the restarts quiesce() does, the share that lost their disk (StartRecovering; half of
+    // them without --recover).
     double lose_disk_on_restart = 0;
     bool verbose = false;  // trace every delivery, state change and fault to stdout
 };
@@ -189,8 +193,9 @@ public:
     void crash(ReplicaIndex r);
     // A new replica and a new state machine in the old one's place, recovering (§4.3) with a
     // nonce this replica never used before: from nothing (its disk lost and replaced by an empty
-    // one), or from its data directory (StartRestored).
-    void restart(ReplicaIndex r);
+    // one), or from its data directory (StartRestored). From nothing, with --recover or not
+    // (StartRecovering::may_bootstrap); unset, drawn: operators forget it.
+    void restart(ReplicaIndex r, std::optional<bool> may_bootstrap = std::nullopt);
     void restart_from_disk(ReplicaIndex r);
     // Every live replica crashes at the same moment (a power cut): restart them all afterwards.
     void crash_cell();
@@ -296,6 +301,7 @@ public:
     void fail(const char* format, ...) __attribute__((format(printf, 2, 3)));
 
 private:
+    uint64_t new_nonce(ReplicaIndex r);  // one replica r never used
     // A replica's data directory (server/shell/storage.h): the newest snapshot, the log after it
     // (durability sync), the view; what a restart from disk starts from.
     struct DataDirectory {

@@ -637,6 +637,68 @@ TEST_CASE("§4.3 + §5.2: a replica that lost its disk recovers from nothing by 
     finish(cluster);
 }
 
+TEST_CASE("a replica that lost its disk, started without --recover while the other holder of "
+          "the newest ops is down, waits for it rather than starting a new cell")
+{
+    // Before, voltlockd started it as StartFresh: with the replica that missed those ops it
+    // formed a view without them, and they were lost once the holder came back.
+    Cluster cluster(storage_options(3, 705, true));
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= 50; }, 1'000,
+                    "50 operations before the partition");
+    REQUIRE(cluster.leader() == ReplicaIndex{0});
+    const ReplicaIndex lagging = 1;
+    const ReplicaIndex wiped = 2;
+    cluster.network().partition(isolating(cluster, lagging));
+    const size_t completed = cluster.completed_ops();
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; }, 3'000,
+                    "100 operations held by r0 and r2 alone");
+    const std::vector<CommittedOp> committed = cluster.committed();
+    cluster.crash(wiped);
+    cluster.crash(0);
+    cluster.network().heal();
+    cluster.restart(wiped, /*without --recover*/ true);
+    cluster.run_ticks(500);  // many recovery rounds
+    CHECK(cluster.replica(wiped).status() == Status::recovering);
+    CHECK(cluster.replica(wiped).counters().bootstraps == 0);
+    CHECK(cluster.replica(lagging).status() != Status::normal);
+
+    cluster.restart_from_disk(0);
+    require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 3'000,
+                    "r0 back with its log, r2 recovered from it");
+    CHECK(cluster.replica(wiped).counters().bootstraps == 0);
+    CHECK(cluster.replica(wiped).counters().recoveries == 1);
+    require_serves_keeping(cluster, committed);
+    CHECK(cluster.storage_counters().committed_ops_lost == 0);
+    finish(cluster);
+}
+
+TEST_CASE("a new cell of replicas on new data directories (no --recover) starts once every one "
+          "answers, in view 0, led by its first leader")
+{
+    for (const uint8_t replica_count : {uint8_t{1}, uint8_t{3}, uint8_t{5}}) {
+        CAPTURE(int{replica_count});
+        ClusterOptions options = scenario_options(replica_count, 706, 4);
+        options.start_blank = true;
+        Cluster cluster(options);
+        if (replica_count > 1) {
+            const ReplicaIndex late = replica_count - 1;
+            cluster.network().partition(isolating(cluster, late));
+            cluster.run_ticks(200);
+            for (ReplicaIndex r = 0; r < replica_count; r++)
+                CHECK(cluster.replica(r).status() == Status::recovering);
+            cluster.network().heal();
+        }
+        require_reaches(cluster, [&] { return cluster.completed_ops() >= 100; }, 2'000,
+                        "100 operations");
+        CHECK(cluster.leader() == ReplicaIndex{0});
+        for (ReplicaIndex r = 0; r < replica_count; r++) {
+            CHECK(cluster.replica(r).counters().bootstraps == 1);
+            CHECK(cluster.replica(r).view() == 0);
+        }
+        finish(cluster);
+    }
+}
+
 TEST_CASE("durability sync: the whole cell loses power; every acknowledged op survives")
 {
     for (const uint8_t replica_count : {uint8_t{3}, uint8_t{5}}) {

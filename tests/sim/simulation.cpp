@@ -43,6 +43,7 @@ ClusterOptions draw_cluster_options(const SeedOptions& seed, Prng& prng)
         .max_value_padding = static_cast<uint32_t>(prng.between(0, 64)),
         .op_budget = seed.ops,
         .flush_after_each_message = flush_policies[prng.below(3)],
+        .start_blank = prng.chance(0.3),
         .verbose = seed.verbose,
     };
 }

@@ -67,9 +67,9 @@ std::string describe(const Message& message)
             },
             [](const Recovery& m) { return strprintf("nonce=%llx", ull(m.nonce)); },
             [](const RecoveryResponse& m) {
-                return strprintf("v%llu nonce=%llx op=%llu commit=%llu last_normal=%llu%s",
+                return strprintf("v%llu nonce=%llx op=%llu commit=%llu last_normal=%llu %s",
                                  ull(m.view), ull(m.nonce), ull(m.op), ull(m.commit),
-                                 ull(m.last_normal_view), m.restarting ? " restarting" : "");
+                                 ull(m.last_normal_view), standing_name(m.standing));
             },
             [](const GetState& m) { return strprintf("v%llu op=%llu", ull(m.view), ull(m.op)); },
             [](const NewState& m) {

@@ -238,6 +238,7 @@ struct Totals {
         replica.snapshots_installed += result.counters.snapshots_installed;
         replica.snapshots_refused += result.counters.snapshots_refused;
         replica.cell_restarts += result.counters.cell_restarts;
+        replica.bootstraps += result.counters.bootstraps;
         const auto& s = result.storage;
         storage.snapshot_writes_failed += s.snapshot_writes_failed;
         storage.snapshot_writes_lost += s.snapshot_writes_lost;
@@ -297,17 +298,18 @@ void print_summary(const Arguments& arguments, const Totals& totals, double wall
     std::printf("storage %s: %llu seeds sync, %llu snapshot; %llu snapshots written (%llu writes "
                 "failed, %llu cut short by a crash), %llu installed from %llu fetches (%llu "
                 "failed, %llu corrupted, %llu refused); %llu restarts from disk, %llu from "
-                "nothing; %llu graceful stops (%llu of the whole cell, which lose nothing); "
-                "%llu whole-cell crashes (%llu cell restarts joined), %llu committed "
-                "ops lost to them (%llu acknowledged), durability snapshot only\n",
+                "nothing; %llu starts as a new cell's replica (no --recover); %llu graceful "
+                "stops (%llu of the whole cell, which lose nothing); %llu whole-cell crashes "
+                "(%llu cell restarts joined), %llu committed ops lost to them (%llu "
+                "acknowledged), durability snapshot only\n",
                 durability_mode_name(arguments.durability), ull(totals.sync_seeds),
                 ull(totals.seeds_run - totals.sync_seeds), ull(totals.replica.snapshots_written),
                 ull(s.snapshot_writes_failed), ull(s.snapshot_writes_lost),
                 ull(totals.replica.snapshots_installed), ull(s.snapshot_fetches),
                 ull(s.snapshot_fetches_failed), ull(s.snapshot_fetches_corrupted),
                 ull(totals.replica.snapshots_refused), ull(s.restarts_from_disk),
-                ull(s.restarts_from_nothing), ull(s.graceful_stops), ull(s.cell_stops),
-                ull(s.cell_crashes),
+                ull(s.restarts_from_nothing), ull(totals.replica.bootstraps),
+                ull(s.graceful_stops), ull(s.cell_stops), ull(s.cell_crashes),
                 ull(totals.replica.cell_restarts), ull(s.committed_ops_lost),
                 ull(s.acknowledged_ops_lost));
     const auto& l = totals.leases;

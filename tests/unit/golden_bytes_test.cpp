@@ -124,7 +124,7 @@ TEST_CASE("golden bytes: every message type")
                           .op = 12,
                           .commit = 10,
                           .last_normal_view = 4,
-                          .restarting = true},
+                          .standing = Standing::restarting},
          "564c4b31010a0200070000000100000004000000000000000c000000000000000a00000000000000"
          "1100000000000000523be71f4167bb4cefbeadde00000000040000000000000001"},
         {GetState{.view = 4, .replica = 2, .op = 10},

@@ -163,7 +163,7 @@ inline std::string describe(const Message& message)
             [](const RecoveryResponse& m) {
                 return " v" + to_string(m.view) + " op" + to_string(m.op) + " commit" +
                        to_string(m.commit) + " lnv" + to_string(m.last_normal_view) +
-                       (m.restarting ? " restarting" : "");
+                       " " + standing_name(m.standing);
             },
             [](const GetState& m) { return " v" + to_string(m.view) + " op" + to_string(m.op); },
             [](const NewState& m) {

@@ -520,7 +520,7 @@ TEST_CASE("durability snapshot: the view is persisted, and a restart never runs 
     CHECK(restarted->last_normal_view() == 0);  // the snapshot's
     restarted.tick();
     restarted.receive(RecoveryResponse{.view = 3, .replica = 1, .nonce = 11, .op = 1,
-                                       .commit = 1, .restarting = true});
+                                       .commit = 1, .standing = Standing::restarting});
     restarted.tick(10);  // half a round: r0 does not answer
     CHECK(restarted->view() == 8);  // the restart's view is past every view it ran
 }
@@ -558,10 +558,10 @@ TEST_CASE("restart: a restored replica offers its state only while recovering wi
     SUBCASE("whole-cell restart: a quorum restarting starts a view change with what it has")
     {
         restored.receive(RecoveryResponse{.view = 0, .replica = 1, .nonce = 41, .op = 2,
-                                          .commit = 0, .restarting = true});
+                                          .commit = 0, .standing = Standing::restarting});
         CHECK(describe(restored.effects()) == "");  // r0 may still answer, as a live replica
         restored.receive(RecoveryResponse{.view = 0, .replica = 0, .nonce = 41, .op = 1,
-                                          .commit = 0, .restarting = true});
+                                          .commit = 0, .standing = Standing::restarting});
         CHECK(describe(restored.effects()) ==
               "persist_view v1 lnv0; broadcast start_view_change v1; kernel_state");
         CHECK(restored->counters().cell_restarts == 1);
@@ -601,7 +601,7 @@ TEST_CASE("restart: a replica restored from its snapshot and log rejoins a runni
     const auto responses = delivered_of<RecoveryResponse>(cell, 2);
     REQUIRE(responses.size() == 2);
     for (const auto& response : responses)
-        CHECK_FALSE(std::get<RecoveryResponse>(response.message).restarting);
+        CHECK(std::get<RecoveryResponse>(response.message).standing == Standing::member);
     const auto asks = delivered_of<GetState>(cell, 0);
     REQUIRE(!asks.empty());
     CHECK(std::get<GetState>(asks[0].message).op == 3);  // after its snapshot, not from 0
@@ -651,7 +651,7 @@ TEST_CASE("restart: the whole cell restarts with different snapshots; the newest
         const auto votes = delivered_of<RecoveryResponse>(cell, r);
         CHECK(!votes.empty());
         for (const auto& vote : votes)
-            CHECK(std::get<RecoveryResponse>(vote.message).restarting);
+            CHECK(std::get<RecoveryResponse>(vote.message).standing == Standing::restarting);
         CHECK(cell[r]->counters().cell_restarts == 1);
     }
     REQUIRE(cell[1]->is_leader());  // of view 1, with the log of op 8 it fetched
@@ -688,8 +688,11 @@ TEST_CASE("restart: a corrupt snapshot is refused and the replica recovers from 
     CHECK(cell[2]->op() == 0);
     CHECK(cell[2]->commit() == 0);
     CHECK(cell[2].machine().version() == 0);
-    cell.step(2, Receive{Recovery{.replica = 1, .nonce = 5}});  // it has nothing to offer
-    CHECK(cell[2].sent_to<RecoveryResponse>(1).empty());
+    cell.step(2, Receive{Recovery{.replica = 1, .nonce = 5}});  // it has nothing, and says so
+    const auto answers = cell[2].sent_to<RecoveryResponse>(1);
+    REQUIRE(answers.size() == 1);
+    CHECK(answers[0].standing == Standing::blank);
+    CHECK(answers[0].op == 0);
 
     cell.tick(2);
     cell.deliver();
@@ -786,7 +789,7 @@ TEST_CASE("restart, durability snapshot: the newest snapshot wins over a later v
     REQUIRE(restarted.broadcasts<Recovery>().at(0).nonce == 31);
     restarted.receive(RecoveryResponse{.view = 0, .replica = 0, .nonce = 31, .op = 8,
                                        .commit = 8, .last_normal_view = 0,
-                                       .restarting = true});
+                                       .standing = Standing::restarting});
     restarted.tick(10);  // half a round: r1 does not answer
     REQUIRE(restarted->view() == 2);  // which it leads
     REQUIRE(restarted->status() == Status::view_change);
@@ -815,7 +818,7 @@ void vote_restart(TestReplica& restarted, ReplicaIndex voter)
 {
     restarted.tick();
     restarted.receive(RecoveryResponse{.view = 0, .replica = voter, .nonce = 11, .op = 5,
-                                       .commit = 5, .restarting = true});
+                                       .commit = 5, .standing = Standing::restarting});
     restarted.tick(10);
 }
 

@@ -119,7 +119,7 @@ std::vector<Message> one_of_each_type()
         sample_start_view(),
         Recovery{.replica = 2, .nonce = 0x5EED'0000'0000'0001},
         RecoveryResponse{.view = 9, .replica = 0, .nonce = 0x5EED'0000'0000'0001, .op = 20,
-                         .commit = 17, .last_normal_view = 8, .restarting = true},
+                         .commit = 17, .last_normal_view = 8, .standing = Standing::restarting},
         GetState{.view = 9, .replica = 1, .op = 17},
         sample_new_state(),
         SnapshotOffer{.view = 9, .replica = 2, .op = 40, .state_unconfirmed = true},
@@ -887,16 +887,16 @@ TEST_CASE("decode rejects a DoViewChange with fence_view > view")
     CHECK(outcome(encode(m, cluster)) == "bad_body");
 }
 
-TEST_CASE("decode rejects a RecoveryResponse with last_normal_view > view or restarting > 1")
+TEST_CASE("decode rejects a RecoveryResponse with last_normal_view > view or an unknown standing")
 {
     RecoveryResponse rr{.view = 3, .replica = 0, .nonce = 1, .op = 5, .commit = 4,
-                        .last_normal_view = 3, .restarting = true};
+                        .last_normal_view = 3, .standing = Standing::restarting};
     CHECK(outcome(encode(rr, cluster)) == "accepted");
     rr.last_normal_view = 4;
     CHECK(outcome(encode(rr, cluster)) == "bad_body");
     rr.last_normal_view = 2;
     Datagram d = encode(rr, cluster);
-    d.back() = 2;  // the restarting byte ends the body
+    d.back() = 3;  // the standing byte ends the body; 0, 1 and 2 are known
     fix_checksum(d);
     CHECK(outcome(d) == "bad_body");
 }
