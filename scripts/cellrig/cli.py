@@ -147,6 +147,9 @@ def parser() -> argparse.ArgumentParser:
                 "(which only a replica with no state uses: VR recovery); all: every one that is "
                 "not running")
     c.add_argument("replicas", nargs="+", metavar="R", help="replica indexes, or all")
+    c.add_argument("--no-recover", action="store_true",
+                   help="start as systemd does, without --recover: a replica with no state then "
+                        "starts a new cell only if no other replica holds any")
     c.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for their /v1/status to answer")
     c.add_argument("--no-wait", action="store_true")
@@ -525,7 +528,7 @@ def cmd_start(args) -> int:
         cell = load(args)
         indexes = targets(cell, args.replicas, running=False)
         for index in indexes:
-            replicas.start(cell, index, recover=True)
+            replicas.start(cell, index, recover=not args.no_recover)
     if not args.no_wait:
         replicas.wait_answering(cell, indexes, args.timeout)
     return 0

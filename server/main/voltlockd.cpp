@@ -54,8 +54,10 @@ Options:
   --durability snapshot|sync
                          write snapshots only, or also persist every batch before
                          acknowledging it (overrides the config; docs/storage.md)
-  --recover              this replica lost its state: rejoin through VR's recovery protocol
-                         (only for a new, empty data directory: one with state restarts from it)
+  --recover              this replica lost its state: rejoin through VR's recovery protocol,
+                         never as a new cell's (only for a new, empty data directory: one with
+                         state restarts from it; without it, a replica with no state starts a
+                         new cell only if every other replica answers that it holds nothing)
   --export-snapshot FILE copy the newest snapshot in the (stopped) replica's data directory to
                          FILE, and exit: a backup (docs/storage.md)
   --import-snapshot FILE write FILE's snapshot into the replica's new, empty data directory,
@@ -264,9 +266,9 @@ struct Startup {
 
 Result<Startup> open_data_directory(const DaemonConfig& config, bool recover)
 {
-    const Start without_state = recover ? Start{StartRecovering{.nonce = recovery_nonce()}}
-                                        : Start{StartFresh{}};
-    const std::string without_state_name = recover ? "recovering" : "fresh";
+    const Start without_state =
+        StartRecovering{.nonce = recovery_nonce(), .may_bootstrap = !recover};
+    const std::string without_state_name = recover ? "recovering" : "new cell or recovering";
     if (config.data_dir.empty())
         return Startup{without_state, nullptr, {}, without_state_name + ", state in memory only"};
     auto storage = Storage::open(config.data_dir, identity_of(config));

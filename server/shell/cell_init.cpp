@@ -348,8 +348,9 @@ std::string cell_instructions(const CellPlan& plan, const std::string& electrode
         text << "    voltlockd --check-config " << plan.config_dir << "/" << name << ".json"
              << " && systemctl enable --now voltlockd@" << name << "\n";
     }
-    text << "\nThe cell serves once " << count / 2 + 1 << " of " << count
-         << " replicas run; then each answers GET /readyz with 200 (curl "
+    text << "\nThe new cell starts once all " << count << " replicas run, and then serves while "
+         << count / 2 + 1 << " of " << count
+         << " do; each running one answers GET /readyz with 200 (curl "
          << (plan.tls ? "--cacert " + (std::filesystem::path(plan.out_dir) / "ca.pem").string() +
                             " https://"
                       : std::string("http://"))

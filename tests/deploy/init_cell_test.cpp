@@ -214,7 +214,8 @@ TEST_CASE("init-cell: the instructions say what goes to which host")
         CHECK(text.find("systemctl enable --now voltlockd@" + name) != std::string::npos);
     }
     CHECK(text.find("cluster_id 77") != std::string::npos);
-    CHECK(text.find("once 2 of 3 replicas run") != std::string::npos);
+    CHECK(text.find("starts once all 3 replicas run, and then serves while 2 of 3 do") !=
+          std::string::npos);
     // Every install command names what to copy and where (tokens once had no destination).
     std::istringstream lines(text);
     for (std::string line; std::getline(lines, line);) {

@@ -245,9 +245,10 @@ class Cell:
     def stop(self, *replicas) -> None:
         self.cell("stop", *map(str, replicas))
 
-    def start(self, *replicas, wait: bool = True, timeout: float = 10.0) -> None:
+    def start(self, *replicas, wait: bool = True, timeout: float = 10.0,
+              recover: bool = True) -> None:
         self.cell("start", *map(str, replicas), "--timeout", str(timeout),
-                  *([] if wait else ["--no-wait"]))
+                  *([] if wait else ["--no-wait"]), *([] if recover else ["--no-recover"]))
 
     def partition(self, replica: int, direction: str = "both",
                   peers: list | None = None) -> None:

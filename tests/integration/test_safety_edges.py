@@ -27,10 +27,15 @@ the edges of leases, restarts and partitions.
    a session kept alive is not expired, and a wait ends at its deadline, not an hour later.
 9. Replicas started with their wall clocks an hour slow (a clock not yet set at boot), one of
    which then leads: a wait and a lock-delay still end on time, not an hour later.
+10. (The "left out" of issue 11's operations.md.) A replica whose disk was lost, started as
+   systemd starts it (no --recover), with the one other replica that holds the writes stopped:
+   it must not start a new cell with the replica that missed them, and once that one is back,
+   every write is there. Before, it started fresh and the two of them lost every write.
 """
 import http.client
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -567,3 +572,33 @@ def test_a_leader_started_with_a_slow_clock_ends_waits_and_lock_delays_on_time(v
             assert time.monotonic() - sent < 8.0, "the lock-delay ended late"
         finally:
             client.close()
+
+
+# ---- 10. A lost disk, started without --recover ---------------------------------------------
+
+def test_a_replica_on_a_lost_disk_started_without_recover_never_starts_the_cell_anew():
+    with Cell(replicas=3, name=unique_name("se")) as cell:
+        leader = cell.leader
+        lagging, wiped = [i for i in range(3) if i != leader]
+        keys = [f"edge10/{i:02d}" for i in range(30)]
+        cell.partition(lagging)
+        write_keys(cell, [leader], keys)  # each acknowledged by the leader and `wiped` alone
+        cell.kill(wiped)
+        shutil.rmtree(cell.status()["data_dirs"][wiped])
+        cell.stop(leader)  # graceful: its data dir keeps everything it acknowledged
+        cell.heal()
+        cell.start(wiped, recover=False)
+        # Only the stopped leader holds the writes: the other two must not serve without it.
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            replicas = cell.status()["replicas"]
+            serving = [r for r in (lagging, wiped)
+                       if isinstance(replicas[r], dict) and replicas[r]["status"] == "normal"]
+            assert not serving, (f"r{serving} in normal status without the leader: "
+                                 f"{[r if isinstance(r, str) else r['status'] for r in replicas]}")
+            time.sleep(0.2)
+        cell.start(leader, timeout=30)
+        lost = missing_keys(cell, [0, 1, 2], keys)
+        assert not lost, f"{len(lost)} of 30 acknowledged writes lost, e.g. {lost[:5]}"
+        counters = cell.status()["replicas"][wiped]["counters"]
+        assert counters["bootstraps"] == 0 and counters["recoveries"] == 1, counters
