@@ -13,6 +13,8 @@ Each kind, and what it does to the leader L (or a replica chosen at random):
     netem           delay, jitter (so reordering), loss, duplication and corruption (bits
                     flipped in a packet, which the receiver's tag check, in XDP or in user
                     space, must drop) on a random replica's link, both directions
+    disk-loss       kill -9 a random replica, remove its data directory, start it on a new
+                    one as systemd does (no --recover); undone once it is back in normal status
     power-cut       kill -9 every replica at once, start them all (durability sync only)
     restart         stop every replica gracefully (SIGTERM), start them all
     clock-step      step L's wall clock an hour forward or back, then back to the true time
@@ -28,6 +30,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import signal
 import threading
 import time
@@ -38,7 +41,7 @@ from cellrig.util import ProcessRef
 from steppable_clocks import SteppableClocks
 
 KINDS = ["kill", "pause", "partition", "partition-in", "partition-out", "isolate-leader",
-         "netem", "power-cut", "restart", "clock-step", "clock-restart"]
+         "netem", "disk-loss", "power-cut", "restart", "clock-step", "clock-restart"]
 CLOCK_KINDS = ["clock-step", "clock-restart"]  # need the daemons under libfaketime
 
 RECOVERY_TIMEOUT_S = 60.0
@@ -122,6 +125,17 @@ class Nemesis(threading.Thread):
             fault.target += " " + spec
             time.sleep(hold)
             self.cell.heal()
+        elif kind == "disk-loss":
+            victim = self.rng.randrange(self.cell.replica_count)
+            fault.target = f"r{victim}"
+            self.cell.kill(victim)
+            shutil.rmtree(self.cell.status()["data_dirs"][victim])
+            time.sleep(hold)
+            self.cell.start(victim, timeout=30, recover=False)
+            # Recovering, it is down still: the next fault would be a second one at once.
+            if not self.in_normal_status(victim, RECOVERY_TIMEOUT_S):
+                fault.undone = self.clock()
+                return
         elif kind == "power-cut":
             fault.target = "all"
             self.cell.kill("all")
@@ -196,6 +210,15 @@ class Nemesis(threading.Thread):
             if time.monotonic() > deadline:
                 raise AssertionError(f"{method} {path} at r{replica}: {status} {answer}")
             time.sleep(0.1)
+
+    def in_normal_status(self, replica: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.cell.status()["replicas"][replica]
+            if isinstance(status, dict) and status["status"] == "normal":
+                return True
+            time.sleep(0.2)
+        return False
 
     def leader(self, timeout: float = 5.0) -> int | None:
         try:

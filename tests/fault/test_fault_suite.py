@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("voltlockd")
 # restarts (power-cut, restart) were left out while a long log after the last snapshot made the
 # cell change views for ever (docs/fault-testing.md, "whole-cell restarts with long logs").
 CI_NEMESES = ["kill", "pause", "partition", "partition-in", "partition-out", "isolate-leader",
-              "netem", "power-cut", "restart", "clock-step", "clock-restart"]
+              "netem", "disk-loss", "power-cut", "restart", "clock-step", "clock-restart"]
 
 SECONDS = float(os.environ.get("VOLTLOCK_FAULT_SECONDS", "40"))
 NEMESES = os.environ.get("VOLTLOCK_FAULT_NEMESES", ",".join(CI_NEMESES))
