@@ -24,7 +24,6 @@ public:
 
     // The placeholder's text ("" without one) if `path` matches, nullopt otherwise.
     std::optional<std::string_view> match(std::string_view path) const;
-    bool has_placeholder() const { return kind_ != Kind::none; }
 
 private:
     enum class Kind { none, segment, one_or_more, any };
