@@ -23,6 +23,9 @@
 // - Restart from a data directory: a replica that restarts with state recovers as in §4.3 when a
 //   quorum runs normally; when a quorum is restarting too (a whole-cell restart) they run a view
 //   change with the state each restored, which selects the newest as §4.2 selects logs.
+// - A replica with no state that may be a new cell's (StartRecovering::may_bootstrap) starts the
+//   cell only once every other replica's answer to its Recovery shows that the cell committed
+//   nothing; else it recovers, as one that lost its state must (docs/replication.md).
 #pragma once
 
 #include <cstdint>

@@ -57,7 +57,8 @@ Options:
   --recover              this replica lost its state: rejoin through VR's recovery protocol,
                          never as a new cell's (only for a new, empty data directory: one with
                          state restarts from it; without it, a replica with no state starts a
-                         new cell only if every other replica answers that it holds nothing)
+                         new cell only if every other replica's answer shows that the cell
+                         committed nothing)
   --export-snapshot FILE copy the newest snapshot in the (stopped) replica's data directory to
                          FILE, and exit: a backup (docs/storage.md)
   --import-snapshot FILE write FILE's snapshot into the replica's new, empty data directory,
