@@ -149,7 +149,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("replicas", nargs="+", metavar="R", help="replica indexes, or all")
     c.add_argument("--no-recover", action="store_true",
                    help="start as systemd does, without --recover: a replica with no state then "
-                        "starts a new cell only if no other replica holds any")
+                        "starts a new cell only if every other one answers that the cell "
+                        "committed nothing")
     c.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for their /v1/status to answer")
     c.add_argument("--no-wait", action="store_true")

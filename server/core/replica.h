@@ -457,7 +457,6 @@ private:
     // Restart from a data directory.
     void maybe_restart_cell();
     bool maybe_bootstrap();
-    bool bootstrap_safe() const;
     void discard_state();
     View log_epoch() const;
     void propose_restart_fence();

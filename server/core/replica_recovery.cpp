@@ -160,17 +160,22 @@ bool Replica::maybe_bootstrap()
     // A replica on a new data directory (no --recover) cannot tell a new cell from one that it
     // was in before its disk was lost, and may have acknowledged ops that it no longer has. It
     // takes part in the cell with nothing only once every other replica answered in this round
-    // and the answers show that the cell committed nothing (bootstrap_safe); otherwise it
-    // recovers (§4.3) once a quorum runs normally.
+    // and the answers show that the cell committed nothing; otherwise it recovers (§4.3) once a
+    // quorum runs normally.
     if (!may_bootstrap_ || recovery_target_ ||
-        recovery_responses_.size() + restart_votes_.size() + 1 < config_.replica_count ||
-        !bootstrap_safe())
+        recovery_responses_.size() + restart_votes_.size() + 1 < config_.replica_count)
         return false;
+    bool all_hold_nothing = true;
+    bool only_view_0_ran = true;  // no view after 0 ever started: a quorum would say so
+    bool none_committed = true;
     bool all_blank = true;
     bool fresh = true;  // every answer blank, or in normal status in view 0
     View latest = view_;
     for (const auto* answers : {&recovery_responses_, &restart_votes_}) {
         for (const auto& [replica, answer] : *answers) {
+            all_hold_nothing = all_hold_nothing && answer.op == 0;
+            only_view_0_ran = only_view_0_ran && answer.last_normal_view == 0;
+            none_committed = none_committed && answer.commit == 0;
             all_blank = all_blank && answer.standing == Standing::blank;
             fresh = fresh && (answer.standing == Standing::blank ||
                               (answer.standing == Standing::member && answer.view == 0));
@@ -178,13 +183,19 @@ bool Replica::maybe_bootstrap()
         }
     }
     const auto first_leader = recovery_responses_.find(leader_of(0));
-    const bool first_leader_normal = first_leader != recovery_responses_.end() &&
-                                     first_leader->second.standing == Standing::member &&
-                                     first_leader->second.view == 0;
+    const bool first_leader_member = first_leader != recovery_responses_.end() &&
+                                     first_leader->second.standing == Standing::member;
+    // A committed op is held by a quorum: if every other replica holds nothing, so did the cell,
+    // unless all of them lost their state too (more than f faults). Or only view 0 ran, and its
+    // leader, which commits its ops and kept its state, committed none: others may hold its
+    // uncommitted ops, which we can fetch from it.
+    if (!all_hold_nothing && !(only_view_0_ran && none_committed && first_leader_member))
+        return false;
     // A new cell starts in view 0 as StartFresh does, its leader first. A leader of view 0 whose
     // disk was lost may have Prepares of its own still on their way: it starts view 0 again only
     // with every other replica blank (none took part in a view 0), and else waits for the others
     // to change views away from its silence.
+    const bool first_leader_normal = first_leader_member && first_leader->second.view == 0;
     const bool may_start_view_0 =
         fresh && (config_.replica == leader_of(0) ? all_blank : first_leader_normal);
     // Half a round from the last answer is long enough to wait for that: view 0's leader may
@@ -211,28 +222,6 @@ bool Replica::maybe_bootstrap()
     may_bootstrap_ = false;
     counters_.bootstraps += 1;
     return true;
-}
-
-bool Replica::bootstrap_safe() const
-{
-    // A committed op is held by a quorum: if every other replica holds nothing, so did the
-    // cell, unless all of them lost their state too (more than f faults).
-    bool all_hold_nothing = true;
-    bool only_view_0_ran = true;  // no view after 0 ever started: a quorum would say so
-    bool none_committed = true;
-    for (const auto* answers : {&recovery_responses_, &restart_votes_}) {
-        for (const auto& [replica, answer] : *answers) {
-            all_hold_nothing = all_hold_nothing && answer.op == 0;
-            only_view_0_ran = only_view_0_ran && answer.last_normal_view == 0;
-            none_committed = none_committed && answer.commit == 0;
-        }
-    }
-    if (all_hold_nothing) return true;
-    // Or only view 0 ran, and its leader, which commits its ops and kept its state, committed
-    // none: others may hold its uncommitted ops, which we can fetch from it.
-    const auto first_leader = recovery_responses_.find(leader_of(0));
-    return only_view_0_ran && none_committed && first_leader != recovery_responses_.end() &&
-           first_leader->second.standing == Standing::member;
 }
 
 bool Replica::join_restart(View view)

@@ -195,7 +195,7 @@ public:
     // nonce this replica never used before: from nothing (its disk lost and replaced by an empty
     // one), or from its data directory (StartRestored). From nothing, with --recover or not
     // (StartRecovering::may_bootstrap); unset, drawn: operators forget it.
-    void restart(ReplicaIndex r, std::optional<bool> may_bootstrap = std::nullopt);
+    void restart(ReplicaIndex r, std::optional<bool> without_recover = std::nullopt);
     void restart_from_disk(ReplicaIndex r);
     // Every live replica crashes at the same moment (a power cut): restart them all afterwards.
     void crash_cell();
