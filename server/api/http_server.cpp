@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cstring>
 
 #include "api/call.h"
 #include "api/request_framing.h"
@@ -181,7 +180,7 @@ void HttpResponse::set_header(std::string name, std::string value)
 // ---- Stream ------------------------------------------------------------------------------------
 
 Stream::Stream(HttpServer& server, std::weak_ptr<Exchange> exchange, size_t limit)
-    : server_(server), exchange_(std::move(exchange)), limit_(limit), last_push_ms_(now_ms())
+    : server_(server), exchange_(std::move(exchange)), buffer_(limit), last_push_ms_(now_ms())
 {
 }
 
@@ -191,17 +190,7 @@ bool Stream::push(std::string_view bytes)
     {
         std::lock_guard lock(mutex_);
         if (ended_) return true;
-        const size_t unsent = buffer_.size() - sent_;
-        // One batch bigger than the limit still goes to a reader that has read everything.
-        if (unsent > 0 && unsent + bytes.size() > limit_) {
-            full_ = true;  // the producer hears from on_drained once it is sent
-            return false;
-        }
-        if (sent_ > 0 && sent_ >= buffer_.size() / 2) {
-            buffer_.erase(0, sent_);
-            sent_ = 0;
-        }
-        buffer_.append(bytes);
+        if (!buffer_.push(bytes)) return false;
         last_push_ms_ = now_ms();
         wake = std::exchange(waiting_, false);
     }
@@ -241,8 +230,7 @@ uint64_t Stream::last_push_ms() const
 bool Stream::has_room()
 {
     std::lock_guard lock(mutex_);
-    full_ = buffer_.size() - sent_ >= limit_ / 2;
-    return !full_;
+    return buffer_.has_room();
 }
 
 void Stream::on_drained(std::function<void()> callback)
@@ -256,12 +244,10 @@ Stream::Read Stream::take(char* out, size_t max, size_t& taken)
     std::unique_lock lock(mutex_);
     taken = 0;
     if (gone_) return Read::end;
-    if (sent_ < buffer_.size()) {
-        taken = std::min(max, buffer_.size() - sent_);
-        std::memcpy(out, buffer_.data() + sent_, taken);
-        sent_ += taken;
-        if (full_ && sent_ == buffer_.size() && on_drained_) {
-            full_ = false;
+    if (!buffer_.empty()) {
+        const StreamBuffer::Taken took = buffer_.take(out, max);
+        taken = took.bytes;
+        if (took.drained && on_drained_) {
             const std::function<void()> drained = on_drained_;
             lock.unlock();
             drained();

@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/stream_buffer.h"
 #include "shell/event_loop.h"
 #include "shell/result.h"
 #include "shell/tls.h"
@@ -81,15 +82,14 @@ struct HttpResponse {
 };
 
 // The bytes of one streamed answer (server-sent events), produced on the replica's loop and
-// sent by the I/O thread as the client reads them. Bounded: push() refuses what would take the
-// unsent bytes over the limit; a producer asks has_room() first, and is told (on_drained) when
-// a full buffer has been sent.
+// sent by the I/O thread as the client reads them. Bounded (StreamBuffer): a producer asks
+// has_room() first, and is told (on_drained) when a full buffer has been sent.
 class Stream {
 public:
-    // Whether half the limit is free; if not, `on_drained` runs (I/O thread) once it is all sent.
+    // StreamBuffer::has_room; if not, `on_drained` runs (I/O thread) once it is all sent.
     bool has_room();
     void on_drained(std::function<void()> callback);
-    // False (nothing added) when the unsent bytes would exceed the limit (unless there are none).
+    // StreamBuffer::push: false (nothing added, the buffer full) when it does not fit.
     bool push(std::string_view bytes);
     // Adds `last` whatever the limit, and ends the stream once it is sent.
     void end(std::string_view last = {});
@@ -110,13 +110,10 @@ private:
 
     HttpServer& server_;
     std::weak_ptr<Exchange> exchange_;
-    const size_t limit_;
     mutable std::mutex mutex_;
-    std::string buffer_;
-    size_t sent_ = 0;  // bytes of buffer_ already handed to the socket
+    StreamBuffer buffer_;
     bool ended_ = false;
     bool waiting_ = false;  // the I/O thread found it empty and suspended the connection
-    bool full_ = false;     // has_room() said no: tell on_drained_ once it is sent
     std::function<void()> on_drained_;
     std::atomic<bool> gone_{false};
     uint64_t last_push_ms_ = 0;

@@ -182,19 +182,7 @@ const std::string& WaitService::EventTexts::of(const WatchEvent& event, ValueEnc
 WaitService::Fed WaitService::feed(uint64_t id, Watch& watch, EventTexts& texts)
 {
     if (watch.stream->finished()) return Fed::over;
-    if (!watch.stream->has_room()) {
-        const uint64_t now = steady_ms();
-        if (watch.full_since_ms == 0) watch.full_since_ms = now;
-        if (now - watch.full_since_ms < kSlowReaderMs) return Fed::waiting;
-        slow_readers_cut_ += 1;
-        watch.stream->end(sse_error(ApiError{
-            503, "slow_reader",
-            "the watch fell too far behind (its http_stream_buffer_bytes stayed full for " +
-                std::to_string(kSlowReaderMs / 1000) + " s): resume from start_revision " +
-                std::to_string(watch.next) + " (the last id received + 1)",
-            Json{{"resume_revision", watch.next}}}));
-        return Fed::over;
-    }
+    if (!watch.stream->has_room()) return wait_for_reader(watch);
     watch.full_since_ms = 0;
     const std::optional<Revision> from = index_.next_match(id, watch.next);
     if (!from) {
@@ -225,10 +213,26 @@ WaitService::Fed WaitService::feed(uint64_t id, Watch& watch, EventTexts& texts)
         return Fed::caught_up;
     }
     write_pending(true);
-    // Refused only when the batch does not fit the free half: it is sent again next time.
-    if (!watch.stream->push(out)) return Fed::waiting;
+    // Refused when the batch does not fit the room left: built again once the reader has taken
+    // all that is buffered.
+    if (!watch.stream->push(out)) return wait_for_reader(watch);
     watch.next = batch.next_revision;
     return batch.next_revision <= batch.revision ? Fed::more : Fed::caught_up;
+}
+
+WaitService::Fed WaitService::wait_for_reader(Watch& watch)
+{
+    const uint64_t now = steady_ms();
+    if (watch.full_since_ms == 0) watch.full_since_ms = now;
+    if (now - watch.full_since_ms < kSlowReaderMs) return Fed::waiting;
+    slow_readers_cut_ += 1;
+    watch.stream->end(sse_error(ApiError{
+        503, "slow_reader",
+        "the watch fell too far behind (its http_stream_buffer_bytes stayed full for " +
+            std::to_string(kSlowReaderMs / 1000) + " s): resume from start_revision " +
+            std::to_string(watch.next) + " (the last id received + 1)",
+        Json{{"resume_revision", watch.next}}}));
+    return Fed::over;
 }
 
 void WaitService::on_progress()

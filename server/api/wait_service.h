@@ -8,8 +8,9 @@
 // has its wait withdrawn through the log (`withdraw`), so the lock is not granted to nobody.
 //
 // A watch streams events from its start revision into a bounded buffer (http_stream_buffer_bytes),
-// paced by its reader: while the buffer is more than half full, nothing more is added (the
-// history keeps the events). A reader whose buffer stays full for kSlowReaderMs has fallen
+// paced by its reader: once the buffer is full (StreamBuffer: half of it unsent, or a batch did
+// not fit), nothing more is added until the reader has taken it all (the history keeps the
+// events). A reader whose buffer stays full for kSlowReaderMs has fallen
 // behind: it is cut with an `error` event, code `slow_reader`, whose details name the revision
 // to resume from: the last `id` it received + 1, so nothing is lost.
 //
@@ -124,6 +125,8 @@ private:
     void erase_wait(std::unordered_map<uint64_t, Wait>::iterator wait);
     // Sends what is new.
     Fed feed(uint64_t id, Watch& watch, EventTexts& texts);
+    // Its buffer is full: waiting, or cut once it has been full for kSlowReaderMs.
+    Fed wait_for_reader(Watch& watch);
     void erase_watch(uint64_t id);
     // The share of the history still ahead of `next` (1: at the newest end, 0: at the oldest).
     double headroom(Revision next) const;

@@ -252,9 +252,9 @@ def test_a_watch_sees_the_change_made_right_after_it_was_made(cell, client):
 
 def test_a_watch_cut_for_reading_slowly_resumes_with_no_gap(cell, client):
     """The cell keeps 64 KiB per stream here (conftest). While nobody reads, 5,000 events of
-    1.3 KB fill that and the sockets' buffers (the sender's grows to 4 MB); the cell cuts a stream
-    whose buffer stayed full for 5 s when it next has an event for it, so a put goes every 0.2 s
-    until it has."""
+    1.3 KB fill that and the sockets' buffers (about 0.8 MB here); the cell cuts a stream whose
+    buffer stayed full for 5 s when it next has an event for it, so a put goes every 0.2 s until
+    it has. A reader that stops with a few bytes unsent is cut too (StreamBuffer)."""
     def cut() -> int:
         total = 0
         for i in range(3):
