@@ -834,7 +834,7 @@ Served HttpApi::watch(const CallPtr& call)
     const ValueEncoding encoding = VL_TRY(encoding_param(*call));
     if (auto bad = check_name("key", key, prefix)) return *bad;
     if (const auto last_event = call->header("Last-Event-ID"); !from && last_event)
-        from = VL_TRY(parse_u64_param("Last-Event-ID", *last_event)) + 1;
+        from = VL_TRY(parse_last_event_id(*last_event));
     if (waits_->full()) return too_many_streams(limits_.max_streams);
     const WatchFilter filter{.key = key, .prefix = prefix, .spaces = spaces};
     // Without a start revision the watch sees what happens from now on.

@@ -196,6 +196,15 @@ Parsed<uint64_t> parse_u64_param(std::string_view name, std::string_view text)
     return value;
 }
 
+Parsed<uint64_t> parse_last_event_id(std::string_view text)
+{
+    const uint64_t last = VL_TRY(parse_u64_param("Last-Event-ID", text));
+    if (last == std::numeric_limits<uint64_t>::max())
+        return invalid_field("Last-Event-ID", "must be below " + std::string(text) +
+                                                  ": no revision follows it");
+    return last + 1;
+}
+
 Parsed<ValueEncoding> parse_encoding_param(std::string_view text)
 {
     if (text == "base64") return ValueEncoding::base64;

@@ -59,6 +59,9 @@ void put_value(Json& json, const Bytes& value, ValueEncoding encoding);
 Parsed<bool> parse_bool_param(std::string_view name, std::string_view text);
 Parsed<uint64_t> parse_u64_param(std::string_view name, std::string_view text);
 Parsed<ValueEncoding> parse_encoding_param(std::string_view text);
+// A watch's Last-Event-ID (the last revision its client received) -> the revision to resume
+// from, its successor. The largest integer has none: an error, not a resume from the start.
+Parsed<uint64_t> parse_last_event_id(std::string_view text);
 // "12" -> 12; anything else (0, signs, spaces, overflow) -> error naming the session path.
 Parsed<SessionId> parse_session_id(std::string_view text);
 

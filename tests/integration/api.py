@@ -92,9 +92,10 @@ class Watch:
     """A server-sent event stream read by a thread: events() returns what arrived so far, as
     (id or None, event type, data dict). closed tells whether the stream ended."""
 
-    def __init__(self, cell: Cell, replica: int, path: str, timeout: float = 60.0):
+    def __init__(self, cell: Cell, replica: int, path: str, timeout: float = 60.0,
+                 headers: dict | None = None):
         self.conn = connect(cell, replica, timeout)
-        self.conn.request("GET", path, headers={"Accept": "text/event-stream"})
+        self.conn.request("GET", path, headers={"Accept": "text/event-stream", **(headers or {})})
         self.response = self.conn.getresponse()
         self.status = self.response.status
         self.queue: queue.Queue = queue.Queue()

@@ -456,6 +456,31 @@ def test_watch_streams_changes_in_order_and_resumes_without_gap_or_duplicate(cel
     assert len(rest) == 8
 
 
+def test_a_watch_resumes_after_its_last_event_id(cell):
+    """Last-Event-ID, as a browser's EventSource sends it on reconnecting: the stream goes on from
+    the revision after it; start_revision, when given, wins."""
+    prefix = fresh("last-id") + "/"
+    revisions = [call(cell, 0, "PUT", f"/v1/kv/{prefix}{i}", {"value": str(i)})["revision"]
+                 for i in range(4)]
+    resumed = Watch(cell, 1, f"/v1/watch/{prefix}?prefix=true",
+                    headers={"Last-Event-ID": str(revisions[1])})
+    explicit = Watch(cell, 2, f"/v1/watch/{prefix}?prefix=true&start_revision={revisions[0]}",
+                     headers={"Last-Event-ID": str(revisions[2])})
+    try:
+        assert resumed.status == 200 and explicit.status == 200
+        got = resumed.wait_for(lambda e: len(e) >= 2, 10, "the events after the last id")
+        assert [d["revision"] for _, _, d in got] == revisions[2:]
+        got = explicit.wait_for(lambda e: len(e) >= 4, 10, "the events from start_revision")
+        assert [d["revision"] for _, _, d in got] == revisions
+    finally:
+        resumed.close()
+        explicit.close()
+    # The largest id has no successor: refused, not read as a watch of the whole history.
+    for bad in ("18446744073709551615", "-1", "x"):
+        refused = Watch(cell, 0, f"/v1/watch/{prefix}?prefix=true", headers={"Last-Event-ID": bad})
+        assert refused.status == 400 and refused.body["details"]["field"] == "Last-Event-ID", bad
+
+
 def test_watch_of_locks_and_sessions(cell):
     lock = fresh("watched-lock")
     watch = Watch(cell, 1, f"/v1/watch/{lock}?spaces=lock")

@@ -185,6 +185,12 @@ TEST_CASE("query parameters and path ids")
     CHECK(parse_u64_param("limit", "12").value() == 12);
     CHECK_FALSE(parse_u64_param("limit", "-1").ok());
     CHECK_FALSE(parse_u64_param("limit", "1x").ok());
+    CHECK(parse_last_event_id("41").value() == 42);
+    CHECK(parse_last_event_id("18446744073709551614").value() == 18446744073709551615ull);
+    // Its successor would wrap to 0, a watch of the whole history.
+    CHECK(parse_last_event_id("18446744073709551615").error().details["field"] ==
+          "Last-Event-ID");
+    CHECK_FALSE(parse_last_event_id("-1").ok());
     CHECK(parse_session_id("9").value() == 9);
     CHECK_FALSE(parse_session_id("0").ok());
     CHECK_FALSE(parse_session_id("abc").ok());
