@@ -1,8 +1,11 @@
 // libvoltlock against a real cell: every call, its errors, and threads sharing one client.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -398,6 +401,61 @@ TEST_CASE("watches: from a revision, from now, and closed while waiting")
     vl_watch_close(w);
     CHECK(rig::elapsed_ms(start) < 1000);
     vl_client_close(c);
+}
+
+TEST_CASE("a consumer far behind holds a bounded queue: the stream is cut and resumes, no gap")
+{
+    // One replica, so that its slow-reader count is the watch's.
+    const std::string all = rig::endpoints();
+    vl_client* watcher = rig::open_client(10000, all.substr(0, all.find(',')));
+    vl_client* writer = rig::open_client();
+    const auto cut = [&] {
+        char* cluster = nullptr;
+        REQUIRE(vl_info_get(watcher, "/v1/cluster", 0, &cluster) == VL_OK);
+        const auto n = nlohmann::json::parse(cluster)["api"]["slow_readers_cut"].get<uint64_t>();
+        vl_string_free(cluster);
+        return n;
+    };
+    const uint64_t cut_before = cut();
+    const std::string prefix = rig::unique("behind") + "/";
+    vl_watch_options from_now{};
+    from_now.prefix = true;
+    vl_watch* w = nullptr;
+    REQUIRE(vl_watch_open(watcher, prefix.c_str(), &from_now, &w) == VL_OK);
+    // About 9 MB of events while nobody calls vl_watch_next: more than the watch's queue (4 MiB),
+    // the cell's buffer for the stream (1 MiB) and the sockets hold. Before, the watch's thread
+    // queued them all (and any more) in memory.
+    std::mutex mutex;
+    std::vector<uint64_t> written;
+    const auto put = [&](const std::string& key, const std::string& value) {
+        vl_put_result result{};
+        REQUIRE(put_text(writer, key, value, nullptr, &result) == VL_OK);
+        std::lock_guard lock(mutex);
+        written.push_back(result.revision);
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; t++)
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < 750; i++) put(prefix + std::to_string(t), std::string(1300, 'v'));
+        });
+    for (auto& thread : threads) thread.join();
+    // The cell cuts a stream whose buffer stayed full for 5 s when it next has an event for it.
+    CHECK(rig::eventually(std::chrono::seconds(30), [&] {
+        put(prefix + "trickle", "t");
+        return cut() > cut_before;
+    }));
+    std::sort(written.begin(), written.end());
+    std::vector<uint64_t> seen;
+    for (size_t i = 0; i < written.size(); i++) {
+        vl_event* e = nullptr;
+        REQUIRE(vl_watch_next(w, 10000, &e) == VL_OK);
+        seen.push_back(e->revision);
+        vl_event_free(e);
+    }
+    CHECK(seen == written);
+    vl_watch_close(w);
+    vl_client_close(writer);
+    vl_client_close(watcher);
 }
 
 TEST_CASE("a watch from revision 1 starts at the history's beginning, not at the next change")

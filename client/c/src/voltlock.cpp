@@ -12,6 +12,7 @@
 #include <new>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -178,14 +179,30 @@ void vl_session::run_keepalives()
     }
 }
 
+namespace {
+
+// The events a watch holds for a consumer that is behind, at most (about: a revision is never
+// split). Past it the watch's thread stops reading: the cell's buffer for the stream fills, the
+// cell cuts it (slow_reader) and the watch resumes where it was, so a slow consumer costs the
+// cell its bounded buffer and this process a bounded queue, and loses nothing.
+constexpr size_t kMaxReadyBytes = size_t{4} << 20;
+
+size_t held_bytes(const vl_event* event)
+{
+    return sizeof(vl_event) + std::strlen(event->json) + event->value_len;
+}
+
+}  // namespace
+
 struct vl_watch {
     vl_client* client = nullptr;
     std::string path;  // without start_revision
     ErrorSlots errors;
 
     std::mutex mutex;
-    std::condition_variable changed;
+    std::condition_variable changed;  // ready, the queue's room, the end: any change
     std::deque<vl_event*> ready;
+    size_t ready_bytes = 0;  // held_bytes of `ready`
     std::vector<vl_event*> pending;  // events of a revision whose id has not come yet
     // Resume from last_complete + 1; unset until the watch has a place in the history (a
     // start_revision, or the server's "watching from" comment), so that start_revision 1 is
@@ -196,6 +213,7 @@ struct vl_watch {
     vl_status final_status = VL_OK;  // the watch failed for good
     std::string final_text;
     bool stopping = false;
+    bool cut_for_slowness = false;  // the cell ended this stream with slow_reader: resume it
     httplib::Client* streaming = nullptr;
     std::thread thread;
 
@@ -228,6 +246,10 @@ void vl_watch::take(const SseBlock& block)
     if (block.event == "error") {
         Json body = Json::parse(block.data, nullptr, false);
         const std::string code = body.is_object() ? body.value("code", "") : "";
+        if (code == "slow_reader") {  // its resume_revision is last_complete + 1
+            cut_for_slowness = true;
+            return;
+        }
         final_status = code.empty() ? VL_ERR_PROTOCOL : status_from_code(code);
         final_text = code + ": " + (body.is_object() ? body.value("message", "") : block.data);
         changed.notify_all();
@@ -244,7 +266,10 @@ void vl_watch::take(const SseBlock& block)
     if (block.id) {
         // The id closes its revision: only now are its events safe to hand out, since a
         // resume starts at the next revision.
-        for (vl_event* e : pending) ready.push_back(e);
+        for (vl_event* e : pending) {
+            ready.push_back(e);
+            ready_bytes += held_bytes(e);
+        }
         pending.clear();
         last_complete = *block.id;
         changed.notify_all();
@@ -288,7 +313,10 @@ void vl_watch::stream_once(size_t index)
                 return error_body.size() < 65536;
             }
             for (const SseBlock& block : parser.feed(std::string_view(data, length))) take(block);
-            std::lock_guard lock(mutex);
+            std::unique_lock lock(mutex);
+            changed.wait(lock, [&] {
+                return stopping || final_status != VL_OK || ready_bytes <= kMaxReadyBytes;
+            });
             return !stopping && final_status == VL_OK;
         });
     {
@@ -319,6 +347,11 @@ void vl_watch::run()
         }
         std::unique_lock lock(mutex);
         if (stopping || final_status != VL_OK) return;
+        // Cut for reading slowly: the same endpoint, at once (the queue has room by now).
+        if (std::exchange(cut_for_slowness, false)) {
+            failures = 0;
+            continue;
+        }
         // The stream broke: resume at the next endpoint, pausing a little more after each
         // failure in a row (a view change, a replica restarting).
         index = (index + 1) % count;
@@ -1060,6 +1093,8 @@ vl_status vl_watch_next(vl_watch* w, uint32_t timeout_ms, vl_event** event_out)
         if (!w->ready.empty()) {
             *event_out = w->ready.front();
             w->ready.pop_front();
+            w->ready_bytes -= held_bytes(*event_out);
+            w->changed.notify_all();  // room in the queue, for the watch's thread
             w->last_delivered = (*event_out)->revision;
             return w->errors.set(VL_OK, "");
         }
