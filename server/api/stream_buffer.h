@@ -44,7 +44,7 @@ private:
 
     const size_t limit_;
     std::string bytes_;
-    size_t sent_ = 0;  // bytes of bytes_ already taken
+    size_t sent_ = 0;       // bytes of bytes_ already taken
     bool refused_ = false;  // a batch did not fit since the buffer was last empty
     bool full_ = false;     // has_room() said no: take() says drained once it is empty
 };

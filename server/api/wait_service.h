@@ -8,9 +8,9 @@
 // has its wait withdrawn through the log (`withdraw`), so the lock is not granted to nobody.
 //
 // A watch streams events from its start revision into a bounded buffer (http_stream_buffer_bytes),
-// paced by its reader: once the buffer is full (StreamBuffer: half of it unsent, or a batch did
-// not fit), nothing more is added until the reader has taken it all (the history keeps the
-// events). A reader whose buffer stays full for kSlowReaderMs has fallen
+// paced by its reader: while the buffer is full (StreamBuffer: half of it unsent, or a batch
+// that did not fit waiting for the reader to take all that is buffered), nothing more is added
+// (the history keeps the events). A reader whose buffer stays full for kSlowReaderMs has fallen
 // behind: it is cut with an `error` event, code `slow_reader`, whose details name the revision
 // to resume from: the last `id` it received + 1, so nothing is lost.
 //
