@@ -53,7 +53,8 @@ void AuthAdmin::install(const AddRoute& add)
     add("PUT", "/v1/auth/roles/{role}", "/v1/auth/roles/{role}", {},
         [this](const CallPtr& call) { return put_role(call); });
     add("DELETE", "/v1/auth/roles/{role}", "/v1/auth/roles/{role}", {},
-        [this](const CallPtr& call) {
+        [this](const CallPtr& call) -> Served {
+            VL_TRY(parse_object(call->body, {}));
             return run(call, delete_role_op(call->path_param, max_message_bytes_));
         });
 
@@ -76,7 +77,8 @@ void AuthAdmin::install(const AddRoute& add)
     add("PUT", "/v1/auth/users/{user}", "/v1/auth/users/{user}", {},
         [this](const CallPtr& call) { return put_user(call); });
     add("DELETE", "/v1/auth/users/{user}", "/v1/auth/users/{user}", {},
-        [this](const CallPtr& call) {
+        [this](const CallPtr& call) -> Served {
+            VL_TRY(parse_object(call->body, {}));
             return run(call, delete_user_op(call->path_param, max_message_bytes_));
         });
 
@@ -90,7 +92,8 @@ void AuthAdmin::install(const AddRoute& add)
     add("POST", "/v1/auth/tokens", "/v1/auth/tokens", {},
         [this](const CallPtr& call) { return create_token(call); });
     add("DELETE", "/v1/auth/tokens/{id}", "/v1/auth/tokens/{id}", {},
-        [this](const CallPtr& call) {
+        [this](const CallPtr& call) -> Served {
+            VL_TRY(parse_object(call->body, {}));
             return run(call, revoke_token_op(call->path_param, max_message_bytes_));
         });
 }

@@ -925,6 +925,7 @@ MHD_Result MhdCallbacks::on_headers(HttpServer& server, Exchange& e, MHD_Connect
             "): try again later, on a kept-alive connection"));
     }
     if (auto unframed = framing_error(e.headers)) return refuse(*unframed);
+    if (auto hostless = host_error(version ? version : "", e.headers)) return refuse(*hostless);
     const auto length = e.header("content-length");
     if (length && std::strtoull(length->c_str(), nullptr, 10) > server.limits_.max_body_bytes) {
         e.too_large_ = true;

@@ -1,6 +1,7 @@
 #include "api/request_framing.h"
 
 #include <algorithm>
+#include <cctype>
 #include <string_view>
 
 namespace voltlock::api {
@@ -29,7 +30,34 @@ ApiError bad_header(const std::string& name, const std::string& violation,
                     Json{{"field", name}, {"in", "header"}, {"violation", violation}}};
 }
 
+// uri-host [":" port] of RFC 3986: a reg-name, an IPv4 address or a bracketed IP literal, so
+// no whitespace, '/', '?', '#' or '@'.
+bool is_host_byte(char c)
+{
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("-._~%!$&'()*+,;=:[]").find(c) != std::string_view::npos;
+}
+
 }  // namespace
+
+std::optional<ApiError> host_error(std::string_view version,
+                                   const std::vector<std::pair<std::string, std::string>>& headers)
+{
+    const std::string* host = nullptr;
+    for (const auto& [name, value] : headers) {
+        if (name != "host") continue;
+        if (host) return bad_header("Host", "given twice", "Host is given more than once");
+        host = &value;
+    }
+    if (!host) {
+        if (version != "HTTP/1.1") return std::nullopt;
+        return bad_header("Host", "missing", "an HTTP/1.1 request must have a Host header");
+    }
+    const std::string_view value = trimmed(*host);
+    if (!std::all_of(value.begin(), value.end(), is_host_byte))
+        return bad_header("Host", "not a host", "Host '" + *host + "' is not a host[:port]");
+    return std::nullopt;
+}
 
 std::optional<ApiError> framing_error(
     const std::vector<std::pair<std::string, std::string>>& headers)

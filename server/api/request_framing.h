@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,5 +22,12 @@ namespace voltlock::api {
 // as 400 `invalid_argument` naming the header; nullopt when the framing is sound.
 std::optional<ApiError> framing_error(
     const std::vector<std::pair<std::string, std::string>>& headers);
+
+// RFC 9112 section 3.2: an HTTP/1.1 request without Host, any request with more than one, or
+// one whose value is not a host with an optional port, is 400 (as Go's net/http answers etcd's
+// and Consul's clients). An empty Host is allowed: a target without an authority sends one.
+// `version` as on the request line ("HTTP/1.1"); nullopt when the Host is sound.
+std::optional<ApiError> host_error(std::string_view version,
+                                   const std::vector<std::pair<std::string, std::string>>& headers);
 
 }  // namespace voltlock::api

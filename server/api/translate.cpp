@@ -236,7 +236,9 @@ Parsed<Json> parse_object(std::string_view body, std::initializer_list<std::stri
         if (std::find(allowed.begin(), allowed.end(), field) == allowed.end()) {
             Json known = Json::array();
             for (std::string_view a : allowed) known.push_back(a);
-            return bad_request("unknown_field", "unknown field '" + field + "'",
+            return bad_request("unknown_field",
+                               "unknown field '" + field + "'" +
+                                   (known.empty() ? " (this request takes no fields)" : ""),
                                Json{{"field", field}, {"allowed", known}});
         }
     }

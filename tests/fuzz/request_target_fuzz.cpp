@@ -2,8 +2,8 @@
 // HTTP server hands it over. Properties: it never crashes; a refusal is a 400 whose error body
 // serializes (the server sends it as JSON); an accepted target's path and parameters are no
 // longer than what was sent (decoding only shrinks), and check_query() names a parameter that
-// is really there. The same bytes, read as header lines, go to the framing check
-// (api/request_framing.h), whose refusal is a 400 that serializes too.
+// is really there. The same bytes, read as header lines, go to the framing and Host checks
+// (api/request_framing.h), whose refusals are 400s that serialize too.
 #include <algorithm>
 #include <cctype>
 
@@ -38,9 +38,11 @@ std::vector<std::pair<std::string, std::string>> header_lines(std::string_view t
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 {
     const std::string_view raw = fuzz::as_text(data, size);
-    if (auto unframed = framing_error(header_lines(raw))) {
-        FUZZ_REQUIRE(unframed->status == 400);
-        FUZZ_REQUIRE(!json_text(error_body(*unframed)).empty());
+    const auto headers = header_lines(raw);
+    for (const auto& refused : {framing_error(headers), host_error("HTTP/1.1", headers)}) {
+        if (!refused) continue;
+        FUZZ_REQUIRE(refused->status == 400);
+        FUZZ_REQUIRE(!json_text(error_body(*refused)).empty());
     }
     auto target = parse_target(raw);
     if (!target.ok()) {

@@ -94,6 +94,7 @@ def test_a_post_without_content_length_is_answered_at_once(cell):
 
 
 def test_session_requests_that_are_wrong_are_400_and_change_nothing(cell):
+    s = session(cell)
     before = call(cell, 0, "GET", "/v1/cluster")["api"]["revision"]
     assert_error(call(cell, 0, "POST", "/v1/sessions", {"ttl_ms": 999}), 400, "invalid_argument")
     assert_error(call(cell, 0, "POST", "/v1/sessions", {"ttl_ms": 5000, "tll": 1}), 400,
@@ -104,6 +105,17 @@ def test_session_requests_that_are_wrong_are_400_and_change_nothing(cell):
     assert_error(call(cell, 0, "POST", "/v1/sessions", {"ttl_ms": 5000, "name": "x" * 129}), 400,
                  "invalid_argument")
     assert_error(call(cell, 0, "GET", "/v1/sessions/abc"), 400, "invalid_argument")
+    # A keepalive and a close take no fields: a body with any is refused, not ignored (before, a
+    # keepalive with {"ttl_ms": 5} renewed the lease at its old TTL and said 200).
+    for replica in range(3):
+        assert_error(call(cell, replica, "POST", f"/v1/sessions/{s}:keepalive", {"ttl_ms": 5}),
+                     400, "unknown_field")
+        assert_error(call(cell, replica, "POST", f"/v1/sessions/{s}:keepalive", raw=b"nope"),
+                     400, "bad_json")
+        assert_error(call(cell, replica, "DELETE", f"/v1/sessions/{s}", {"force": True}), 400,
+                     "unknown_field")
+        assert call(cell, replica, "POST", f"/v1/sessions/{s}:keepalive", {}).status == 200
+    assert call(cell, 0, "GET", f"/v1/sessions/{s}").status == 200
     assert call(cell, 0, "GET", "/v1/cluster")["api"]["revision"] == before
 
 

@@ -277,6 +277,37 @@ def test_unsound_framing_and_raw_spaces_are_400_at_once_and_store_nothing(cell):
     assert call(cell, 0, "GET", f"/v1/kv/{key}")["value"] == "x"
 
 
+def test_a_request_without_one_sound_host_is_400_and_stores_nothing(cell):
+    """RFC 9112 3.2, as Go's net/http answers etcd's clients: an HTTP/1.1 request without Host,
+    any request with two, or with one that is not a host[:port], is 400 naming Host and the
+    connection closes. HTTP/1.0 without Host, and an empty Host, are served. Before, all were
+    served."""
+    key = fresh("host")
+    body = json.dumps({"value": "x"}).encode()
+    length = f"Content-Length: {len(body)}\r\n"
+    refused = [("HTTP/1.1", ""), ("HTTP/1.1", "Host: a\r\nHost: b\r\n"),
+               ("HTTP/1.0", "Host: a\r\nHost: a\r\n"), ("HTTP/1.1", "Host: a b\r\n"),
+               ("HTTP/1.1", "Host: user@a/b\r\n")]
+    for replica in (cell.leader, (cell.leader + 1) % 3):
+        for version, hosts in refused:
+            sock = raw_socket(cell, replica)
+            sock.sendall(f"PUT /v1/kv/{key} {version}\r\n{hosts}{length}\r\n".encode() + body)
+            (status, text), = read_responses(sock, 1, timeout=5.0)
+            assert status == 400, (version, hosts, text)
+            assert json.loads(text)["details"]["field"] == "Host", text
+            assert closed(sock), (version, hosts)
+            sock.close()
+    assert call(cell, 0, "GET", f"/v1/kv/{key}?prefix=true")["kvs"] == []
+    for version, hosts in (("HTTP/1.0", ""), ("HTTP/1.1", "Host:\r\n"),
+                           ("HTTP/1.1", "Host: [::1]:7480\r\n")):
+        sock = raw_socket(cell, cell.leader)
+        sock.sendall(f"PUT /v1/kv/{key} {version}\r\n{hosts}{length}\r\n".encode() + body)
+        (status, text), = read_responses(sock, 1)
+        sock.close()
+        assert status == 200, (version, hosts, text)
+    assert call(cell, 0, "GET", f"/v1/kv/{key}")["version"] == 3
+
+
 def test_headers_of_12_kb_are_read_and_of_20_kb_are_431_and_store_nothing(cell):
     """Each connection's header space is 16 KB (http_server.cpp, kConnectionPoolBytes): 12 KB
     of headers are served on a connection that keeps serving, 20 KB are 431 and write nothing."""

@@ -178,7 +178,7 @@ def test_a_non_admin_gets_403_and_changes_nothing(cell, admin):
 
 
 def test_bad_input_is_400_and_changes_nothing(cell, admin):
-    setup_user(cell, admin, "erin", "erin/")
+    erin = setup_user(cell, admin, "erin", "erin/")
     before = tables(cell, admin)
     role = "/v1/auth/roles/r"
     cases = [
@@ -209,6 +209,10 @@ def test_bad_input_is_400_and_changes_nothing(cell, admin):
         ("POST", "/v1/auth/tokens", {"user": "erin", "ttl_s": 1.5}, "invalid_argument"),
         ("POST", "/v1/auth/tokens", {"user": "erin", "ttl": 60}, "unknown_field"),
         ("DELETE", "/v1/auth/tokens/not-an-id", None, "invalid_argument"),
+        # A delete takes no fields: a body with any is refused, not ignored.
+        ("DELETE", "/v1/auth/users/erin", {"force": True}, "unknown_field"),
+        ("DELETE", "/v1/auth/roles/erin-rw", "not json", "bad_json"),
+        ("DELETE", f"/v1/auth/tokens/{erin['id']}", {"x": 1}, "unknown_field"),
     ]
     for replica in (cell.leader, (cell.leader + 1) % REPLICAS):
         for method, path, body, code in cases:
