@@ -53,9 +53,8 @@ void AuthAdmin::install(const AddRoute& add)
     add("PUT", "/v1/auth/roles/{role}", "/v1/auth/roles/{role}", {},
         [this](const CallPtr& call) { return put_role(call); });
     add("DELETE", "/v1/auth/roles/{role}", "/v1/auth/roles/{role}", {},
-        [this](const CallPtr& call) -> Served {
-            VL_TRY(parse_object(call->body, {}));
-            return run(call, delete_role_op(call->path_param, max_message_bytes_));
+        [this](const CallPtr& call) {
+            return run(call, delete_role_op(call->path_param, call->body, max_message_bytes_));
         });
 
     add("GET", "/v1/auth/users", "/v1/auth/users", {"stale"}, [this](const CallPtr& call) {
@@ -77,9 +76,8 @@ void AuthAdmin::install(const AddRoute& add)
     add("PUT", "/v1/auth/users/{user}", "/v1/auth/users/{user}", {},
         [this](const CallPtr& call) { return put_user(call); });
     add("DELETE", "/v1/auth/users/{user}", "/v1/auth/users/{user}", {},
-        [this](const CallPtr& call) -> Served {
-            VL_TRY(parse_object(call->body, {}));
-            return run(call, delete_user_op(call->path_param, max_message_bytes_));
+        [this](const CallPtr& call) {
+            return run(call, delete_user_op(call->path_param, call->body, max_message_bytes_));
         });
 
     add("GET", "/v1/auth/tokens", "/v1/auth/tokens", {"stale"}, [this](const CallPtr& call) {
@@ -92,9 +90,8 @@ void AuthAdmin::install(const AddRoute& add)
     add("POST", "/v1/auth/tokens", "/v1/auth/tokens", {},
         [this](const CallPtr& call) { return create_token(call); });
     add("DELETE", "/v1/auth/tokens/{id}", "/v1/auth/tokens/{id}", {},
-        [this](const CallPtr& call) -> Served {
-            VL_TRY(parse_object(call->body, {}));
-            return run(call, revoke_token_op(call->path_param, max_message_bytes_));
+        [this](const CallPtr& call) {
+            return run(call, revoke_token_op(call->path_param, call->body, max_message_bytes_));
         });
 }
 

@@ -111,24 +111,30 @@ Parsed<LockOp> put_user_op(const std::string& user, std::string_view body,
     return checked(std::move(put), max_message_bytes);
 }
 
-Parsed<LockOp> delete_role_op(const std::string& role, uint32_t max_message_bytes)
+Parsed<LockOp> delete_role_op(const std::string& role, std::string_view body,
+                              uint32_t max_message_bytes)
 {
     if (auto bad = check_auth_name("role", role)) return *bad;
+    VL_TRY(parse_object(body, {}));
     if (role == kBuiltinAdminRole)
         return invalid("role", "'admin' is built in and cannot be deleted");
     return checked(DeleteRole{role}, max_message_bytes);
 }
 
-Parsed<LockOp> delete_user_op(const std::string& user, uint32_t max_message_bytes)
+Parsed<LockOp> delete_user_op(const std::string& user, std::string_view body,
+                              uint32_t max_message_bytes)
 {
     if (auto bad = check_auth_name("user", user)) return *bad;
+    VL_TRY(parse_object(body, {}));
     return checked(DeleteUser{user}, max_message_bytes);
 }
 
-Parsed<LockOp> revoke_token_op(const std::string& id, uint32_t max_message_bytes)
+Parsed<LockOp> revoke_token_op(const std::string& id, std::string_view body,
+                               uint32_t max_message_bytes)
 {
     if (id.size() != 16 || id.find_first_not_of("0123456789abcdef") != std::string::npos)
         return invalid("id", "a token id is 16 lowercase hex digits (GET /v1/auth/tokens)");
+    VL_TRY(parse_object(body, {}));
     return checked(RevokeToken{id}, max_message_bytes);
 }
 

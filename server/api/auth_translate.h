@@ -20,10 +20,13 @@ Parsed<LockOp> put_role_op(const std::string& role, std::string_view body,
 // PUT /v1/auth/users/{user}: {"roles": ["app-rw", ...]}.
 Parsed<LockOp> put_user_op(const std::string& user, std::string_view body,
                            uint32_t max_message_bytes);
-// DELETE /v1/auth/roles/{role}, /v1/auth/users/{user}, /v1/auth/tokens/{id}.
-Parsed<LockOp> delete_role_op(const std::string& role, uint32_t max_message_bytes);
-Parsed<LockOp> delete_user_op(const std::string& user, uint32_t max_message_bytes);
-Parsed<LockOp> revoke_token_op(const std::string& id, uint32_t max_message_bytes);
+// DELETE /v1/auth/roles/{role}, /v1/auth/users/{user}, /v1/auth/tokens/{id}: no body, or `{}`.
+Parsed<LockOp> delete_role_op(const std::string& role, std::string_view body,
+                              uint32_t max_message_bytes);
+Parsed<LockOp> delete_user_op(const std::string& user, std::string_view body,
+                              uint32_t max_message_bytes);
+Parsed<LockOp> revoke_token_op(const std::string& id, std::string_view body,
+                               uint32_t max_message_bytes);
 // POST /v1/auth/tokens: {"user": "billing", "ttl_s": 3600} (ttl_s absent or 0: never expires).
 // The token is made by the caller; only its hash goes into the op.
 Parsed<LockOp> create_token_op(std::string_view body, const TokenDigest& hash,

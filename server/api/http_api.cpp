@@ -582,7 +582,7 @@ Served HttpApi::create_session(const CallPtr& call)
 Served HttpApi::keep_alive(const CallPtr& call)
 {
     const SessionId id = VL_TRY(parse_session_id(call->path_param));
-    VL_TRY(parse_object(call->body, {}));  // it takes no fields: a body with any is refused
+    VL_TRY(parse_object(call->body, {}));
     if (auto refused = foreign_session(*call, id)) return *refused;
     auto serve = [this, call, id](const LeaderPath::AtLeader& at,
                                   LeaderPath::NotLeader not_leader) {

@@ -5,7 +5,8 @@
 // take the other; of a Content-Length beside a chunked Transfer-Encoding it takes the encoding,
 // where a proxy may take the length; and a header name with whitespace before its colon is read
 // differently by different parsers: all are request smuggling (RFC 9112 sections 5.1 and 6.3).
-// Each is 400, and the connection closes after it. Pure.
+// Each is 400, and the connection closes after it; so is a request that does not name one
+// host (host_error). Pure.
 #pragma once
 
 #include <optional>
