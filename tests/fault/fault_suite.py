@@ -247,6 +247,7 @@ def run(args: argparse.Namespace) -> dict:
         "watch events": len(watch.events),
         "watch resumes": watch.resumes,
         "watch compacted holes": watch.compacted_holes,
+        "watch slow-reader cuts": watch.slow_reader_cuts,
     }
     figures = unavailability(recorder.successes, nemesis.faults, end)
     per_kind: dict = {}
