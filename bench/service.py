@@ -14,6 +14,11 @@ noisy machine hurts all alike. In the same run, before any service starts, the r
 benchmark (bench/run replication, Electrode off and on) at the same client counts, so the
 report can compare the API with the log under it. Ends with the issue's goals, MET or NOT MET.
 
+Voltlock's cells run in network namespaces on a bridge (as the replication benchmark's, and as
+Electrode needs), and one more with Electrode off on 127.0.0.1 (voltlock-off-lo), the path etcd
+and ZooKeeper take: between namespaces every packet crosses two veth pairs and the bridge, which
+the sender pays for, so that column is the like-for-like one against them.
+
     sudo .venv/bin/python bench/service.py                      # everything (about 15 min)
     sudo .venv/bin/python bench/service.py --smoke              # Voltlock only, 1 s points
     sudo .venv/bin/python bench/service.py --at all --workloads put,get --clients 64
@@ -48,6 +53,8 @@ WORKLOADS = ("put", "get", "stale_get", "lock", "lock_one")
 VOLTLOCK_ONLY = ("keepalive", "lock_read")
 PLACEMENTS = ("all", "leader", "followers")
 DEFAULT_IO_THREADS = 0  # voltlockd's http_io_threads (server/shell/config.h)
+NETWORKS = ("netns", "loopback")
+LOOPBACK_SUFFIX = "-lo"  # a cell on 127.0.0.1, like etcd's and ZooKeeper's members
 
 
 class Stopped(Exception):
@@ -339,7 +346,8 @@ def goals(results: list, names: list, replication: dict) -> list:
 
     for name in (n for n in names if n.startswith("voltlock")):
         mode = "on" if name.endswith("-on") else "off"
-        lines.append(f"\n{name} (Electrode {mode}), clients spread over the replicas:")
+        where = "on 127.0.0.1" if name.endswith(LOOPBACK_SUFFIX) else "in network namespaces"
+        lines.append(f"\n{name} (Electrode {mode}, {where}), clients spread over the replicas:")
         for workload in ("put", "get"):
             v = get(name, workload, 64)
             for other, times in (("etcd", 5), ("zookeeper", 3)):
@@ -462,6 +470,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--electrode", default="off,on",
                         help="Voltlock cells to measure: off, on or off,on")
+    parser.add_argument("--network", default="netns,loopback",
+                        help="where Voltlock's cells run, a list of: netns (namespaces on a "
+                             "bridge, as the replication benchmark; Electrode needs it), loopback "
+                             "(127.0.0.1, as etcd and ZooKeeper; Electrode off only)")
     parser.add_argument("--io-threads", default=str(DEFAULT_IO_THREADS),
                         help="http_io_threads of the Voltlock cells, a list (0: HTTP on the "
                              "replica's loop); a cell whose value is not voltlockd's default is "
@@ -484,17 +496,23 @@ def main() -> int:
         return 0
     if args.smoke:
         args.seconds, args.clients, args.at, args.electrode = 1, "1,16", "all", "off"
+        args.network = "netns"
         args.no_etcd = args.no_zookeeper = args.no_replication = True
     clients = [int(c) for c in args.clients.split(",")]
     workloads = args.workloads.split(",")
     placements = args.at.split(",")
     modes = args.electrode.split(",")
+    networks = args.network.split(",")
     io_threads = [int(n) for n in args.io_threads.split(",")]
     for value, allowed, what in ((workloads, WORKLOADS + VOLTLOCK_ONLY, "workload"),
                                  (placements, PLACEMENTS, "--at"),
-                                 (modes, ("off", "on"), "--electrode")):
+                                 (modes, ("off", "on"), "--electrode"),
+                                 (networks, NETWORKS, "--network")):
         if bad := [v for v in value if v not in allowed]:
             parser.error(f"unknown {what} {', '.join(bad)} (one of {', '.join(allowed)})")
+    if "loopback" in networks and len(io_threads) > 1:
+        parser.error("a loopback cell's ports are fixed, so --network loopback takes one "
+                     "--io-threads value (--network netns for more)")
     if os.geteuid() != 0:
         parser.error("needs root (network namespaces): sudo .venv/bin/python bench/service.py")
     if not os.path.exists(HTTP_LOAD):
@@ -529,15 +547,19 @@ def main() -> int:
     systems, cells, services, results, data_roots = [], [], [], [], []
     try:
         daemon = os.path.join(BUILD, "voltlockd")
-        cell_kinds = [(f"voltlock-{mode}" + ("" if io == DEFAULT_IO_THREADS else f"-io{io}"),
-                       mode, daemon, io) for mode in modes for io in io_threads]
+        io_suffix = {io: "" if io == DEFAULT_IO_THREADS else f"-io{io}" for io in io_threads}
+        cell_kinds = [(f"voltlock-{mode}{io_suffix[io]}", mode, daemon, io, False)
+                      for mode in modes for io in io_threads if "netns" in networks]
+        if "loopback" in networks and "off" in modes:  # Electrode cannot run on lo
+            cell_kinds += [(f"voltlock-off{io_suffix[io]}{LOOPBACK_SUFFIX}", "off", daemon, io,
+                            True) for io in io_threads]
         if args.old:
-            cell_kinds.append(("old", "off", args.old, DEFAULT_IO_THREADS))
-        for name, mode, daemon, io in cell_kinds:
+            cell_kinds.append(("old", "off", args.old, DEFAULT_IO_THREADS, False))
+        for name, mode, daemon, io, loopback in cell_kinds:
             data_roots.append(tempfile.mkdtemp(prefix="vl-bench-cell-", dir="/dev/shm"))
             extra = {} if io == DEFAULT_IO_THREADS else {"http_io_threads": io}
             cell = Cell(replicas=3, electrode=mode, voltlockd=daemon, data_root=data_roots[-1],
-                        config_extra=extra)
+                        config_extra=extra, loopback=loopback)
             cells.append(cell)
             cell.up()
             systems.append(voltlock_system(name, cell))
