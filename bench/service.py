@@ -19,7 +19,7 @@ Electrode needs), and one more with Electrode off on 127.0.0.1 (voltlock-off-lo)
 and ZooKeeper take: between namespaces every packet crosses two veth pairs and the bridge, which
 the sender pays for, so that column is the like-for-like one against them.
 
-    sudo .venv/bin/python bench/service.py                      # everything (about 15 min)
+    sudo .venv/bin/python bench/service.py                      # everything (about 19 min)
     sudo .venv/bin/python bench/service.py --smoke              # Voltlock only, 1 s points
     sudo .venv/bin/python bench/service.py --at all --workloads put,get --clients 64
 

@@ -74,11 +74,10 @@ class RegisterWorker(Worker):
         self.reads: list = []                 # (key, value, mod_revision)
 
     def step(self) -> None:
-        generation = int(self.recorder.now() // REGISTER_KEY_LIFETIME_S)
-        key = f"{self.rng.choice(self.keys)}.{generation}"
+        call = self.recorder.now()  # a little early: an operation's interval may only widen
+        key = f"{self.rng.choice(self.keys)}.{int(call // REGISTER_KEY_LIFETIME_S)}"
         kind = self.rng.choices(["read", "write", "cas"], [4, 4, 2])[0]
         path = f"/v1/kv/{PREFIX}reg/{key}"
-        call = self.recorder.now()
         if kind == "read":
             answer = self.client.request("GET", path)
             ret = self.recorder.now()
