@@ -4,16 +4,18 @@
 // Speaks Voltlock's API and etcd 3.4's JSON gateway (/v3/...), so both are measured the same way.
 //
 //   vl_http_load --targets 10.77.0.10:7480,10.77.0.11:7480 --clients 64 --seconds 5
-//                --workload put|get|stale_get|lock|lock_one|keepalive|lock_read
+//                --workload put|get|stale_get|lock|lock_one|keepalive|lock_read|watch
 //                [--system voltlock|etcd]
-//                [--lock-name NAME]
+//                [--lock-name NAME] [--watch-path PATH]
 //
 // Prints one JSON object: ops, ops_per_s, p50_us, p99_us, max_us, errors, reconnects (a server
 // that closed a connection). A lock op is one acquire and its release: `lock` on a lock of its
 // own per client (uncontended), `lock_one` with every client on the lock --lock-name (contended:
 // Voltlock's acquire waits with wait_ms, etcd's /v3/lock/lock waits by itself). keepalive (a
 // session's keepalive) and lock_read (a linearizable GET of a lock the client holds) are
-// Voltlock's only.
+// Voltlock's only. `watch` opens one server-sent events stream per client (GET --watch-path)
+// and counts the events that arrive while it runs (ops are events; no latencies); a stream the
+// server ends is opened again and counted as a reconnect.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -28,6 +30,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -80,7 +83,7 @@ std::optional<std::string> json_field(const std::string& body, const std::string
 }
 
 enum class System { voltlock, etcd };
-enum class Workload { put, get, stale_get, lock, lock_one, keepalive, lock_read };
+enum class Workload { put, get, stale_get, lock, lock_one, keepalive, lock_read, watch };
 
 struct Client {
     int id = 0;
@@ -95,12 +98,17 @@ struct Client {
     bool holding = false;
     std::string lock_key;
     bool setup_done = false;
+    // Watch workload: the stream's body so far, de-chunked and not yet scanned.
+    bool chunked = false;
+    size_t chunk_left = 0;
+    std::string stream;
 };
 
 struct Load {
     System system = System::voltlock;
     Workload workload = Workload::put;
     std::string contended_lock_name = "bench-lock-one";
+    std::string watch_path = "/v1/watch/bench/?prefix=true";
     std::vector<uint64_t> latencies_us;
     uint64_t errors = 0;
 
@@ -130,7 +138,7 @@ struct Load {
     std::string next(Client& c) const
     {
         const bool etcd = system == System::etcd;
-        if (!c.setup_done) {
+        if (!c.setup_done && workload != Workload::watch) {
             if (workload == Workload::lock_read && !c.owner.empty())  // then a lock to read
                 return request("POST", "/v1/locks/bench-lock-" + c.owner + ":acquire",
                                R"({"session":)" + c.owner + "}");
@@ -160,6 +168,8 @@ struct Load {
         }
         case Workload::keepalive:
             return request("POST", "/v1/sessions/" + c.owner + ":keepalive", "");
+        case Workload::watch:
+            return request("GET", watch_path, "");
         case Workload::lock_read:
             return request("GET", "/v1/locks/bench-lock-" + c.owner, "");
         case Workload::lock:
@@ -255,6 +265,66 @@ std::optional<std::pair<int, std::string>> take_response(std::string& in)
     return std::make_pair(status, body);
 }
 
+// Moves the payload of the chunked body at the front of `c.in` to `out`, as far as it has
+// arrived; the chunk framing stays out of it (it could split an event's marker).
+void dechunk(Client& c, std::string& out)
+{
+    size_t at = 0;
+    while (at < c.in.size()) {
+        if (c.chunk_left > 0) {
+            const size_t n = std::min(c.chunk_left, c.in.size() - at);
+            out.append(c.in, at, n);
+            at += n;
+            c.chunk_left -= n;
+            continue;
+        }
+        // A chunk-size line, or the empty line that ends a chunk's data.
+        const size_t line_end = c.in.find("\r\n", at);
+        if (line_end == std::string::npos) break;
+        if (line_end > at) c.chunk_left = std::strtoul(c.in.c_str() + at, nullptr, 16);
+        at = line_end + 2;
+    }
+    c.in.erase(0, at);
+}
+
+// A watch stream's bytes: its head (once), then how many events arrived ("data:" lines).
+uint64_t take_events(Client& c, Load& load)
+{
+    if (!c.setup_done) {
+        const size_t head_end = c.in.find("\r\n\r\n");
+        if (head_end == std::string::npos) return 0;
+        if (std::atoi(c.in.c_str() + c.in.find(' ') + 1) != 200) {
+            load.errors += 1;
+            if (load.errors <= 3) std::fprintf(stderr, "vl_http_load: %s\n", c.in.c_str());
+        }
+        std::string head = c.in.substr(0, head_end);
+        for (char& ch : head) ch = static_cast<char>(std::tolower((unsigned char)ch));
+        c.chunked = head.find("transfer-encoding: chunked") != std::string::npos;
+        c.chunk_left = 0;
+        c.stream.clear();
+        c.in.erase(0, head_end + 4);
+        c.setup_done = true;
+    }
+    if (c.chunked) {
+        dechunk(c, c.stream);
+    } else {
+        c.stream += c.in;
+        c.in.clear();
+    }
+    constexpr std::string_view marker = "data:";
+    uint64_t events = 0;
+    size_t at = 0, consumed = 0;
+    while ((at = c.stream.find(marker, at)) != std::string::npos) {
+        events += 1;
+        at += marker.size();
+        consumed = at;
+    }
+    // Keeps only the bytes that may begin a marker the next read completes.
+    c.stream.erase(0, std::max(consumed, c.stream.size() -
+                                             std::min(c.stream.size(), marker.size() - 1)));
+    return events;
+}
+
 // "IP:PORT,IP:PORT,..."
 std::vector<Endpoint> parse_endpoints(const std::string& list)
 {
@@ -283,6 +353,7 @@ std::optional<Workload> parse_workload(const std::string& name)
     if (name == "lock_one") return Workload::lock_one;
     if (name == "keepalive") return Workload::keepalive;
     if (name == "lock_read") return Workload::lock_read;
+    if (name == "watch") return Workload::watch;
     return std::nullopt;
 }
 
@@ -297,6 +368,16 @@ int connect_to(const Endpoint& endpoint)
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
+}
+
+// Client `c`'s connection to its endpoint (round-robin by id), watched by `epoll`.
+void connect_client(Client& c, int epoll, const std::vector<Endpoint>& endpoints)
+{
+    c.fd = connect_to(endpoints[static_cast<size_t>(c.id) % endpoints.size()]);
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u32 = static_cast<uint32_t>(c.id);
+    ::epoll_ctl(epoll, EPOLL_CTL_ADD, c.fd, &event);
 }
 
 // Lock workloads end their sessions (etcd: revoke their leases), so no lock this run held or
@@ -346,6 +427,8 @@ int main(int argc, char** argv)
             load.system = value == "etcd" ? System::etcd : System::voltlock;
         } else if (flag == "--lock-name") {
             load.contended_lock_name = value;
+        } else if (flag == "--watch-path") {
+            load.watch_path = value;
         } else if (flag == "--workload") {
             const auto workload = parse_workload(value);
             if (!workload) {
@@ -357,8 +440,8 @@ int main(int argc, char** argv)
     }
     if (endpoints.empty()) {
         std::fprintf(stderr, "usage: vl_http_load --targets IP:PORT[,...] --clients N --seconds S "
-                             "--workload put|get|stale_get|lock|lock_one|keepalive|lock_read "
-                             "[--system etcd] [--lock-name NAME]\n");
+                             "--workload put|get|stale_get|lock|lock_one|keepalive|lock_read|watch "
+                             "[--system etcd] [--lock-name NAME] [--watch-path PATH]\n");
         return 2;
     }
 
@@ -374,11 +457,7 @@ int main(int argc, char** argv)
     for (int i = 0; i < clients; i++) {
         Client& c = all[static_cast<size_t>(i)];
         c.id = i;
-        c.fd = connect_to(endpoints[static_cast<size_t>(i) % endpoints.size()]);
-        epoll_event event{};
-        event.events = EPOLLIN;
-        event.data.u32 = static_cast<uint32_t>(i);
-        ::epoll_ctl(epoll, EPOLL_CTL_ADD, c.fd, &event);
+        connect_client(c, epoll, endpoints);
         send_next(c);
     }
     // Setup (sessions, first puts) is not measured: the clock starts when every client is set up.
@@ -406,17 +485,19 @@ int main(int argc, char** argv)
                 reconnects += 1;
                 ::epoll_ctl(epoll, EPOLL_CTL_DEL, c.fd, nullptr);
                 ::close(c.fd);
-                c.fd = connect_to(endpoints[static_cast<size_t>(c.id) % endpoints.size()]);
-                epoll_event event{};
-                event.events = EPOLLIN;
-                event.data.u32 = static_cast<uint32_t>(c.id);
-                ::epoll_ctl(epoll, EPOLL_CTL_ADD, c.fd, &event);
+                connect_client(c, epoll, endpoints);
                 c.in.clear();
+                if (load.workload == Workload::watch) c.setup_done = false;
                 const ssize_t sent = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
                 c.written = sent > 0 ? static_cast<size_t>(sent) : 0;
                 continue;
             }
             c.in.append(buffer, static_cast<size_t>(got));
+            if (load.workload == Workload::watch) {
+                const uint64_t arrived = take_events(c, load);
+                if (measuring) ops += arrived;
+                continue;
+            }
             while (auto response = take_response(c.in)) {
                 const auto took = std::chrono::duration_cast<std::chrono::microseconds>(
                     Clock::now() - c.started);
