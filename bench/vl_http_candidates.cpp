@@ -1,17 +1,18 @@
 // Issue 12's two HTTP library candidates side by side, on one minimal service served the way
 // voltlockd serves its API (docs/frontend.md, "The two candidates, measured"): one thread, its own
-// epoll loop, and every request answered at the end of the loop pass it arrived in, as voltlockd
+// epoll loop, and every write answered at the end of the loop pass it arrived in, as voltlockd
 // answers a batch of ops once the batch commits; so the library must hold the request open
-// (libmicrohttpd: suspend and resume; h2o: answer later from the loop).
+// (libmicrohttpd: suspend and resume; h2o: answer later from the loop). Reads are answered at
+// once, for the cost of a request the library does not hold.
 //
 //   vl_http_candidates --library mhd|h2o --port 7490
 //
-// Serves, on 127.0.0.1 (HTTP/1.1; h2o also HTTP/2 over cleartext, by prior knowledge or
-// Upgrade):
+// Serves, on 127.0.0.1 (HTTP/1.1; h2o also HTTP/2 over cleartext, as h2load speaks it):
 //   PUT or POST <any path> with a body:  {"revision":N}; the body becomes an event for every
 //       open watch: "id: N\ndata: {"revision":N,"value":<body>}\n\n";
 //   GET /watch:  text/event-stream of those events, from the next put on; a reader that falls
-//       more than 1 MiB behind is cut (the stream ends), as voltlockd's bounded stream buffer does;
+//       more than 1 MiB behind is cut (the stream ends), as voltlockd's bounded stream buffer does
+//       (h2o keeps a cut watch's record until the server stops: a benchmark's lifetime);
 //   GET <any other path>:  {"revision":N}, answered at once (a read).
 // Runs until SIGTERM or SIGINT.
 #include <arpa/inet.h>
