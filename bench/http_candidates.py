@@ -6,7 +6,9 @@ of the loop pass it arrived in, a watch a server-sent events stream fed by every
 by the service benchmark's client (build/vl_http_load) on 127.0.0.1.
 
 Points, each for both libraries in turn, the order alternating by round:
-  put and get at 1/16/64 clients: ops/s, p50/p99, server CPU per request;
+  put and get at 1/16/64 clients: ops/s, p50/p99, server CPU per request; puts also with the
+      writes committed on a second thread (put/handoff: voltlockd's I/O-thread mode, one
+      wake-up each way per batch) instead of on the HTTP thread (voltlockd's default);
   watch: N open watches while 16 clients put: the puts' ops/s, events delivered per second,
       server CPU per delivered event;
   HTTP/2 (with nghttp2's h2load, where installed: Debian's nghttp2-client): puts by h2load at
@@ -36,7 +38,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVER = os.path.join(REPO, "build", "vl_http_candidates")
 LOAD = os.path.join(REPO, "build", "vl_http_load")
 LIBRARIES = ("mhd", "h2o")
+# A server variant (mhd/handoff): its writes committed on a second thread, not the HTTP one.
+HANDOFF = "handoff"
 PUT_CLIENTS_UNDER_WATCHES = 16
+# (workload, server variant) of the request points: puts held to the end of the pass on the
+# HTTP thread and handed to a second one, reads answered at once.
+REQUEST_ROWS = (("put", ""), ("put", HANDOFF), ("get", ""))
 
 
 def free_port() -> int:
@@ -72,13 +79,15 @@ class Server:
     """One vl_http_candidates process for one point: a fresh server each time, so no point
     inherits another's connections or watches."""
 
-    def __init__(self, library: str):
+    def __init__(self, name: str):
+        library, _, mode = name.partition("/")
         self.port = free_port()
-        self.proc = subprocess.Popen([SERVER, "--library", library, "--port", str(self.port)])
+        self.proc = subprocess.Popen([SERVER, "--library", library, "--port", str(self.port)] +
+                                     (["--handoff"] if mode == HANDOFF else []))
         wait_until(lambda: self.proc.poll() is not None or listening(self.port), 10,
-                   f"{library} server listening")
+                   f"{name} server listening")
         if self.proc.poll() is not None:
-            raise RuntimeError(f"{library} server exited with {self.proc.returncode}")
+            raise RuntimeError(f"{name} server exited with {self.proc.returncode}")
 
     def cpu(self) -> float:
         return cpu_seconds([self.proc.pid])
@@ -176,11 +185,12 @@ def main() -> int:
     results = []
     for round_ in range(args.rounds):
         order = LIBRARIES if round_ % 2 == 0 else tuple(reversed(LIBRARIES))
-        for workload in ("put", "get"):
+        for workload, mode in REQUEST_ROWS:
             for n in clients:
                 for library in order:
-                    point = request_point(library, workload, n, args.seconds)
-                    results.append({"round": round_, "library": library, "workload": workload,
+                    name = f"{library}/{mode}" if mode else library
+                    point = request_point(name, workload, n, args.seconds)
+                    results.append({"round": round_, "library": name, "workload": workload,
                                     "clients": n, **point})
                     print(json.dumps(results[-1]), flush=True)
         for n in watches:
@@ -203,14 +213,15 @@ def main() -> int:
         return max(points, key=lambda r: r.get(key, 0)) if points else {}
 
     print("\nrequests (best of the rounds): ops/s, p99 ms, server CPU us per request")
-    print(f"{'workload':10} {'clients':>7} | {'libmicrohttpd':>26} | {'h2o':>26} | h2o/mhd")
-    for workload in ("put", "get"):
+    print(f"{'workload':12} {'clients':>7} | {'libmicrohttpd':>26} | {'h2o':>26} | h2o/mhd")
+    for workload, mode in REQUEST_ROWS:
         for n in clients:
-            m, h = best("mhd", workload=workload, clients=n), best("h2o", workload=workload,
-                                                                    clients=n)
+            suffix = f"/{mode}" if mode else ""
+            m = best("mhd" + suffix, workload=workload, clients=n)
+            h = best("h2o" + suffix, workload=workload, clients=n)
             cell = lambda p: (f"{p.get('ops_per_s', 0):>9,.0f} {p.get('p99_us', 0) / 1000:>6.2f}"
                               f" {p.get('server_cpu_us_per_op', 0):>7.2f}")
-            print(f"{workload:10} {n:>7} | {cell(m):>26} | {cell(h):>26} | "
+            print(f"{workload + suffix:12} {n:>7} | {cell(m):>26} | {cell(h):>26} | "
                   f"{ratio(h.get('ops_per_s'), m.get('ops_per_s'))}")
     print(f"\nwatches, {PUT_CLIENTS_UNDER_WATCHES} clients putting (best of the rounds): "
           "puts/s, events/s, server CPU us per event, watches cut")

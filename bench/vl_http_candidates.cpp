@@ -5,7 +5,11 @@
 // (libmicrohttpd: suspend and resume; h2o: answer later from the loop). Reads are answered at
 // once, for the cost of a request the library does not hold.
 //
-//   vl_http_candidates --library mhd|h2o --port 7490
+//   vl_http_candidates --library mhd|h2o --port 7490 [--handoff]
+//
+// --handoff: the HTTP thread hands each pass's writes to a second thread that commits them and
+// hands their revisions back (voltlockd's I/O-thread mode, config http_io_threads); without, it
+// commits them itself (voltlockd's default: HTTP on the replica's own loop).
 //
 // Serves, on 127.0.0.1 (HTTP/1.1; h2o also HTTP/2 over cleartext, as h2load speaks it):
 //   PUT or POST <any path> with a body:  {"revision":N}; the body becomes an event for every
@@ -21,9 +25,11 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +37,10 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -48,17 +57,101 @@ std::string revision_json(uint64_t revision)
     return "{\"revision\":" + std::to_string(revision) + "}";
 }
 
-// The service both libraries serve: a revision counter, the writes waiting for the end of the
-// pass, and the events each watch has not yet sent.
+// The service both libraries serve: a revision counter and the event each write makes.
 struct Service {
-    uint64_t revision = 0;
+    std::atomic<uint64_t> revision{0};
+
+    // Takes `count` new revisions; the first of them.
+    uint64_t commit(size_t count) { return revision.fetch_add(count) + 1; }
 
     // One put's event, in server-sent events framing.
-    std::string event(uint64_t at, const std::string& body) const
+    static std::string event(uint64_t at, const std::string& body)
     {
         return "id: " + std::to_string(at) + "\ndata: {\"revision\":" + std::to_string(at) +
                ",\"value\":" + (body.empty() ? std::string("null") : body) + "}\n\n";
     }
+};
+
+// With --handoff, the replica's loop in voltlockd's I/O-thread mode (config http_io_threads):
+// the HTTP thread hands it each pass's writes as one batch, and it hands back their revisions,
+// one eventfd wake-up each way per batch. Without, the HTTP thread commits them itself, as
+// voltlockd does when it parses HTTP on the replica's own loop (its default).
+class Core {
+public:
+    explicit Core(Service& service)
+        : service_(service), inbox_fd_(::eventfd(0, EFD_CLOEXEC)),
+          answers_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), thread_([this] { run(); })
+    {
+    }
+    ~Core()
+    {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        wake(inbox_fd_);
+        thread_.join();
+        ::close(inbox_fd_);
+        ::close(answers_fd_);
+    }
+    Core(const Core&) = delete;
+    Core& operator=(const Core&) = delete;
+
+    // HTTP thread: a batch of `count` writes.
+    void submit(size_t count)
+    {
+        {
+            std::lock_guard lock(mutex_);
+            inbox_.push_back(count);
+        }
+        wake(inbox_fd_);
+    }
+    // HTTP thread, once answers_fd() is readable: each batch's first revision, in order.
+    std::vector<uint64_t> take_answers()
+    {
+        uint64_t ignored = 0;
+        [[maybe_unused]] const ssize_t n = ::read(answers_fd_, &ignored, sizeof ignored);
+        std::lock_guard lock(mutex_);
+        return std::exchange(outbox_, {});
+    }
+    int answers_fd() const { return answers_fd_; }
+
+private:
+    static void wake(int fd)
+    {
+        const uint64_t one = 1;
+        [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+    }
+
+    void run()
+    {
+        while (true) {
+            uint64_t ignored = 0;
+            [[maybe_unused]] const ssize_t n = ::read(inbox_fd_, &ignored, sizeof ignored);
+            std::vector<size_t> batches;
+            {
+                std::lock_guard lock(mutex_);
+                if (stopping_) return;
+                batches.swap(inbox_);
+            }
+            std::vector<uint64_t> firsts;
+            for (const size_t count : batches) firsts.push_back(service_.commit(count));
+            {
+                std::lock_guard lock(mutex_);
+                outbox_.insert(outbox_.end(), firsts.begin(), firsts.end());
+            }
+            wake(answers_fd_);
+        }
+    }
+
+    Service& service_;
+    std::mutex mutex_;
+    std::vector<size_t> inbox_;
+    std::vector<uint64_t> outbox_;
+    bool stopping_ = false;
+    const int inbox_fd_;
+    const int answers_fd_;
+    std::thread thread_;  // last: it starts once the rest is built
 };
 
 // ---- libmicrohttpd: external epoll, suspend/resume (voltlockd's mode) ----
@@ -66,6 +159,7 @@ struct Service {
 struct MhdWatch {
     MHD_Connection* connection = nullptr;
     std::string pending;
+    size_t sent = 0;  // of `pending`: the front libmicrohttpd has taken
     bool suspended = false;
     bool cut = false;
 };
@@ -80,22 +174,31 @@ struct MhdRequest {
 
 struct MhdServer {
     Service service;
+    std::unique_ptr<Core> core;          // with --handoff
     std::vector<MhdRequest*> suspended;  // writes waiting for the end of the pass
+    std::deque<std::vector<MhdRequest*>> at_core;  // batches handed to the core, in order
     std::list<MhdWatch> watches;
 
     static ssize_t read_watch(void* cls, uint64_t, char* out, size_t max)
     {
         auto* watch = static_cast<MhdWatch*>(cls);
-        if (watch->pending.empty()) {
+        if (watch->sent == watch->pending.size()) {
+            watch->pending.clear();
+            watch->sent = 0;
             if (watch->cut || !running) return MHD_CONTENT_READER_END_OF_STREAM;
             // Nothing to send: out of libmicrohttpd's polling until the next event.
             watch->suspended = true;
             MHD_suspend_connection(watch->connection);
             return 0;
         }
-        const size_t n = std::min(max, watch->pending.size());
-        std::memcpy(out, watch->pending.data(), n);
-        watch->pending.erase(0, n);
+        const size_t n = std::min(max, watch->pending.size() - watch->sent);
+        std::memcpy(out, watch->pending.data() + watch->sent, n);
+        watch->sent += n;
+        // The sent front goes once it is at least half: a move per byte sent, at most.
+        if (watch->sent * 2 >= watch->pending.size()) {
+            watch->pending.erase(0, watch->sent);
+            watch->sent = 0;
+        }
         return static_cast<ssize_t>(n);
     }
 
@@ -156,29 +259,53 @@ struct MhdServer {
         *context = nullptr;
     }
 
-    // The end of a pass: the writes that arrived in it take their revisions, in order, and are
-    // answered; their events go to every watch. True if it resumed a connection.
+    // The end of a pass: the writes that arrived in it are committed as one batch, here or by
+    // the core. True if it resumed a connection.
     bool end_pass()
     {
         if (suspended.empty()) return false;
-        for (MhdRequest* request : suspended) {
-            const uint64_t at = ++service.revision;
+        std::vector<MhdRequest*> batch = std::exchange(suspended, {});
+        if (core) {
+            core->submit(batch.size());
+            at_core.push_back(std::move(batch));
+            return false;
+        }
+        answer(batch, service.commit(batch.size()));
+        return true;
+    }
+
+    // The batches the core has committed.
+    void take_committed()
+    {
+        for (const uint64_t first : core->take_answers()) {
+            answer(at_core.front(), first);
+            at_core.pop_front();
+        }
+    }
+
+    // A committed batch, from revision `first` on: each write is answered and its event goes
+    // to every watch.
+    void answer(const std::vector<MhdRequest*>& batch, uint64_t first)
+    {
+        uint64_t at = first;
+        for (MhdRequest* request : batch) {
             request->answer = revision_json(at);
             request->answered = true;
             MHD_resume_connection(request->connection);
-            const std::string event = service.event(at, request->body);
+            const std::string event = Service::event(at, request->body);
             for (MhdWatch& watch : watches) {
                 if (watch.cut) continue;
-                if (watch.pending.size() + event.size() > kStreamLimitBytes) watch.cut = true;
-                else watch.pending += event;
+                if (watch.pending.size() - watch.sent + event.size() > kStreamLimitBytes)
+                    watch.cut = true;
+                else
+                    watch.pending += event;
                 if (watch.suspended) {
                     watch.suspended = false;
                     MHD_resume_connection(watch.connection);
                 }
             }
+            at += 1;
         }
-        suspended.clear();
-        return true;
     }
 
     int run(uint16_t port)
@@ -201,17 +328,28 @@ struct MhdServer {
         // directly would take the edge-triggered events MHD_run needs.
         const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
         const int mhd_epoll = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_EPOLL_FD)->epoll_fd;
-        epoll_event mhd_ready{};
-        mhd_ready.events = EPOLLIN;
-        ::epoll_ctl(epoll, EPOLL_CTL_ADD, mhd_epoll, &mhd_ready);
-        epoll_event events[1];
+        epoll_event ready{};
+        ready.events = EPOLLIN;
+        ::epoll_ctl(epoll, EPOLL_CTL_ADD, mhd_epoll, &ready);
+        if (core) {
+            ready.data.fd = core->answers_fd();
+            ::epoll_ctl(epoll, EPOLL_CTL_ADD, core->answers_fd(), &ready);
+        }
+        epoll_event events[2];
         while (running) {
             MHD_UNSIGNED_LONG_LONG timeout = 100;
             if (MHD_get_timeout(daemon, &timeout) != MHD_YES || timeout > 100) timeout = 100;
-            ::epoll_wait(epoll, events, 1, static_cast<int>(timeout));
+            const int n = ::epoll_wait(epoll, events, 2, static_cast<int>(timeout));
+            for (int i = 0; i < n; i++)
+                if (core && events[i].data.fd == core->answers_fd()) take_committed();
             MHD_run(daemon);
             // The answers go out in this pass, as voltlockd's do (HttpServer::pass).
             if (end_pass()) MHD_run(daemon);
+        }
+        // libmicrohttpd must not stop with a connection suspended: the core answers first.
+        while (!at_core.empty()) {
+            ::epoll_wait(epoll, events, 2, 100);
+            take_committed();
         }
         for (MhdWatch& watch : watches)
             if (watch.suspended) MHD_resume_connection(watch.connection);
@@ -248,8 +386,11 @@ struct H2oHandler {
 };
 
 struct H2oServer {
+    using Batch = std::vector<std::shared_ptr<H2oWrite>>;
     Service service;
-    std::deque<std::shared_ptr<H2oWrite>> waiting;
+    std::unique_ptr<Core> core;  // with --handoff
+    Batch waiting;               // writes waiting for the end of the pass
+    std::deque<Batch> at_core;   // batches handed to the core, in order
     std::list<H2oWatch> watches;
 
     static void send_json(h2o_req_t* req, const std::string& body)
@@ -330,19 +471,47 @@ struct H2oServer {
         return 0;
     }
 
+    // The end of a pass: the writes that arrived in it are committed as one batch, here or by
+    // the core.
     void end_pass()
     {
-        while (!waiting.empty()) {
-            const std::shared_ptr<H2oWrite> write = std::move(waiting.front());
-            waiting.pop_front();
-            const uint64_t at = ++service.revision;
-            const std::string event = service.event(at, write->body);
+        if (waiting.empty()) return;
+        Batch batch = std::exchange(waiting, {});
+        if (core) {
+            core->submit(batch.size());
+            at_core.push_back(std::move(batch));
+            return;
+        }
+        answer(batch, service.commit(batch.size()));
+    }
+
+    // The core's wake-up, read by h2o's loop: the batches it has committed.
+    static void on_committed(h2o_socket_t* socket, const char* error)
+    {
+        auto& server = *static_cast<H2oServer*>(socket->data);
+        h2o_buffer_consume(&socket->input, socket->input->size);
+        if (error) return;
+        // The eventfd was read by h2o, so only the outbox is left to take.
+        for (const uint64_t first : server.core->take_answers()) {
+            server.answer(server.at_core.front(), first);
+            server.at_core.pop_front();
+        }
+    }
+
+    // A committed batch, from revision `first` on: each write is answered (if its client is
+    // still there) and its event goes to every watch.
+    void answer(const Batch& batch, uint64_t first)
+    {
+        uint64_t at = first;
+        for (const std::shared_ptr<H2oWrite>& write : batch) {
+            const std::string event = Service::event(at, write->body);
             if (write->req) send_json(write->req, revision_json(at));
             for (H2oWatch& watch : watches) {
                 if (watch.cut) continue;
                 if (watch.pending.size() + event.size() > kStreamLimitBytes) watch.cut = true;
                 else watch.pending += event;
             }
+            at += 1;
         }
         for (H2oWatch& watch : watches) flush(watch);
     }
@@ -391,6 +560,12 @@ struct H2oServer {
             h2o_evloop_socket_create(context.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
         listener->data = &accept_context;
         h2o_socket_read_start(listener, &on_accept);
+        if (core) {
+            h2o_socket_t* committed = h2o_evloop_socket_create(
+                context.loop, ::dup(core->answers_fd()), 0);
+            committed->data = this;
+            h2o_socket_read_start(committed, &on_committed);
+        }
         while (running) {
             h2o_evloop_run(context.loop, 100);
             end_pass();
@@ -405,18 +580,30 @@ int main(int argc, char** argv)
 {
     std::string library;
     uint16_t port = 0;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    bool handoff = false;
+    for (int i = 1; i < argc; i++) {
         const std::string flag = argv[i];
-        if (flag == "--library") library = argv[i + 1];
-        else if (flag == "--port") port = static_cast<uint16_t>(std::atoi(argv[i + 1]));
+        if (flag == "--handoff") handoff = true;
+        else if (flag == "--library" && i + 1 < argc) library = argv[++i];
+        else if (flag == "--port" && i + 1 < argc)
+            port = static_cast<uint16_t>(std::atoi(argv[++i]));
     }
     if ((library != "mhd" && library != "h2o") || port == 0) {
-        std::fprintf(stderr, "usage: vl_http_candidates --library mhd|h2o --port PORT\n");
+        std::fprintf(stderr,
+                     "usage: vl_http_candidates --library mhd|h2o --port PORT [--handoff]\n");
         return 2;
     }
     std::signal(SIGTERM, on_stop_signal);
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGPIPE, SIG_IGN);
-    if (library == "mhd") return MhdServer().run(port);
-    return H2oServer().run(port);
+    auto serve = [&](auto& server) {
+        if (handoff) server.core = std::make_unique<Core>(server.service);
+        return server.run(port);
+    };
+    if (library == "mhd") {
+        MhdServer server;
+        return serve(server);
+    }
+    H2oServer server;
+    return serve(server);
 }
