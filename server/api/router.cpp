@@ -44,6 +44,11 @@ void Router::on_request(const std::shared_ptr<Exchange>& exchange)
         if (auto unknown = check_query(call->parsed, route.params)) return call->fail(*unknown);
         if (auto refused = access_.check(*call)) return call->fail(*refused);
         if (route.where == Where::io_thread) return serve(route, call);
+        // HTTP on the loop's own thread (http_io_threads 0): the call runs now, inside the HTTP
+        // pass, so an answer it has at once (a stale read, a refusal) is sent without the
+        // request being held (suspended and resumed: about 3 µs, docs/frontend.md). Proposals
+        // still leave together: the node flushes them at the end of the loop's turn.
+        if (loop_.on_loop_thread()) return serve_on_loop(route, call);
         batch_.emplace_back(&route, std::move(call));
         return;
     }
@@ -54,27 +59,24 @@ void Router::on_request(const std::shared_ptr<Exchange>& exchange)
 void Router::flush()
 {
     if (batch_.empty()) return;
-    // On the loop's own thread (http_io_thread false) the batch runs now: posting it would only
-    // cost a wake-up of the same thread.
-    if (loop_.on_loop_thread()) {
-        run_batch(std::exchange(batch_, {}));
-        return;
-    }
     loop_.post([batch = std::move(batch_)] { run_batch(batch); });
     batch_.clear();
 }
 
 void Router::run_batch(const Batch& batch)
 {
-    for (const auto& [route, call] : batch) {
-        if (call->gone()) continue;
-        try {
-            serve(*route, call);
-        } catch (const std::exception& e) {
-            spdlog::error("http {} {}: {}", call->method, call->target, e.what());
-            call->fail(ApiError{500, "internal", std::string("internal error: ") + e.what(),
-                                Json::object()});
-        }
+    for (const auto& [route, call] : batch)
+        if (!call->gone()) serve_on_loop(*route, call);
+}
+
+void Router::serve_on_loop(const Route& route, const CallPtr& call)
+{
+    try {
+        serve(route, call);
+    } catch (const std::exception& e) {
+        spdlog::error("http {} {}: {}", call->method, call->target, e.what());
+        call->fail(ApiError{500, "internal", std::string("internal error: ") + e.what(),
+                            Json::object()});
     }
 }
 

@@ -3,7 +3,8 @@
 // a few endpoints are answered right there (/healthz, /readyz, the OpenAPI document, every
 // 400/404 about the target), so they answer within milliseconds whatever the replica's loop is
 // doing. Everything else becomes a Call, and the calls that arrived in one pass of the I/O
-// thread go to the replica's event loop together: one wake-up per batch.
+// thread go to the replica's event loop together: one wake-up per batch. When HTTP runs on the
+// loop's own thread, a call runs as soon as it is routed.
 #pragma once
 
 #include <functional>
@@ -54,6 +55,8 @@ private:
     static void run_batch(const Batch& batch);  // on the loop
     // Runs the route's handler and answers the error it returns, if any.
     static void serve(const Route& route, const CallPtr& call);
+    // serve(), on the loop: a handler that throws is answered 500 and logged.
+    static void serve_on_loop(const Route& route, const CallPtr& call);
 
     EventLoop& loop_;
     RequestCounters& counters_;
