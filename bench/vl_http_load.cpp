@@ -231,16 +231,32 @@ struct Load {
     }
 };
 
+// The head of the response at the front of `in`, which ends at `head_end`.
+struct ResponseHead {
+    int status = 0;
+    std::string lowered;  // the head in lower case, to find header names in
+    bool chunked = false;
+};
+
+ResponseHead read_head(const std::string& in, size_t head_end)
+{
+    ResponseHead head;
+    head.status = std::atoi(in.c_str() + in.find(' ') + 1);
+    head.lowered = in.substr(0, head_end);
+    for (char& ch : head.lowered) ch = static_cast<char>(std::tolower((unsigned char)ch));
+    head.chunked = head.lowered.find("transfer-encoding: chunked") != std::string::npos;
+    return head;
+}
+
 // Parses one whole response at the front of `in`; nullopt while incomplete.
 std::optional<std::pair<int, std::string>> take_response(std::string& in)
 {
     const size_t head_end = in.find("\r\n\r\n");
     if (head_end == std::string::npos) return std::nullopt;
-    const int status = std::atoi(in.c_str() + in.find(' ') + 1);
-    std::string head = in.substr(0, head_end);
-    for (char& ch : head) ch = static_cast<char>(std::tolower((unsigned char)ch));
+    const ResponseHead head = read_head(in, head_end);
+    const int status = head.status;
     const size_t body_at = head_end + 4;
-    if (head.find("transfer-encoding: chunked") != std::string::npos) {
+    if (head.chunked) {
         std::string body;
         size_t at = body_at;
         while (true) {
@@ -257,8 +273,8 @@ std::optional<std::pair<int, std::string>> take_response(std::string& in)
         }
     }
     size_t length = 0;
-    if (const size_t at = head.find("content-length:"); at != std::string::npos)
-        length = std::strtoul(head.c_str() + at + 15, nullptr, 10);
+    if (const size_t at = head.lowered.find("content-length:"); at != std::string::npos)
+        length = std::strtoul(head.lowered.c_str() + at + 15, nullptr, 10);
     if (in.size() < body_at + length) return std::nullopt;
     std::string body = in.substr(body_at, length);
     in.erase(0, body_at + length);
@@ -293,13 +309,12 @@ uint64_t take_events(Client& c, Load& load)
     if (!c.setup_done) {
         const size_t head_end = c.in.find("\r\n\r\n");
         if (head_end == std::string::npos) return 0;
-        if (std::atoi(c.in.c_str() + c.in.find(' ') + 1) != 200) {
+        const ResponseHead head = read_head(c.in, head_end);
+        if (head.status != 200) {
             load.errors += 1;
             if (load.errors <= 3) std::fprintf(stderr, "vl_http_load: %s\n", c.in.c_str());
         }
-        std::string head = c.in.substr(0, head_end);
-        for (char& ch : head) ch = static_cast<char>(std::tolower((unsigned char)ch));
-        c.chunked = head.find("transfer-encoding: chunked") != std::string::npos;
+        c.chunked = head.chunked;
         c.chunk_left = 0;
         c.stream.clear();
         c.in.erase(0, head_end + 4);
