@@ -2,13 +2,13 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <limits>
 
 namespace voltlock {
 
@@ -32,52 +32,40 @@ Result<std::unique_ptr<EventLoop>> EventLoop::create()
     if (epoll.get() < 0) return os_error("epoll_create1");
     FileDescriptor wakeup(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     if (wakeup.get() < 0) return os_error("eventfd");
-    FileDescriptor timer(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-    if (timer.get() < 0) return os_error("timerfd_create");
-    std::unique_ptr<EventLoop> loop(
-        new EventLoop(std::move(epoll), std::move(wakeup), std::move(timer)));
+    std::unique_ptr<EventLoop> loop(new EventLoop(std::move(epoll), std::move(wakeup)));
     VL_TRY(loop->watch(loop->wakeup_.get(), [raw = loop.get()] { raw->run_posted(); }));
-    VL_TRY(loop->watch(loop->timer_.get(), [raw = loop.get()] { raw->run_timers(); }));
     return loop;
 }
 
-EventLoop::EventLoop(FileDescriptor epoll, FileDescriptor wakeup, FileDescriptor timer)
-    : epoll_(std::move(epoll)), wakeup_(std::move(wakeup)), timer_(std::move(timer))
+EventLoop::EventLoop(FileDescriptor epoll, FileDescriptor wakeup)
+    : epoll_(std::move(epoll)), wakeup_(std::move(wakeup))
 {
 }
 
 void EventLoop::after(std::chrono::milliseconds delay, Handler work)
 {
-    const auto at = Clock::now() + delay;
-    const bool earliest = timers_.empty() || at < timers_.begin()->first;
-    timers_.emplace(at, std::move(work));
-    if (earliest) arm_timer();
+    timers_.emplace(Clock::now() + delay, std::move(work));
 }
 
-void EventLoop::arm_timer()
+int EventLoop::wait_for_earliest_timer_ms() const
 {
-    itimerspec when{};  // all zero: disarmed
-    if (!timers_.empty()) {
-        const auto wait = std::max<Clock::duration>(timers_.begin()->first - Clock::now(),
-                                                    std::chrono::microseconds(1));
-        const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
-        when.it_value.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
-        when.it_value.tv_nsec = static_cast<long>(ns % 1'000'000'000);
-    }
-    ::timerfd_settime(timer_.get(), 0, &when, nullptr);
+    if (timers_.empty()) return -1;
+    const auto wait = timers_.begin()->first - Clock::now();
+    if (wait <= Clock::duration::zero()) return 0;
+    // Rounded up: a wait cut short would wake the loop before its timer is due, for nothing.
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait).count();
+    return static_cast<int>(std::min<int64_t>(ms, std::numeric_limits<int>::max()));
 }
 
 void EventLoop::run_timers()
 {
-    uint64_t expirations = 0;
-    [[maybe_unused]] ssize_t got = ::read(timer_.get(), &expirations, sizeof expirations);
+    if (timers_.empty()) return;
     const auto now = Clock::now();
     std::vector<Handler> due;
     while (!timers_.empty() && timers_.begin()->first <= now) {
         due.push_back(std::move(timers_.begin()->second));
         timers_.erase(timers_.begin());
     }
-    arm_timer();
     for (Handler& work : due) work();
 }
 
@@ -124,13 +112,17 @@ void EventLoop::run()
     constexpr int max_events = 16;
     epoll_event events[max_events];
     while (running_) {
-        const int n = ::epoll_wait(epoll_.get(), events, max_events, -1);
+        // The earliest timer bounds the wait, so timers cost no system call of their own: a
+        // timerfd was re-armed and read each time one fired. Timers are set in milliseconds.
+        const int n =
+            ::epoll_wait(epoll_.get(), events, max_events, wait_for_earliest_timer_ms());
         if (n < 0 && errno == EINTR) continue;
         const auto turn_started = Clock::now();
         for (int i = 0; i < n; i++) {
             const auto it = handlers_.find(events[i].data.fd);
             if (it != handlers_.end()) it->second();
         }
+        run_timers();
         while (!end_of_turn_.empty())
             for (Handler& work : std::exchange(end_of_turn_, {})) work();
         count_turn(Clock::now() - turn_started);

@@ -70,14 +70,15 @@ public:
 
 private:
     using Clock = std::chrono::steady_clock;
-    EventLoop(FileDescriptor epoll, FileDescriptor wakeup, FileDescriptor timer);
+    EventLoop(FileDescriptor epoll, FileDescriptor wakeup);
     void run_posted();
-    void run_timers();
-    void arm_timer();
+    void run_timers();  // the timers that are due
+    // How long the next epoll wait may block, in epoll_wait's terms: until the earliest timer
+    // is due, or -1 (for ever) with none.
+    int wait_for_earliest_timer_ms() const;
 
     FileDescriptor epoll_;
     FileDescriptor wakeup_;  // eventfd
-    FileDescriptor timer_;   // timerfd, armed for the earliest of timers_
     std::multimap<Clock::time_point, Handler> timers_;
     std::unordered_map<int, Handler> handlers_;
     std::vector<Handler> end_of_turn_;
