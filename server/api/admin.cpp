@@ -36,17 +36,17 @@ RoleBoard::Role RoleBoard::role() const
 Json staleness_json(const Node& node, const LockMachine* machine)
 {
     const Replica& r = node.replica();
-    return Json{{"replica", r.replica()},
-                {"status", status_name(r.status())},
-                {"view", r.view()},
-                {"is_leader", r.is_leader()},
-                {"leader", r.status() == Status::normal ? Json(r.leader()) : Json()},
-                {"op", r.op()},
-                {"commit", r.commit()},
-                {"revision", machine ? machine->revision() : 0},
-                // Ops this replica has prepared but not applied: a lower bound of how far
-                // behind the leader it is (it cannot know what it has not been sent).
-                {"uncommitted_ops", r.op() - r.commit()}};
+    return object_of("replica", r.replica(),
+                     "status", status_name(r.status()),
+                     "view", r.view(),
+                     "is_leader", r.is_leader(),
+                     "leader", r.status() == Status::normal ? Json(r.leader()) : Json(),
+                     "op", r.op(),
+                     "commit", r.commit(),
+                     "revision", machine ? machine->revision() : 0,
+                     // Ops this replica has prepared but not applied: a lower bound of how far
+                     // behind the leader it is (it cannot know what it has not been sent).
+                     "uncommitted_ops", r.op() - r.commit());
 }
 
 Admin::Admin(EventLoop& loop, Node& node, LockMachine* machine, LockService* service,

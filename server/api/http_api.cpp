@@ -79,19 +79,19 @@ Json lock_json(const std::string& name, const LockRecord* lock)
         for (const LockHolder& h : lock->holders) {
             const Sequencer sequencer{.lock = name, .mode = h.mode, .generation = h.generation,
                                       .session = h.session};
-            holders.push_back(Json{{"session", h.session}, {"mode", lock_mode_name(h.mode)},
-                                   {"generation", h.generation}, {"granted_ms", h.granted_ms},
-                                   {"sequencer", sequencer_json(sequencer)}});
+            holders.push_back(object_of("session", h.session, "mode", lock_mode_name(h.mode),
+                                        "generation", h.generation, "granted_ms", h.granted_ms,
+                                        "sequencer", sequencer_json(sequencer)));
         }
         for (const LockWaiter& w : lock->waiters)
-            waiters.push_back(Json{{"session", w.session}, {"mode", lock_mode_name(w.mode)},
-                                   {"deadline_ms", w.deadline_ms}, {"since_ms", w.since_ms}});
+            waiters.push_back(object_of("session", w.session, "mode", lock_mode_name(w.mode),
+                                        "deadline_ms", w.deadline_ms, "since_ms", w.since_ms));
     }
-    return Json{{"name", name},
-                {"holders", holders},
-                {"waiters", waiters},
-                {"generation", lock ? lock->generation : 0},
-                {"delay_until_ms", lock ? lock->delay_until_ms : 0}};
+    return object_of("name", name,
+                     "holders", std::move(holders),
+                     "waiters", std::move(waiters),
+                     "generation", lock ? lock->generation : 0,
+                     "delay_until_ms", lock ? lock->delay_until_ms : 0);
 }
 
 Json barrier_json(const std::string& name, const BarrierRecord& b)
@@ -804,7 +804,7 @@ Served HttpApi::get_kv(const CallPtr& call)
     const OpResult result = machine_->get(std::get<Get>(op));
     if (const auto* error = std::get_if<OpError>(&result)) return op_error(*error);
     answer_get(*call, std::get<GetResult>(result), prefix, encoding,
-               Json{{"stale", staleness_json(node_, machine_)}});
+               object_of("stale", staleness_json(node_, machine_)));
     return answering;
 }
 

@@ -93,9 +93,8 @@ Parsed<LockOp> finish(LockOp op, uint32_t max_message_bytes)
 
 Json error_body(const ApiError& error)
 {
-    return Json{{"code", error.code},
-                {"message", error.message},
-                {"details", error.details.is_null() ? Json::object() : error.details}};
+    return object_of("code", error.code, "message", error.message, "details",
+                     error.details.is_null() ? Json::object() : error.details);
 }
 
 std::string json_text(const Json& json)
@@ -290,8 +289,8 @@ Parsed<Sequencer> parse_sequencer(const Json& json, std::string_view field)
 
 Json sequencer_json(const Sequencer& s)
 {
-    return Json{{"lock", s.lock}, {"mode", lock_mode_name(s.mode)},
-                {"generation", s.generation}, {"session", s.session}};
+    return object_of("lock", s.lock, "mode", lock_mode_name(s.mode), "generation", s.generation,
+                     "session", s.session);
 }
 
 namespace {
@@ -552,8 +551,8 @@ ApiError op_error(const OpError& e)
 
 Json key_value_json(const KeyValue& kv, ValueEncoding encoding)
 {
-    Json json{{"key", kv.key}, {"create_revision", kv.create_revision},
-              {"mod_revision", kv.mod_revision}, {"version", kv.version}};
+    Json json = object_of("key", kv.key, "create_revision", kv.create_revision, "mod_revision",
+                          kv.mod_revision, "version", kv.version);
     put_value(json, kv.value, encoding);
     if (kv.session != 0) json["session"] = kv.session;
     return json;
@@ -565,58 +564,60 @@ Json result_json(const OpResult& result, ValueEncoding encoding)
         Overloaded{
             [](const OpError& e) { return error_body(op_error(e)); },
             [](const CreateSessionResult& r) {
-                return Json{{"session", r.session}, {"lease_epoch", r.lease_epoch},
-                            {"deadline_ms", r.deadline_ms}, {"revision", r.revision}};
+                return object_of("session", r.session, "lease_epoch", r.lease_epoch,
+                                 "deadline_ms", r.deadline_ms, "revision", r.revision);
             },
             [](const KeepAliveResult& r) {
-                return Json{{"lease_epoch", r.lease_epoch}, {"deadline_ms", r.deadline_ms},
-                            {"revision", r.revision}};
+                return object_of("lease_epoch", r.lease_epoch, "deadline_ms", r.deadline_ms,
+                                 "revision", r.revision);
             },
             [](const CloseSessionResult& r) {
-                return Json{{"closed", r.ended}, {"locks_released", r.locks_released},
-                            {"keys_deleted", r.keys_deleted}, {"revision", r.revision}};
+                return object_of("closed", r.ended, "locks_released", r.locks_released,
+                                 "keys_deleted", r.keys_deleted, "revision", r.revision);
             },
             [](const ExpireSessionResult& r) {
-                return Json{{"ended", r.ended}, {"locks_released", r.locks_released},
-                            {"keys_deleted", r.keys_deleted}, {"revision", r.revision}};
+                return object_of("ended", r.ended, "locks_released", r.locks_released,
+                                 "keys_deleted", r.keys_deleted, "revision", r.revision);
             },
             [](const AcquireResult& r) {
                 if (r.status == AcquireStatus::granted)
-                    return Json{{"granted", true}, {"sequencer", sequencer_json(r.sequencer)},
-                                {"revision", r.revision}};
-                return Json{{"granted", false}, {"deadline_ms", r.deadline_ms},
-                            {"position", r.position}, {"revision", r.revision}};
+                    return object_of("granted", true, "sequencer", sequencer_json(r.sequencer),
+                                     "revision", r.revision);
+                return object_of("granted", false, "deadline_ms", r.deadline_ms, "position",
+                                 r.position, "revision", r.revision);
             },
             [](const ReleaseResult& r) {
-                return Json{{"released", r.released}, {"wait_withdrawn", r.wait_withdrawn},
-                            {"granted", r.granted}, {"revision", r.revision}};
+                return object_of("released", r.released, "wait_withdrawn", r.wait_withdrawn,
+                                 "granted", r.granted, "revision", r.revision);
             },
             [](const CheckSequencerResult& r) {
-                return Json{{"valid", r.valid}, {"revision", r.revision}};
+                return object_of("valid", r.valid, "revision", r.revision);
             },
             [](const PutResult& r) {
-                return Json{{"revision", r.revision}, {"prev_mod_revision", r.prev_mod_revision},
-                            {"create_revision", r.create_revision}, {"version", r.version}};
+                return object_of("revision", r.revision, "prev_mod_revision",
+                                 r.prev_mod_revision, "create_revision", r.create_revision,
+                                 "version", r.version);
             },
             [](const DeleteResult& r) {
-                return Json{{"deleted", r.deleted}, {"revision", r.revision}};
+                return object_of("deleted", r.deleted, "revision", r.revision);
             },
             [&](const GetResult& r) {
                 Json kvs = Json::array();
                 for (const KeyValue& kv : r.kvs) kvs.push_back(key_value_json(kv, encoding));
-                return Json{{"kvs", kvs}, {"more", r.more}, {"revision", r.revision}};
+                return object_of("kvs", std::move(kvs), "more", r.more, "revision",
+                                 r.revision);
             },
             [](const BarrierEnterResult& r) {
-                return Json{{"passed", r.status == BarrierStatus::passed},
-                            {"deadline_ms", r.deadline_ms}, {"revision", r.revision}};
+                return object_of("passed", r.status == BarrierStatus::passed, "deadline_ms",
+                                 r.deadline_ms, "revision", r.revision);
             },
             [](const BarrierLeaveResult& r) {
-                return Json{{"passed", r.status == BarrierStatus::passed},
-                            {"deadline_ms", r.deadline_ms}, {"revision", r.revision}};
+                return object_of("passed", r.status == BarrierStatus::passed, "deadline_ms",
+                                 r.deadline_ms, "revision", r.revision);
             },
-            [](const ExpireWaitersResult& r) { return Json{{"revision", r.revision}}; },
+            [](const ExpireWaitersResult& r) { return object_of("revision", r.revision); },
             [](const AuthResult& r) {
-                return Json{{"auth_revision", r.auth_revision}, {"revision", r.revision}};
+                return object_of("auth_revision", r.auth_revision, "revision", r.revision);
             },
         },
         result);
@@ -624,7 +625,7 @@ Json result_json(const OpResult& result, ValueEncoding encoding)
 
 Json event_json(const WatchEvent& e, ValueEncoding encoding)
 {
-    Json json{{"revision", e.revision}, {"type", event_type_name(e.type)}, {"key", e.key}};
+    Json json = object_of("revision", e.revision, "type", event_type_name(e.type), "key", e.key);
     switch (event_space(e.type)) {
     case EventSpace::kv:
         if (e.type == EventType::put) put_value(json, e.value, encoding);
@@ -680,12 +681,12 @@ std::optional<std::variant<Json, ApiError>> wait_outcome(WaitKind kind, SessionI
     switch (kind) {
     case WaitKind::lock:
         if (e.type == EventType::lock_grant)
-            return Outcome{Json{{"granted", true},
-                                {"sequencer", sequencer_json(Sequencer{.lock = e.key,
-                                                                       .mode = e.mode,
-                                                                       .generation = e.generation,
-                                                                       .session = session})},
-                                {"revision", e.revision}}};
+            return Outcome{object_of("granted", true, "sequencer",
+                                     sequencer_json(Sequencer{.lock = e.key,
+                                                              .mode = e.mode,
+                                                              .generation = e.generation,
+                                                              .session = session}),
+                                     "revision", e.revision)};
         if (e.type == EventType::lock_timeout) return Outcome{timed_out(kind)};
         if (e.type == EventType::lock_cancel) return Outcome{cancelled(e)};
         return std::nullopt;
@@ -694,7 +695,7 @@ std::optional<std::variant<Json, ApiError>> wait_outcome(WaitKind kind, SessionI
         const EventType passed = kind == WaitKind::barrier_enter ? EventType::barrier_release
                                                                  : EventType::barrier_done;
         if (e.type == passed)
-            return Outcome{Json{{"passed", true}, {"revision", e.revision}}};
+            return Outcome{object_of("passed", true, "revision", e.revision)};
         if (e.type == EventType::barrier_timeout) return Outcome{timed_out(kind)};
         if (e.type == EventType::barrier_cancel) return Outcome{cancelled(e)};
         return std::nullopt;

@@ -27,6 +27,24 @@ namespace voltlock::api {
 
 using Json = nlohmann::json;
 
+// A JSON object made field by field: object_of("revision", 7, "granted", true). On the answer
+// path in place of Json{{"revision", 7}, {"granted", true}}, which builds a two-element array
+// per field and then moves it apart: object_of takes half the time (docs/frontend.md).
+inline void add_fields(Json&) {}
+template <typename Value, typename... Rest>
+void add_fields(Json& json, const char* name, Value&& value, Rest&&... rest)
+{
+    json.emplace(name, std::forward<Value>(value));
+    add_fields(json, std::forward<Rest>(rest)...);
+}
+template <typename... Fields>
+Json object_of(Fields&&... fields)
+{
+    Json json = Json::object();
+    add_fields(json, std::forward<Fields>(fields)...);
+    return json;
+}
+
 // What an HTTP client sees when something fails: {"code", "message", "details"} and a status.
 struct ApiError {
     int status = 400;
