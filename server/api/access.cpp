@@ -137,8 +137,8 @@ Result<Identity> Access::identify(const Call& call, const AuthTables& tables) co
     if (const auto authorization = call.header("Authorization")) {
         constexpr std::string_view scheme = "Bearer ";
         if (authorization->size() <= scheme.size() ||
-            !std::equal(scheme.begin(), scheme.end(), authorization->begin(),
-                        [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
+            !equal_ignoring_case(std::string_view(*authorization).substr(0, scheme.size()),
+                                 scheme))
             return Error{0, "the Authorization header is not `Bearer <token>`"};
         const TokenHash presented = sha256(std::string_view(*authorization).substr(scheme.size()));
         const AuthUser* matched = nullptr;

@@ -167,10 +167,18 @@ struct StreamReader {
     std::shared_ptr<Exchange> exchange;
 };
 
+bool equal_ignoring_case(std::string_view a, std::string_view b)
+{
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) ==
+                      std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
 void HttpResponse::set_header(std::string name, std::string value)
 {
     for (auto& [n, v] : headers)
-        if (lower(n) == lower(name)) {
+        if (equal_ignoring_case(n, name)) {
             v = std::move(value);
             return;
         }
@@ -263,9 +271,8 @@ Stream::Read Stream::take(char* out, size_t max, size_t& taken)
 
 std::optional<std::string> Exchange::header(std::string_view name) const
 {
-    const std::string wanted = lower(name);
     for (const auto& [n, value] : headers)
-        if (n == wanted) return value;
+        if (equal_ignoring_case(n, name)) return value;
     return std::nullopt;
 }
 

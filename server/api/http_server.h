@@ -72,6 +72,10 @@ struct HttpTls {
     bool on() const { return !cert_file.empty(); }
 };
 
+// Whether two ASCII strings are equal with case ignored: header names (RFC 9110 5.1), the
+// Authorization scheme. Compares in place, with no lower-cased copies.
+bool equal_ignoring_case(std::string_view a, std::string_view b);
+
 struct HttpResponse {
     int status = 200;
     std::string content_type = "application/json";

@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 
 namespace voltlock::api {
@@ -14,20 +13,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-bool same_name(std::string_view a, std::string_view b)
-{
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) ==
-                      std::tolower(static_cast<unsigned char>(y));
-           });
-}
-
 }  // namespace
 
 std::optional<std::string> response_header(const HttpResponse& response, std::string_view name)
 {
     for (const auto& [n, value] : response.headers)
-        if (same_name(n, name)) return value;
+        if (equal_ignoring_case(n, name)) return value;
     return std::nullopt;
 }
 
