@@ -4,6 +4,8 @@
 //   op encode/decode:      a Put with a sequencer and prev_revision
 //   result encode/decode:  a GetResult of 10 keys
 //   snapshot/restore/digest: a LockMachine of --keys keys (32-byte keys, 64-byte values)
+//   API JSON (the HTTP layer's codec, api/translate.h): an acquire's body parsed into its op,
+//   and the answers to a granted acquire and to that get, each made and written as text
 //
 //   vl_codec_bench [--keys N]   (default 200000)
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <string>
 
+#include "api/translate.h"
 #include "core/lock_machine.h"
 #include "core/lock_ops.h"
 #include "core/message.h"
@@ -39,6 +42,8 @@ double ns_per_call(size_t calls, Body body)
 // Keeps a result alive so the optimizer does not drop the work.
 volatile size_t sink;
 
+void row(const char* name, double ns) { std::printf("%-28s %10.1f\n", name, ns); }
+
 // Snapshot, restore and digest of a lock machine of `keys` keys; whether the restored machine
 // has the same digest.
 bool bench_snapshot(size_t keys)
@@ -61,6 +66,27 @@ bool bench_snapshot(size_t keys)
     std::printf("%-28s %10.1f ms\n", "lock machine restore", restore_ns / 1e6);
     std::printf("%-28s %10.1f ms\n", "lock machine state_digest", digest_ns / 1e6);
     return restored.state_digest() == machine.state_digest();
+}
+
+// The HTTP layer's JSON: an acquire's body into its op; a granted acquire's and a get's answer
+// made and written as text.
+void bench_api_json(const OpResult& get_result)
+{
+    const std::string acquire_body = R"({"session": 77, "mode": "exclusive", "wait_ms": 0})";
+    const OpResult granted = AcquireResult{
+        .revision = 100,
+        .status = AcquireStatus::granted,
+        .sequencer = Sequencer{.lock = "db/primary", .generation = 9, .session = 77}};
+    using api::ValueEncoding;
+    row("API acquire body -> op", ns_per_call(500'000, [&] {
+            sink = api::acquire_op("db/primary", acquire_body, VL_MAX_MESSAGE_BYTES).ok();
+        }));
+    row("API acquire answer", ns_per_call(500'000, [&] {
+            sink = api::json_text(api::result_json(granted, ValueEncoding::automatic)).size();
+        }));
+    row("API get answer (10 keys)", ns_per_call(200'000, [&] {
+            sink = api::json_text(api::result_json(get_result, ValueEncoding::automatic)).size();
+        }));
 }
 
 }  // namespace
@@ -105,7 +131,6 @@ int main(int argc, char** argv)
     const Bytes encoded_get = encode_result(get_result);
 
     std::printf("%-28s %10s\n", "codec", "ns/call");
-    const auto row = [](const char* name, double ns) { std::printf("%-28s %10.1f\n", name, ns); };
     row("prepare encode", ns_per_call(200'000, [&] {
             sink = encode(prepare_message, wire, 0, buffer);
         }));
@@ -126,6 +151,7 @@ int main(int argc, char** argv)
     row("get result decode (10 keys)", ns_per_call(500'000, [&] {
             sink = decode_result(encoded_get).ok();
         }));
+    bench_api_json(get_result);
 
     return bench_snapshot(keys) ? 0 : 1;
 }
