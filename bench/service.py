@@ -76,13 +76,37 @@ def wait_until(condition, timeout: float, what: str):
 
 
 def cpu_seconds(pids) -> float:
-    """utime + stime of these processes, all their threads."""
+    """utime + stime of these processes, all their threads, and of the children they reaped
+    (voltlockd encodes its snapshots in a forked child)."""
     total = 0.0
     for pid in pids:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total += sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+def busy_cpus(seconds: float) -> float:
+    """How many CPUs' worth of time the whole machine spent busy over the next `seconds`."""
+    def sample():
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]  # all, idle + iowait
+    total_before, idle_before = sample()
+    time.sleep(seconds)
+    total_after, idle_after = sample()
+    total = max(total_after - total_before, 1)
+    return (os.cpu_count() or 1) * (1 - (idle_after - idle_before) / total)
+
+
+def wait_for_quiet(timeout: float = 10.0) -> float:
+    """Waits (at most `timeout`) until the machine is nearly idle: a point must not pay for the
+    work the one before it left behind (a cell's snapshots, etcd's compaction). Returns how
+    long it waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout and busy_cpus(0.25) > 0.15:
+        pass
+    return round(time.monotonic() - started, 2)
 
 
 def stop_processes(procs) -> None:
@@ -127,6 +151,7 @@ class System:
                 lock_name: str) -> dict:
         argv = self.load_argv(workload, self.targets(at), clients, seconds, lock_name)
         leader_pid = [self.pids[self.leader]]
+        settled_s = wait_for_quiet()
         cpu_before, leader_before = cpu_seconds(self.pids), cpu_seconds(leader_pid)
         done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
         cpu = cpu_seconds(self.pids) - cpu_before
@@ -134,6 +159,7 @@ class System:
         if done.returncode != 0:
             return {"error": (done.stderr.strip() or done.stdout.strip())[-300:]}
         point = json.loads(done.stdout)
+        point["settled_s"] = settled_s  # waited for a quiet machine first
         if point["ops"]:  # CPU of all members per op (their setup included), and the leader's
             point["cpu_us_per_op"] = round(cpu * 1e6 / point["ops"], 1)
             point["leader_cpu_us_per_op"] = round(leader_cpu * 1e6 / point["ops"], 1)
@@ -478,7 +504,8 @@ def main() -> int:
                         help="http_io_threads of the Voltlock cells, a list (0: HTTP on the "
                              "replica's loop); a cell whose value is not voltlockd's default is "
                              "named with -ioN")
-    parser.add_argument("--old", help="another voltlockd to measure side by side (main's)")
+    parser.add_argument("--old", help="another voltlockd to measure side by side (main's): "
+                        "in network namespaces with Electrode off, beside voltlock-off")
     parser.add_argument("--no-etcd", action="store_true")
     parser.add_argument("--no-zookeeper", action="store_true")
     parser.add_argument("--no-replication", action="store_true",
@@ -513,6 +540,10 @@ def main() -> int:
     if "loopback" in networks and len(io_threads) > 1:
         parser.error("a loopback cell's ports are fixed, so --network loopback takes one "
                      "--io-threads value (--network netns for more)")
+    if args.old and ("netns" not in networks or "off" not in modes):
+        parser.error("--old runs in network namespaces with Electrode off (a loopback cell's "
+                     "ports are fixed, so it cannot sit beside voltlock-off-lo): compare it "
+                     "with --network netns --electrode off")
     if os.geteuid() != 0:
         parser.error("needs root (network namespaces): sudo .venv/bin/python bench/service.py")
     if not os.path.exists(HTTP_LOAD):
