@@ -68,7 +68,8 @@ def cell_once() -> Iterator[SdkCell]:
     if not voltlockd_available():
         pytest.skip(f"voltlockd is not built ({voltlockd_path()} missing; set VOLTLOCKD)")
     # A small stream buffer (1 MiB by default), so that a watch that stops reading is cut soon.
-    with SdkCell(replicas=3, name=unique_name("py"),
+    # VOLTLOCK_SDK_CELL_PREFIX: a prefix of its own for the cell's name (runs beside others').
+    with SdkCell(replicas=3, name=unique_name(os.environ.get("VOLTLOCK_SDK_CELL_PREFIX", "py")),
                  config_extra={"http_stream_buffer_bytes": STREAM_BUFFER_BYTES}) as c:
         yield c
 

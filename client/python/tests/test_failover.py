@@ -88,7 +88,9 @@ def test_a_session_cut_off_is_lost_and_its_sequencer_is_fenced(cell):
     with pytest.raises(voltlock.SessionExpired):
         with s.lock(name, on_lost=lock_lost.append) as seq:
             cut_off.put(key, "held", sequencer=seq)
-            cell.partition(follower)
+            # The client learned the other replicas from the cell: cut it off from all of them.
+            for replica in cell.replicas:
+                cell.partition(replica["index"], peers=["client"])
             cut_at = time.monotonic()
             wait_until(lambda: not seq.valid, 5, "the sequencer to stop being valid")
             # At most the TTL after the last renewal sent (which was before the cut), with
@@ -98,6 +100,7 @@ def test_a_session_cut_off_is_lost_and_its_sequencer_is_fenced(cell):
     assert lock_lost == [seq] and s.lost.is_set() and s.state == voltlock.LOST
     with pytest.raises(voltlock.SessionExpired):
         s.lock(name).acquire()
+    cell.heal()
     # The cell ended the session too (without keepalives its lease ran out): the old
     # sequencer no longer fences anything.
     wait_until(lambda: not outside.check(seq), 10, "the cell to expire the session")
@@ -148,4 +151,43 @@ def test_a_stopped_leader_is_left_behind_and_the_session_survives(cell):
             assert client.check(seq) and client.get(key).value == "during"
         finally:
             os.kill(pid, signal.SIGCONT)
+    client.close()
+
+
+def test_a_wait_at_a_replica_cut_off_from_the_client_gets_its_grant_within_seconds(cell):
+    """The cell grants the lock to a waiter whose replica can no longer reach it: the silent
+    connection is given up within seconds (its probes unanswered) and the same request, asked
+    again at another replica, finds the grant, the waiter's place in line kept."""
+    name = fresh("waitcut")
+    holder_client = voltlock.Client(cell.urls(), attempt_timeout=1)
+    waiter_client = voltlock.Client(cell.urls())
+    with holder_client.session(ttl=5) as holder, waiter_client.session(ttl=5) as waiter:
+        held = holder.lock(name)
+        held.acquire(0)
+        waiting = waiter_client._protocol.router.current()  # the leader, after the hint
+        got: List[voltlock.Sequencer] = []
+        thread = threading.Thread(target=lambda: got.append(waiter.lock(name).acquire(40)))
+        thread.start()
+        wait_until(lambda: holder_client.lock_info(name)["waiters"], 5, "the wait to start")
+        cut = next(r["index"] for r in cell.replicas if r["http"] == waiting.url)
+        cell.partition(cut, peers=["client"])
+        held.release()
+        released = time.monotonic()
+        thread.join(15)
+        assert got, "the waiter did not learn of its grant"
+        assert time.monotonic() - released < 8  # was the wait + 8 s (48 s)
+        assert got[0].valid and holder_client.check(got[0])
+        assert [h["session"] for h in holder_client.lock_info(name)["holders"]] == [waiter.id]
+    holder_client.close()
+    waiter_client.close()
+
+
+def test_a_client_given_one_replica_fails_over_to_the_replicas_it_learned(cell):
+    follower = next(r["index"] for r in cell.replicas if r["index"] != cell.leader)
+    client = voltlock.Client(cell.urls(follower), timeout=10)
+    key = fresh("one")
+    client.put(key, "1")
+    assert len(client._protocol.router.endpoints) == 3
+    cell.kill(follower)
+    assert client.put(key, "2") > 0 and client.get(key).value == "2"
     client.close()

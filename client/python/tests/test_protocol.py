@@ -59,9 +59,17 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+CLUSTER = {"members": [{"replica": i, "ip": f"10.0.0.{i + 1}", "http_port": 7480, "role": "x"}
+                       for i in range(3)]}
+
+
 @pytest.fixture
 def proto(clock: FakeClock) -> p.Protocol:
-    return p.Protocol(EPS, timeout=5.0, clock=clock, rng=random.Random(7))
+    """A client of EPS that has read the member list already (the cell's are EPS)."""
+    made = p.Protocol(EPS, timeout=5.0, clock=clock, rng=random.Random(7))
+    assert made.router.take_member_question()
+    made.router.learn_members(CLUSTER)
+    return made
 
 
 def headers_of(attempt: p.Attempt) -> dict:
@@ -156,20 +164,44 @@ def test_errors_map_to_their_class_with_code_message_and_details(proto, clock):
                                                             {"generation": 4}, status)
 
 
-def test_a_leader_hint_is_followed_once_the_member_list_is_known(proto, clock):
-    cluster = {"members": [{"replica": i, "ip": f"10.0.0.{i + 1}", "http_port": 7480,
-                            "role": "x"} for i in range(3)]}
+def test_a_leader_hint_is_followed_once_the_member_list_is_known(clock):
+    proto = p.Protocol(EPS, clock=clock, token="t0k")
     attempts: List[p.Attempt] = []
 
     def cell(a: p.Attempt) -> p.Reply:
         if a.target == "/v1/cluster":
-            return reply(200, cluster)
+            return reply(200, CLUSTER)
         return reply(200, {"valid": True}, x_voltlock_leader="2")
     assert drive(proto.check(voltlock.Sequencer("l", "shared", 3, 1), None), cell, clock,
                  attempts) is True
     assert [a.target for a in attempts] == ["/v1/sequencers:check", "/v1/cluster"]
+    assert headers_of(attempts[1])["Authorization"] == "Bearer t0k"
     drive(proto.check(voltlock.Sequencer("l", "shared", 3, 1), None), cell, clock, attempts)
     assert attempts[-1].endpoint.url == EPS[2]
+    assert [a.target for a in attempts].count("/v1/cluster") == 1
+
+
+def test_a_client_given_one_replica_learns_the_others_and_fails_over_to_them(clock):
+    """The member list is read after the first answer, whoever gave it (a leader names no
+    leader), and the replicas the client was not given join its list."""
+    proto = p.Protocol(EPS[1:2], clock=clock)
+    attempts: List[p.Attempt] = []
+    alive = {EPS[1]}
+
+    def cell(a: p.Attempt) -> p.Outcome:
+        if a.endpoint.url not in alive:
+            return p.Failure("connect: ConnectionRefusedError")
+        if a.target == "/v1/cluster":
+            return reply(200, CLUSTER)
+        return reply(200, {"valid": True})
+    check = lambda: proto.check(voltlock.Sequencer("l", "shared", 3, 1), None)
+    drive(check(), cell, clock, attempts)
+    assert [a.target for a in attempts] == ["/v1/sequencers:check", "/v1/cluster"]
+    assert [e.url for e in proto.router.endpoints] == [EPS[1], EPS[0], EPS[2]]
+    alive = {EPS[2]}  # the one replica given died; the other two are up
+    attempts.clear()
+    assert drive(check(), cell, clock, attempts) is True
+    assert [a.endpoint.url for a in attempts] == [EPS[1], EPS[0], EPS[2]]
 
 
 def test_a_lock_wait_asks_again_in_server_sized_steps(proto, clock):
@@ -231,6 +263,15 @@ def test_a_bounded_wait_ends_in_wait_timed_out_and_zero_tries_once(proto, clock)
     (lambda pr: pr.delete("k", prefix=True, prev_revision=3, sequencer=None, timeout=None),
      ValueError),
     (lambda pr: pr.get("k", -1), ValueError),
+    (lambda pr: pr.get("k", 0), ValueError),  # a call's timeout: 0 would never try
+    (lambda pr: pr.put("k", "a\udc80b", prev_revision=None, sequencer=None, session=None,
+                       timeout=None), ValueError),  # a lone surrogate: not text
+    (lambda pr: pr.put("a\udc80b", "v", prev_revision=None, sequencer=None, session=None,
+                       timeout=None), ValueError),
+    (lambda pr: pr.create_token("u", 0.5, None), ValueError),
+    (lambda pr: pr.create_token("u", 1.5, None), ValueError),
+    (lambda pr: pr.delete("k", prefix="no", prev_revision=None, sequencer=None, timeout=None),
+     TypeError),
 ])
 def test_bad_arguments_raise_before_anything_is_sent(proto, clock, make, exc):
     sent: List[p.Attempt] = []
@@ -239,12 +280,49 @@ def test_bad_arguments_raise_before_anything_is_sent(proto, clock, make, exc):
     assert sent == []
 
 
+def test_a_body_over_the_cells_request_limit_raises_too_large_before_sending(proto, clock):
+    sent: List[p.Attempt] = []
+    with pytest.raises(voltlock.TooLarge) as raised:
+        drive(proto.put("k", "x" * p.MAX_REQUEST_BODY_BYTES, prev_revision=None,
+                        sequencer=None, session=None, timeout=None),
+              lambda a: pytest.fail("nothing may be sent"), clock, sent)
+    assert sent == [] and raised.value.status == 413
+    assert raised.value.details["limit_bytes"] == 1 << 20
+    assert "may still apply" not in str(raised.value)
+    # The identity the call would have used was not taken: the next write gets the first number.
+    drive(proto.put("k", "v", prev_revision=None, sequencer=None, session=None, timeout=None),
+          lambda a: reply(200, {"revision": 1}), clock, sent)
+    assert headers_of(sent[0])["X-Voltlock-Request-Number"] == "1"
+
+
+def test_only_a_wait_asks_for_its_connection_to_be_probed(proto, clock):
+    attempts: List[p.Attempt] = []
+    grant = reply(200, {"granted": True, "revision": 5, "sequencer": {
+        "lock": "a", "mode": "exclusive", "generation": 3, "session": 2}})
+    drive(proto.acquire("a", 2, False, 40, None), lambda a: grant, clock, attempts)
+    drive(proto.acquire("a", 2, False, 0, None), lambda a: grant, clock, attempts)
+    drive(proto.release("a", 2, None), lambda a: reply(200, {}), clock, attempts)
+    assert [a.held for a in attempts] == [True, True, False]
+
+
+def test_a_tls_failure_that_no_retry_cures_is_raised_at_once(proto, clock):
+    attempts: List[p.Attempt] = []
+    unverified = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    with pytest.raises(ssl.SSLCertVerificationError, match="cacert"):
+        drive(proto.get("k", None),
+              lambda a: p.connect_failure(a.endpoint, unverified), clock, attempts)
+    assert len(attempts) == 1
+    refused = p.connect_failure(proto.router.current(), ConnectionRefusedError(111, "refused"))
+    assert refused.permanent is None
+
+
 def test_bad_endpoints_and_settings_are_refused():
     for bad in ([], ["ftp://x:1"], ["http://x:1/path"], ["http://x:notaport"], [5]):
         with pytest.raises((ValueError, TypeError)):
             p.Protocol(bad)
-    with pytest.raises(ValueError):
-        p.Protocol(EPS, timeout=0)
+    for setting in ("timeout", "connect_timeout", "attempt_timeout"):
+        with pytest.raises(ValueError, match=setting):
+            p.Protocol(EPS, **{setting: 0})
     assert [e.url for e in p.Router("10.0.0.1:1, http://10.0.0.2:2").endpoints] == [
         "http://10.0.0.1:1", "http://10.0.0.2:2"]
     secure = p.Router("https://10.0.0.1:1, https://10.0.0.2").endpoints
@@ -476,6 +554,29 @@ def test_a_grant_that_comes_while_the_lease_is_suspended_waits_for_a_keepalive(c
     assert lock.sequencer is None
 
 
+def test_lock_objects_of_one_session_for_one_name_see_one_grant(clock):
+    """The cell gives a session one grant per lock: acquiring it again returns that grant, and
+    one release ends it, whichever lock object asked."""
+    told: List[str] = []
+    core = p.SessionCore(10, None, clock, lambda: None)
+    core.opened(3, clock.now)
+    grant = {"lock": "n", "mode": "exclusive", "generation": 8, "session": 3}
+    outer = p.LockCore(core, "n", shared=False, timeout=None, on_lost=lambda s: told.append("o"))
+    inner = p.LockCore(core, "n", shared=False, timeout=None, on_lost=lambda s: told.append("i"))
+    other = p.LockCore(core, "m", shared=False, timeout=None, on_lost=None)
+    outer_seq, inner_seq = outer.granted(grant), inner.granted(grant)
+    other.granted({**grant, "lock": "m", "generation": 9})
+    assert inner.releasing()  # the cell is asked
+    assert not outer_seq.valid and not inner_seq.valid and outer.sequencer is None
+    assert not outer.releasing()  # nothing left to release
+    assert outer.lost_while_held() is None  # released by its own session: nothing was lost
+    assert other.sequencer is not None and other.sequencer.valid
+    outer.granted({**grant, "generation": 10})
+    inner.granted({**grant, "generation": 10})
+    core.lose("expired")
+    assert told == ["o", "i"]
+
+
 def test_a_closed_session_tells_the_locks_it_held_but_not_its_callbacks(clock):
     told: List[str] = []
     core = p.SessionCore(10, None, clock, lambda: told.append("announce"))
@@ -487,6 +588,13 @@ def test_a_closed_session_tells_the_locks_it_held_but_not_its_callbacks(clock):
     held.granted({"lock": "a", "mode": "shared", "generation": 1, "session": 3})
     released.granted({"lock": "b", "mode": "shared", "generation": 2, "session": 3})
     assert released.releasing()  # the cell is asked to release it
-    core.lose("closed", closed=True)
-    assert told == ["announce", "a"]
+    core.close()
+    # A clean close is not a loss: nothing announced (no `lost` event), no session callback.
+    assert told == ["a"]
+    assert core.state() == p.CLOSED and core.ended() and not core.lost()
+    with pytest.raises(voltlock.SessionExpired, match="closed"):
+        core.check_usable()
+    core.on_lost(lambda: told.append("late callback"))
+    core.lose("a keepalive that was on its way")
+    assert told == ["a"] and core.state() == p.CLOSED
     assert core.expired(voltlock.UnknownSession("gone")).code == "unknown_session"

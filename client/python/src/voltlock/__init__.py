@@ -9,15 +9,15 @@
 
 The asyncio twin is :mod:`voltlock.aio`, with the same names.
 """
-from ._protocol import CONNECTED, LOST, SUSPENDED
+from ._protocol import CLOSED, CONNECTED, LOST, SUSPENDED
 from ._sync import Barrier, Client, Election, Lock, Session, Watch
 from .errors import (BadJson, BadRequest, BarrierInUse, BarrierNotFound, BarrierNotReady,
                      CasMismatch, Compacted, Conflict, CountMismatch, Error, InvalidArgument,
                      KeyNotFound, LockBusy, ModeConflict, NotFound, NotHeld, NotLeader,
-                     NotLockService, NotMember, QuotaExceeded, RequestNumberReused,
-                     RequestNumberStale, SequencerInvalid, SessionExpired, TooLarge,
-                     Unavailable, UnknownField, UnknownSession, WaitOutcomeUnknown,
-                     WaitTimedOut, WaitWithdrawn)
+                     NotLockService, NotMember, PermissionDenied, QuotaExceeded,
+                     RequestNumberReused, RequestNumberStale, SequencerInvalid, SessionExpired,
+                     TooLarge, Unauthenticated, Unavailable, UnknownField, UnknownSession,
+                     WaitOutcomeUnknown, WaitTimedOut, WaitWithdrawn)
 from .models import EXCLUSIVE, SHARED, KeyValue, Sequencer, Value, WatchEvent
 
 __version__ = "0.1.0"
@@ -25,11 +25,12 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "Session", "Lock", "Barrier", "Election", "Watch",
     "KeyValue", "Sequencer", "WatchEvent", "Value", "EXCLUSIVE", "SHARED",
-    "CONNECTED", "SUSPENDED", "LOST",
+    "CONNECTED", "SUSPENDED", "LOST", "CLOSED",
     "Error", "BadRequest", "BadJson", "UnknownField", "InvalidArgument", "NotFound",
     "UnknownSession", "SessionExpired", "KeyNotFound", "BarrierNotFound", "WaitTimedOut",
     "Conflict", "CasMismatch", "SequencerInvalid", "LockBusy", "BarrierNotReady",
     "ModeConflict", "NotHeld", "NotMember", "CountMismatch", "BarrierInUse", "WaitWithdrawn",
     "RequestNumberReused", "RequestNumberStale", "Compacted", "TooLarge", "NotLockService",
-    "QuotaExceeded", "Unavailable", "NotLeader", "WaitOutcomeUnknown",
+    "QuotaExceeded", "Unauthenticated", "PermissionDenied", "Unavailable", "NotLeader",
+    "WaitOutcomeUnknown",
 ]

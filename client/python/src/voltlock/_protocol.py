@@ -16,6 +16,7 @@ import json
 import logging
 import random
 import re
+import ssl
 import threading
 import time
 import urllib.parse
@@ -36,19 +37,36 @@ MIN_TTL_MS, MAX_TTL_MS = 1_000, 86_400_000
 MAX_LOCK_DELAY_MS = 60_000
 MAX_WAIT_MS = 3_600_000  # one server-side wait; longer waits ask again
 MAX_BARRIER_COUNT = 1_024
+#: The cell answers a larger request body with 413 and closes the connection while it is still
+#: being sent: refused here instead, at once.
+MAX_REQUEST_BODY_BYTES = 1 << 20
 #: How long past its wait the cell may take to say how a wait ended (docs/api.md "Waits").
 WAIT_OUTCOME_MARGIN = 5.0
 #: The cell sends a comment every 10 s of quiet on a watch: silence beyond this is a dead stream.
 WATCH_READ_TIMEOUT = 25.0
+#: A wait is silent on purpose, for up to an hour. While it is held the transport has the kernel
+#: probe the connection (TCP keepalive) every this many seconds, and gives the connection up
+#: after HELD_PROBES probes in a row went unanswered: a replica cut off from the client is left
+#: within seconds, and the same request asked again at the next one finds the wait's outcome.
+HELD_PROBE_INTERVAL_S = 1
+HELD_PROBES = 3
 
 
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
 
 
+def utf8(text: str, what: str) -> bytes:
+    """`text` as UTF-8; ValueError for a str that has none (a lone surrogate)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} is not valid Unicode text ({e.reason} at index {e.start})")
+
+
 def check_name(name: object, what: str = "name", *, allow_empty: bool = False) -> str:
     if not isinstance(name, str):
         raise TypeError(f"{what} must be a str, not {type(name).__name__}")
-    size = len(name.encode("utf-8", "surrogatepass"))
+    size = len(utf8(name, what))
     if size == 0 and not allow_empty:
         raise ValueError(f"{what} must not be empty")
     if size > MAX_NAME_BYTES:
@@ -67,6 +85,12 @@ def check_int(value: object, what: str, low: int, high: Optional[int] = None) ->
     return value
 
 
+def check_bool(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be True or False, not {type(value).__name__}")
+    return value
+
+
 def check_seconds(value: object, what: str, *, allow_none: bool = False) -> Optional[float]:
     if value is None and allow_none:
         return None
@@ -75,6 +99,14 @@ def check_seconds(value: object, what: str, *, allow_none: bool = False) -> Opti
     if value < 0 or value != value:
         raise ValueError(f"{what} must be >= 0 seconds, not {value}")
     return float(value)
+
+
+def check_positive_seconds(value: object, what: str) -> float:
+    """A time that must pass before anything can happen (a call's, a connection's): > 0."""
+    seconds = check_seconds(value, what) or 0.0
+    if seconds <= 0:
+        raise ValueError(f"{what} must be > 0 seconds, not {value}")
+    return seconds
 
 
 def check_sequencer(seq: object) -> Sequencer:
@@ -87,6 +119,7 @@ def check_sequencer(seq: object) -> Sequencer:
 def value_fields(value: object) -> Dict[str, Any]:
     """The JSON fields carrying a value: text as it is, bytes as base64."""
     if isinstance(value, str):
+        utf8(value, "value")
         return {"value": value}
     if isinstance(value, (bytes, bytearray, memoryview)):
         import base64
@@ -140,7 +173,8 @@ class Endpoint:
 @dataclass(frozen=True)
 class Attempt:
     """Send this request to this replica and answer with a Reply or a Failure. With ``stream``
-    the driver hands the body over as it arrives (watches) instead of reading it whole."""
+    the driver hands the body over as it arrives (watches) instead of reading it whole. With
+    ``held`` (a wait) the driver probes the connection while it waits (HELD_PROBE_INTERVAL_S)."""
 
     endpoint: Endpoint
     method: str
@@ -150,6 +184,7 @@ class Attempt:
     connect_timeout: float
     read_timeout: float
     stream: bool = False
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,9 +208,32 @@ class Reply:
 
 @dataclass(frozen=True)
 class Failure:
-    """The attempt got no answer: no connection, a timeout, or a dropped connection."""
+    """The attempt got no answer: no connection, a timeout, or a dropped connection.
+    ``permanent``: what to raise instead of trying again, for a failure no retry can cure."""
 
     reason: str
+    permanent: Optional[Exception] = None
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def connect_failure(endpoint: Endpoint, error: Exception) -> Failure:
+    """A connection to `endpoint` that did not open. A replica whose TLS certificate does not
+    verify, or that does not speak TLS on an https:// endpoint, is a client's configuration
+    error: it fails the call at once (an ``ssl.SSLError``) rather than being retried."""
+    reason = f"connect: {describe(error)}"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return Failure(reason, ssl.SSLCertVerificationError(
+            f"{endpoint.url}: the replica's TLS certificate did not verify "
+            f"({error}): pass cacert= (the cell's CA certificate) or "
+            "set VOLTLOCK_CACERT"))
+    if isinstance(error, ssl.SSLError) and error.reason == "WRONG_VERSION_NUMBER":
+        return Failure(reason, ssl.SSLError(
+            f"{endpoint.url}: the replica does not answer in TLS ({error}): is the cell "
+            "without TLS? then its endpoints are http://"))
+    return Failure(reason)
 
 
 Step = Union[Attempt, Sleep]
@@ -196,8 +254,9 @@ def error_from_reply(reply: Reply) -> errors.Error:
 class Router:
     """The replicas and the one requests go to now. It sticks to a replica while it answers,
     moves to the next one on a failure or a 503, and to the leader when a reply names it
-    (``X-Voltlock-Leader: <index>``; the index is mapped to an address with the cell's member
-    list, read once from ``/v1/cluster``). Thread-safe."""
+    (``X-Voltlock-Leader: <index>``). The first answer makes it read the cell's member list
+    (``/v1/cluster``, once): the replicas it was not given join its list, so a client given one
+    replica still fails over, and a leader's index maps to an address. Thread-safe."""
 
     def __init__(self, endpoints: Sequence[str]) -> None:
         if isinstance(endpoints, str):
@@ -206,10 +265,10 @@ class Router:
         if not parsed:
             raise ValueError("no endpoints: pass a list of replicas' http://host:port "
                              "(or set VOLTLOCK_ENDPOINTS)")
+        # Only ever grows (learn_members), so an index into it stays valid.
         self.endpoints: Tuple[Endpoint, ...] = tuple(dict.fromkeys(parsed))
         self._current = 0
-        self._members: Optional[Dict[int, str]] = None
-        self._wants_members = False
+        self._members: Optional[Dict[int, Endpoint]] = None
         self._leader: Optional[int] = None
         self._mutex = threading.Lock()
 
@@ -230,37 +289,35 @@ class Router:
             return
         with self._mutex:
             self._leader = index
-            if self._members is None:
-                self._wants_members = len(self.endpoints) > 1
-                return
             self._go_to_leader()
 
     def _go_to_leader(self) -> None:
-        assert self._members is not None
-        url = self._members.get(self._leader) if self._leader is not None else None
-        for i, endpoint in enumerate(self.endpoints):
-            if endpoint.url == url:
-                self._current = i
+        leader = (self._members or {}).get(self._leader) if self._leader is not None else None
+        if leader is not None:
+            self._current = self.endpoints.index(leader)
 
     def take_member_question(self) -> bool:
-        """True once, when a leader hint came before the member list was known."""
+        """True once, for the first caller after the first answer: it is to read the member
+        list."""
         with self._mutex:
-            wanted, self._wants_members = self._wants_members, False
+            wanted = self._members is None
             if wanted:
-                self._members = self._members or {}
+                self._members = {}
             return wanted
 
     def learn_members(self, cluster: Any) -> None:
-        members: Dict[int, str] = {}
+        members: Dict[int, Endpoint] = {}
         # The cell lists addresses; they are reached as the endpoints given are (https or not).
         scheme = "https" if self.endpoints[0].tls else "http"
         for m in cluster.get("members", []) if isinstance(cluster, dict) else []:
             try:
                 members[int(m["replica"])] = Endpoint.parse(
-                    f"{scheme}://{m['ip']}:{m['http_port']}").url
+                    f"{scheme}://{m['ip']}:{m['http_port']}")
             except (KeyError, TypeError, ValueError):
                 continue
         with self._mutex:
+            self.endpoints += tuple(e for e in dict.fromkeys(members.values())
+                                    if e not in self.endpoints)
             self._members = members
             self._go_to_leader()
 
@@ -320,28 +377,31 @@ class Protocol:
         self.auth_headers: Tuple[Tuple[str, str], ...] = (
             (("Authorization", f"Bearer {token}"),) if token else ())
         self.identities = IdentityPool(rng)
-        self.timeout = check_seconds(timeout, "timeout") or 0.0
-        self.attempt_timeout = check_seconds(attempt_timeout, "attempt_timeout") or 0.0
-        if self.timeout <= 0 or self.attempt_timeout <= 0:
-            raise ValueError("timeout and attempt_timeout must be > 0 seconds")
-        self.connect_timeout = check_seconds(connect_timeout, "connect_timeout") or 0.0
+        self.timeout = check_positive_seconds(timeout, "timeout")
+        self.attempt_timeout = check_positive_seconds(attempt_timeout, "attempt_timeout")
+        self.connect_timeout = check_positive_seconds(connect_timeout, "connect_timeout")
         self.clock = clock
 
     def budget(self, timeout: Optional[float]) -> float:
-        chosen = check_seconds(timeout, "timeout", allow_none=True)
-        return self.timeout if chosen is None else chosen
+        """A call's time: `timeout`, or the client's when None."""
+        return self.timeout if timeout is None else check_positive_seconds(timeout, "timeout")
 
     def exchange(self, call: Call) -> Plan[Any]:
         """Runs one call to an answer: the JSON body of a 2xx, or the error it maps to.
         A failure or a 503 moves to the next replica and tries again (a write with the same
         idempotency pair, so it applies at most once) until the budget is spent."""
         deadline = self.clock() + call.budget
-        identity = self.identities.take() if call.write else None
         headers: List[Tuple[str, str]] = [("Accept", "application/json"), *self.auth_headers]
         body = None
         if call.body is not None:
             body = json.dumps(call.body, separators=(",", ":")).encode("utf-8")
+            if len(body) > MAX_REQUEST_BODY_BYTES:
+                raise errors.TooLarge(
+                    f"the request body is {len(body):,} bytes; at most "
+                    f"{MAX_REQUEST_BODY_BYTES:,} (docs/api.md, Limits)", status=413,
+                    details={"limit_bytes": MAX_REQUEST_BODY_BYTES, "size_bytes": len(body)})
             headers.append(("Content-Type", "application/json"))
+        identity = self.identities.take() if call.write else None
         if identity is not None:
             headers += [("X-Voltlock-Client-Id", str(identity[0])),
                         ("X-Voltlock-Request-Number", str(identity[1]))]
@@ -363,7 +423,8 @@ class Protocol:
                     connect_timeout=min(self.connect_timeout, remaining),
                     # A replica that says nothing for this long (stopped, cut off, or
                     # retrying a view change) is left for the next one, with the same pair.
-                    read_timeout=min(remaining, self.attempt_timeout + call.hold))
+                    read_timeout=min(remaining, self.attempt_timeout + call.hold),
+                    held=call.hold > 0)
                 if isinstance(outcome, Reply) and outcome.status != 503:
                     leader = outcome.headers.get("x-voltlock-leader")
                     if leader is not None:
@@ -375,6 +436,8 @@ class Protocol:
                     raise error_from_reply(outcome)
                 if isinstance(outcome, Reply):
                     last_problem = f"{endpoint.url}: {error_from_reply(outcome)}"
+                elif outcome is not None and outcome.permanent is not None:
+                    raise outcome.permanent
                 else:
                     last_problem = f"{endpoint.url}: {outcome.reason if outcome else '?'}"
                 self.router.failed(endpoint)
@@ -389,8 +452,9 @@ class Protocol:
 
     def _learn_members(self, endpoint: Endpoint, deadline: float) -> Plan[None]:
         remaining = max(0.1, min(2.0, deadline - self.clock()))
-        outcome = yield Attempt(endpoint, "GET", "/v1/cluster", (("Accept", "application/json"),),
-                                None, min(self.connect_timeout, remaining), remaining)
+        outcome = yield Attempt(endpoint, "GET", "/v1/cluster",
+                                (("Accept", "application/json"), *self.auth_headers), None,
+                                min(self.connect_timeout, remaining), remaining)
         if isinstance(outcome, Reply) and outcome.status == 200:
             try:
                 self.router.learn_members(json.loads(outcome.body))
@@ -406,7 +470,7 @@ class Protocol:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, not {type(name).__name__}")
         if name:
-            if len(name.encode("utf-8", "surrogatepass")) > MAX_SESSION_NAME_BYTES:
+            if len(utf8(name, "session name")) > MAX_SESSION_NAME_BYTES:
                 raise ValueError(f"session name is longer than {MAX_SESSION_NAME_BYTES} bytes")
             body["name"] = check_name(name, "session name")  # type: ignore[assignment]
         answer = yield from self.exchange(Call("POST", "/v1/sessions", body=body, write=True,
@@ -446,7 +510,10 @@ class Protocol:
                      timeout: Optional[float]) -> Plan[Dict[str, Any]]:
         body: Dict[str, Any] = {"user": user}
         if ttl is not None:
-            body["ttl_s"] = check_int(int(ttl), "ttl", 1)
+            seconds = check_seconds(ttl, "ttl") or 0.0
+            if seconds < 1 or not seconds.is_integer():
+                raise ValueError(f"ttl is {ttl} s; it must be a whole number of seconds, >= 1")
+            body["ttl_s"] = int(seconds)
         return (yield from self.auth_write("POST", "/v1/auth/tokens", body, timeout))
 
     # --- locks ----------------------------------------------------------------------------------
@@ -515,7 +582,7 @@ class Protocol:
             stale: bool = False) -> Plan[Tuple[Optional[KeyValue], int]]:
         """The key (None if absent) and the revision the answer is at."""
         check_name(key, "key")
-        query = {"stale": "true"} if stale else None
+        query = {"stale": "true"} if check_bool(stale, "stale") else None
         try:
             answer = yield from self.exchange(Call("GET", f"/v1/kv/{quote_name(key)}",
                                                    query=query, budget=self.budget(timeout)))
@@ -527,7 +594,7 @@ class Protocol:
                sequencer: Optional[Sequencer], timeout: Optional[float]) -> Plan[int]:
         check_name(key, "key", allow_empty=prefix)
         query: Dict[str, str] = {}
-        if prefix:
+        if check_bool(prefix, "prefix"):
             if prev_revision is not None:
                 raise ValueError("prev_revision cannot be combined with a prefix delete")
             query["prefix"] = "true"
@@ -603,7 +670,7 @@ class PrefixPager:
 
 # --- sessions: the lease rule -------------------------------------------------------------------
 
-CONNECTED, SUSPENDED, LOST = "connected", "suspended", "lost"
+CONNECTED, SUSPENDED, LOST, CLOSED = "connected", "suspended", "lost", "closed"
 
 
 class Lease:
@@ -614,7 +681,8 @@ class Lease:
     the session and its locks certainly stand (``CONNECTED``). When it runs out unrenewed the
     client no longer knows (``SUSPENDED``: locks are not to be trusted, keepalives go on, and a
     new leader's grace period may still save the session). ``LOST`` is final: the cell said the
-    session is gone, or no keepalive got through for ``grace`` seconds after the lease ran out."""
+    session is gone, or no keepalive got through for ``grace`` seconds after the lease ran out.
+    ``CLOSED`` is final too: the client ended the session itself."""
 
     def __init__(self, ttl: float, grace: float, now: float) -> None:
         self.ttl, self.grace = ttl, grace
@@ -625,7 +693,7 @@ class Lease:
         self.reason = ""
 
     def renewed(self, sent_at: float) -> None:
-        if self.state == LOST:
+        if self.state in (LOST, CLOSED):
             return
         self.last_renewal_sent = max(self.last_renewal_sent, sent_at)
         self.expires = max(self.expires, sent_at + self.ttl)
@@ -645,12 +713,13 @@ class Lease:
                       f"({self.ttl:g} s + {self.grace:g} s)")
         return self.state
 
-    def lose(self, reason: str) -> bool:
-        """Marks the session lost; True if it was not already."""
-        if self.state == LOST:
-            return False
-        self.state, self.reason = LOST, reason
-        return True
+    def lose(self, reason: str) -> None:
+        self.end(LOST, reason)
+
+    def end(self, state: str, reason: str) -> None:
+        """Ends the lease for good (LOST or CLOSED), unless it has ended already."""
+        if self.state not in (LOST, CLOSED):
+            self.state, self.reason = state, reason
 
     def holds(self, now: float) -> bool:
         return self.poll(now) == CONNECTED
@@ -721,7 +790,7 @@ class WatchStream:
             check_int(start_revision, "start_revision", 1)
         self._protocol = protocol
         self._path = f"/v1/watch/{quote_name(key)}"
-        self._query: Dict[str, str] = {"prefix": "true"} if prefix else {}
+        self._query: Dict[str, str] = {"prefix": "true"} if check_bool(prefix, "prefix") else {}
         if spaces is not None:
             if isinstance(spaces, str):
                 spaces = [spaces]
@@ -763,6 +832,12 @@ class WatchStream:
 
     def opened(self) -> None:
         self._failures = 0
+
+    def unreached(self, failure: Failure) -> float:
+        """The stream did not open: raises what no retry cures, else as `dropped`."""
+        if failure.permanent is not None:
+            raise failure.permanent
+        return self.dropped(failure.reason)
 
     def dropped(self, reason: str) -> float:
         """The stream broke (or never opened): seconds to wait before reopening elsewhere."""
@@ -810,7 +885,12 @@ class SessionCore:
     """A session object's bookkeeping: its id, its :class:`Lease`, the locks it holds and the
     callbacks to run when it is lost. Thread-safe; no I/O. `announce` runs first when the
     session is lost (the client sets its `lost` event there), then each held lock and each
-    callback is told, once."""
+    callback is told, once.
+
+    A grant is the session's, not a lock object's (the cell answers a second acquire of a lock
+    the session holds with the same grant, and one release ends it): every lock object of the
+    session for that name sees the one grant, and each of those that acquired it is told if it
+    is lost."""
 
     def __init__(self, ttl: float, grace: Optional[float], clock: Callable[[], float],
                  announce: Callable[[], None]) -> None:
@@ -821,8 +901,9 @@ class SessionCore:
         self._clock, self._announce = clock, announce
         self._lease: Optional[Lease] = None
         self._callbacks: List[Callable[[], None]] = []
-        self._held: Dict[int, "LockCore"] = {}
-        self._announced = False
+        self._grants: Dict[str, Sequencer] = {}  # lock name -> the grant held
+        self._holders: Dict[str, List["LockCore"]] = {}  # lock name -> the objects that got it
+        self._ended = False
         self._mutex = threading.Lock()
 
     def opened(self, session_id: int, sent_at: float) -> None:
@@ -838,7 +919,7 @@ class SessionCore:
 
     def state(self) -> str:
         with self._mutex:
-            return "closed" if self._lease is None else self._lease.poll(self._clock())
+            return CLOSED if self._lease is None else self._lease.poll(self._clock())
 
     def holds(self) -> bool:
         with self._mutex:
@@ -846,6 +927,10 @@ class SessionCore:
 
     def lost(self) -> bool:
         return self.state() == LOST
+
+    def ended(self) -> bool:
+        """Lost, or closed: nothing more can be done with it."""
+        return self.is_open and self.state() in (LOST, CLOSED)
 
     def next_keepalive(self) -> Tuple[float, float]:
         """(seconds until the next keepalive, how long it may try)."""
@@ -868,21 +953,39 @@ class SessionCore:
         if self.lost():
             self.lose("")
 
-    def lose(self, reason: str, *, closed: bool = False) -> None:
-        """The session is lost, for good: announced, then the locks and callbacks told, once.
-        A session `closed` on purpose tells the locks it still held, not its callbacks."""
-        with self._mutex:
-            if self._lease is None or self._announced:
-                return
-            self._lease.lose(reason)
-            self._announced = True
-            callbacks, self._callbacks = [] if closed else self._callbacks, []
-            held, self._held = list(self._held.values()), {}
+    def lose(self, reason: str) -> None:
+        """The session is lost, for good: announced, then the locks and callbacks told, once."""
+        ended = self._end(LOST, reason)
+        if ended is None:
+            return
+        held, callbacks = ended
         self._announce()
-        for lock in held:
-            lock.session_lost()
+        for lock, seq in held:
+            lock.session_lost(seq)
         for callback in callbacks:
             _run_callback(callback, f"on_lost callback of session {self.id}")
+
+    def close(self) -> None:
+        """The session was closed on purpose: the locks it still held are told, not its
+        callbacks, and nothing is announced (nothing was lost that its owner did not end)."""
+        ended = self._end(CLOSED, "it was closed")
+        for lock, seq in ended[0] if ended is not None else []:
+            lock.session_lost(seq)
+
+    def _end(self, state: str, reason: str) -> Optional[Tuple[List[Tuple["LockCore", Sequencer]],
+                                                              List[Callable[[], None]]]]:
+        """Ends the lease; the locks to tell (with their grants) and the callbacks, or None if
+        it had ended already."""
+        with self._mutex:
+            if self._lease is None or self._ended:
+                return None
+            self._lease.end(state, reason)
+            self._ended = True
+            callbacks, self._callbacks = self._callbacks, []
+            held = [(lock, seq) for name, seq in self._grants.items()
+                    for lock in self._holders.get(name, [])]
+            self._grants, self._holders = {}, {}
+        return held, callbacks
 
     @property
     def reason(self) -> str:
@@ -890,33 +993,66 @@ class SessionCore:
 
     def on_lost(self, callback: Callable[[], None]) -> None:
         with self._mutex:
-            if not self._announced:
+            if not self._ended:
                 self._callbacks.append(callback)
                 return
-        callback()
+            lost = self._lease is not None and self._lease.state == LOST
+        if lost:
+            callback()
 
-    def hold(self, lock: "LockCore") -> None:
+    def hold(self, lock: "LockCore", seq: Sequencer) -> None:
         with self._mutex:
-            self._held[id(lock)] = lock
+            self._grants[lock.name] = seq
+            holders = self._holders.setdefault(lock.name, [])
+            if lock not in holders:
+                holders.append(lock)
 
-    def drop(self, lock: "LockCore") -> None:
+    def grant(self, name: str) -> Optional[Sequencer]:
         with self._mutex:
-            self._held.pop(id(lock), None)
+            return self._grants.get(name)
+
+    def stands(self, name: str, generation: int) -> bool:
+        """Whether this session still holds that grant of lock `name`, as far as this client
+        knows: not released, and the lease running."""
+        with self._mutex:
+            seq = self._grants.get(name)
+            return seq is not None and seq.generation == generation and \
+                self._lease is not None and self._lease.holds(self._clock())
+
+    def drop(self, name: str) -> Optional[Sequencer]:
+        """Forgets the grant of lock `name` (released); the grant, or None if none was held."""
+        with self._mutex:
+            self._holders.pop(name, None)
+            return self._grants.pop(name, None)
 
     def check_usable(self) -> None:
-        """Before any call on behalf of the session."""
+        """Before any call on behalf of the session (and between a call's attempts)."""
         if not self.is_open:
             raise RuntimeError("open the session first (with client.session(...) as s, "
                                "or .open())")
         self.check_lost()
-        if self.lost():
-            raise errors.SessionExpired(f"session {self.id} is lost: {self.reason}")
+        if self.ended():
+            raise errors.SessionExpired(f"session {self.id} is {self.state()}: {self.reason}")
 
     def expired(self, unknown: errors.UnknownSession) -> errors.SessionExpired:
         """The cell said it does not know the session: it is lost."""
         self.lose(f"the cell no longer knows session {self.id}")
         return errors.SessionExpired(f"session {self.id} is lost: {unknown.message}",
                                      details=unknown.details, status=unknown.status)
+
+
+def guarded(plan: Plan[T], check: Callable[[], None]) -> Plan[T]:
+    """`plan`, with `check()` before each of its steps: what it raises ends the plan there (a
+    session's call once the session is lost, its keepalive once it is being closed)."""
+    try:
+        step = next(plan)
+        while True:
+            check()
+            step = plan.send((yield step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        plan.close()
 
 
 def _run_callback(callback: Callable[[], None], what: str) -> None:
@@ -931,18 +1067,22 @@ _LEASE_LOOK_S = 0.05
 
 
 class LockCore:
-    """A lock object's bookkeeping: the grant it holds, whether that grant still stands as far
-    as this client knows, and what to tell the user when it was lost while held."""
+    """A lock object's view of its session's grant of the lock (:class:`SessionCore`): whether
+    one is held and still stands as far as this client knows, and what to tell the user when it
+    was lost while held."""
 
     def __init__(self, session: SessionCore, name: str, *, shared: bool,
                  timeout: Optional[float], on_lost: Optional[Callable[[Sequencer], None]]
                  ) -> None:
         self.name = check_name(name, "lock name")
-        self.shared = bool(shared)
+        self.shared = check_bool(shared, "shared")
         self.timeout = check_seconds(timeout, "timeout", allow_none=True)
         self.session = session
         self._on_lost = on_lost
-        self.sequencer: Optional[Sequencer] = None
+
+    @property
+    def sequencer(self) -> Optional[Sequencer]:
+        return self.session.grant(self.name)
 
     def acquire(self, plan: Plan[Dict[str, Any]]) -> Plan[Sequencer]:
         """The acquire `plan`, then its grant if the client can stand behind it. A grant that
@@ -958,24 +1098,18 @@ class LockCore:
 
     def granted(self, sequencer_json: Mapping[str, Any]) -> Sequencer:
         generation = int(sequencer_json["generation"])
-        seq = Sequencer.from_json(sequencer_json, valid_check=lambda: self._stands(generation))
-        self.sequencer = seq
-        self.session.hold(self)
+        seq = Sequencer.from_json(sequencer_json,
+                                  valid_check=lambda: self.session.stands(self.name, generation))
+        self.session.hold(self, seq)
         return seq
-
-    def _stands(self, generation: int) -> bool:
-        seq = self.sequencer
-        return seq is not None and seq.generation == generation and self.session.holds()
 
     def releasing(self) -> bool:
         """Forgets the grant; True if the cell must be asked to release it."""
-        self.session.drop(self)
-        held, self.sequencer = self.sequencer, None
-        return held is not None and not self.session.lost()
+        held = self.session.drop(self.name)
+        return held is not None and not self.session.ended()
 
-    def session_lost(self) -> None:
-        seq, self.sequencer = self.sequencer, None
-        if seq is not None and self._on_lost is not None:
+    def session_lost(self, seq: Sequencer) -> None:
+        if self._on_lost is not None:
             on_lost = self._on_lost
             _run_callback(lambda: on_lost(seq), f"on_lost callback of lock {self.name!r}")
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import ssl
 import collections
-from typing import Any, Callable, Deque, Generic, Optional, Sequence, TypeVar
+import weakref
+from typing import Any, Callable, Deque, Generic, Optional, Sequence, Set, TypeVar
 from typing import Protocol as Interface
 
 from . import _protocol as p
@@ -18,6 +20,7 @@ from .models import Sequencer, WatchEvent
 log = logging.getLogger("voltlock")
 
 TransportT = TypeVar("TransportT")
+T = TypeVar("T")
 ClientT = TypeVar("ClientT", bound="ClientBase[Any]")
 SessionT = TypeVar("SessionT", bound="SessionBase[Any]")
 
@@ -32,8 +35,17 @@ def endpoints_from_env(endpoints: Optional[Sequence[str]]) -> Sequence[str]:
     return env
 
 
-def describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+def probe_while_held(sock: Any, held: bool) -> None:
+    """Has the kernel probe the connection while the cell holds a request on it (a wait: TCP
+    keepalive, p.HELD_PROBE_INTERVAL_S), or stop (an idle kept connection is left quiet)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(held))
+    if not held:
+        return
+    for option, value in (("TCP_KEEPIDLE", p.HELD_PROBE_INTERVAL_S),
+                          ("TCP_KEEPINTVL", p.HELD_PROBE_INTERVAL_S),
+                          ("TCP_KEEPCNT", p.HELD_PROBES)):
+        if hasattr(socket, option):  # Linux; elsewhere the system's own (slower) probing
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 class ClientBase(Generic[TransportT]):
@@ -54,6 +66,20 @@ class ClientBase(Generic[TransportT]):
         self._transport = self._make_transport(client_context(
             self._protocol.router.endpoints, ssl_context=ssl_context, cacert=cacert, cert=cert,
             key=key))
+        # What close() ends: the sessions opened through this client and not yet closed, and
+        # its watches.
+        self._sessions: Set[Any] = set()
+        self._watches: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._closed = False
+
+    def _check_not_closed(self) -> None:
+        if self._closed:
+            raise RuntimeError("this voltlock client is closed")
+
+    def _closing_deadline(self) -> float:
+        """close() ends the sessions within one attempt_timeout, all together: best effort, as a
+        session the cell cannot be told of ends at its TTL anyway."""
+        return self._protocol.clock() + self._protocol.attempt_timeout
 
     def _make_transport(self, tls: Optional[ssl.SSLContext]) -> TransportT:
         raise NotImplementedError
@@ -97,7 +123,7 @@ class SessionBase(Generic[ClientT]):
     def state(self) -> str:
         """``"connected"`` (the lease is known to run), ``"suspended"`` (it ran out unrenewed:
         the cell may have ended the session; keepalives go on), ``"lost"`` (for good), or
-        ``"closed"`` before it is opened."""
+        ``"closed"`` (closed by its owner, or not opened yet)."""
         return self._core.state()
 
     def on_lost(self: SessionT, callback: Callable[[SessionT], None]) -> None:
@@ -126,13 +152,30 @@ class SessionBase(Generic[ClientT]):
         self._core.check_lost()
         return True
 
-    def _usable(self, plan: p.Plan[Any]) -> None:
-        """SessionExpired (and the plan closed, unrun) if this session is lost."""
-        try:
-            self._core.check_usable()
-        except BaseException:
-            plan.close()
-            raise
+    def _opened(self, session_id: int, sent: float) -> None:
+        self._core.opened(session_id, sent)
+        self._client._sessions.add(self)
+
+    def _closing(self) -> bool:
+        """The client forgets the session; True if the cell is still to be told to end it."""
+        self._client._sessions.discard(self)
+        return self._core.is_open and not self._core.ended()
+
+    def _close_budget(self, deadline: float) -> float:
+        return max(0.1, deadline - self._client._protocol.clock())
+
+    def _guard(self, plan: p.Plan[T]) -> p.Plan[T]:
+        """`plan` on behalf of this session: SessionExpired before it starts, or between its
+        attempts, once the session is lost (not the call's whole timeout later)."""
+        return p.guarded(plan, self._core.check_usable)
+
+    def _keepalive(self, budget: float) -> p.Plan[Any]:
+        """One keepalive, given up between attempts once the session is being closed."""
+        return p.guarded(self._client._protocol.keepalive(self.id, budget), self._check_running)
+
+    def _check_running(self) -> None:
+        if self._stop.is_set():
+            raise errors.SessionExpired(f"session {self.id} is being closed")
 
 
 class LockBase(Generic[SessionT]):
@@ -164,8 +207,10 @@ class WatchBase(Generic[ClientT]):
     """A watch's resumable position and parser (`p.WatchStream`)."""
 
     def __init__(self, client: ClientT, stream: p.WatchStream) -> None:
+        client._check_not_closed()
         self._client, self._state = client, stream
         self._ready: Deque[WatchEvent] = collections.deque()
+        client._watches.add(self)
 
     def close(self) -> None:
         raise NotImplementedError

@@ -12,7 +12,8 @@ from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequ
 
 from . import _protocol as p
 from . import errors
-from ._surface import BarrierBase, ClientBase, LockBase, SessionBase, WatchBase, describe
+from ._surface import (BarrierBase, ClientBase, LockBase, SessionBase, WatchBase, log,
+                       probe_while_held)
 from .models import KeyValue, Sequencer, Value, WatchEvent
 
 T = TypeVar("T")
@@ -24,6 +25,12 @@ _RECONNECTABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPi
 class _Connection(http.client.HTTPConnection):
     _held: Optional[List[bytes]] = None
     tls: Optional[ssl.SSLContext] = None  # https: the client's context
+    probing = False  # probe_while_held
+
+    def probe(self, held: bool) -> None:
+        if held != self.probing:
+            probe_while_held(self.sock, held)
+            self.probing = held
 
     def connect(self) -> None:
         sock = socket.create_connection((self.host, self.port), self.timeout)
@@ -113,10 +120,11 @@ class HttpTransport:
             try:
                 connection, reused = self._take(attempt.endpoint, attempt, fresh)
             except OSError as e:
-                return p.Failure(f"connect: {describe(e)}")
+                return p.connect_failure(attempt.endpoint, e)
             try:
                 assert connection.sock is not None
                 connection.sock.settimeout(attempt.read_timeout)
+                connection.probe(attempt.held)
                 connection.request_in_one_write(attempt.method, attempt.target, attempt.body,
                                                 dict(attempt.headers))
                 return connection, connection.getresponse()
@@ -125,7 +133,7 @@ class HttpTransport:
                 # A kept connection the server closed while idle fails at once: try a fresh one
                 # to the same replica (safe: writes carry their idempotency pair).
                 if not (reused and isinstance(e, _RECONNECTABLE)):
-                    return p.Failure(describe(e))
+                    return p.Failure(p.describe(e))
             except BaseException:
                 # Interrupted mid-request (KeyboardInterrupt, or whatever a signal handler
                 # raises): hang up, so that the cell withdraws a lock wait rather than grant it
@@ -143,7 +151,7 @@ class HttpTransport:
             body = response.read()
         except (OSError, http.client.HTTPException) as e:
             connection.close()
-            return p.Failure(describe(e))
+            return p.Failure(p.describe(e))
         except BaseException:
             _hang_up(connection)
             raise
@@ -164,7 +172,7 @@ class HttpTransport:
         try:
             body = response.read()
         except (OSError, http.client.HTTPException) as e:
-            return p.Failure(describe(e))
+            return p.Failure(p.describe(e))
         finally:
             connection.close()
         return p.Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, body)
@@ -202,11 +210,25 @@ class Client(ClientBase[HttpTransport]):
         self.close()
 
     def close(self) -> None:
-        """Closes the kept connections (sessions are closed by their own `close`)."""
+        """Closes the sessions opened through this client (best effort, within
+        ``attempt_timeout`` all together: a session the cell cannot be told of ends at its TTL),
+        stopping their keepalives; ends its watches and closes the kept connections. Any later
+        call raises RuntimeError."""
+        deadline = self._closing_deadline()
+        for session in list(self._sessions):
+            try:
+                session.close(timeout=session._close_budget(deadline))
+            except errors.Error as e:
+                log.warning("closing the client: session %d not closed at the cell (%s); "
+                              "it ends at its TTL", session.id, e)
+        for watch in list(self._watches):
+            watch.close()
+        self._closed = True
         self._transport.close()
 
     def _run(self, plan: p.Plan[T]) -> T:
         try:
+            self._check_not_closed()
             step = next(plan)
             while True:
                 if isinstance(step, p.Sleep):
@@ -374,7 +396,7 @@ class Session(SessionBase[Client]):
         sent = self._client._protocol.clock()
         created = self._client._run(self._client._protocol.create_session(
             ttl, lock_delay, name, timeout))
-        self._core.opened(int(created["session"]), sent)
+        self._opened(int(created["session"]), sent)
         self._thread = threading.Thread(target=self._keep_alive, daemon=True,
                                         name=f"voltlock-keepalive-{self.id}")
         self._thread.start()
@@ -382,14 +404,18 @@ class Session(SessionBase[Client]):
 
     def close(self, *, timeout: Optional[float] = None) -> None:
         """Stops the keepalives and ends the session (releasing its locks and deleting its
-        ephemeral keys). A lost session is only stopped."""
+        ephemeral keys); its state is then ``"closed"`` (:attr:`lost` is not set). If the cell
+        cannot be told (Unavailable), the session ends there at its TTL. A lost session is only
+        stopped."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        if not self._core.is_open or self._core.lost():
+        if not self._closing():
             return
-        self._client._run(self._client._protocol.close_session(self.id, timeout))
-        self._core.lose("closed", closed=True)
+        try:
+            self._client._run(self._client._protocol.close_session(self.id, timeout))
+        finally:
+            self._core.close()
 
     def __enter__(self) -> "Session":
         return self.open()
@@ -405,18 +431,19 @@ class Session(SessionBase[Client]):
                 return
             sent, error = protocol.clock(), None
             try:
-                self._client._run(protocol.keepalive(self.id, budget))
+                self._client._run(self._keepalive(budget))
             except errors.Error as e:
                 error = e
-            if not self._keepalive_done(sent, error):
+            if self._stop.is_set() or not self._keepalive_done(sent, error):
                 return
 
     def _call(self, plan: p.Plan[T]) -> T:
         """Runs a plan on behalf of this session: SessionExpired if it is lost (or turns out to
         be)."""
-        self._usable(plan)
         try:
-            return self._client._run(plan)
+            return self._client._run(self._guard(plan))
+        except errors.SessionExpired:
+            raise
         except errors.UnknownSession as e:
             raise self._core.expired(e) from e
 
@@ -470,6 +497,11 @@ class Lock(LockBase[Session]):
             self.release()
         except errors.SessionExpired as e:
             lost = lost or e
+        except errors.Error as e:
+            if lost is None:
+                raise
+            # The grant did not stand: that is the news, whatever became of the release.
+            lost.__cause__ = e
         if lost is not None and exc_type is None:
             raise lost
 
@@ -583,7 +615,7 @@ class Watch(WatchBase[Client]):
             chunk = self._stream.read_chunk()
             problem = "the stream ended"
         except (OSError, http.client.HTTPException) as e:
-            chunk, problem = b"", describe(e)
+            chunk, problem = b"", p.describe(e)
         except Exception:
             if self._closed.is_set():
                 return  # close() from another thread tore the stream down under the read
@@ -599,7 +631,7 @@ class Watch(WatchBase[Client]):
     def _open(self) -> None:
         opened = self._client._transport.open_stream(self._state.attempt())
         if isinstance(opened, p.Failure):
-            self._closed.wait(self._state.dropped(opened.reason))
+            self._closed.wait(self._state.unreached(opened))
         elif isinstance(opened, p.Reply):
             self._closed.wait(self._state.refused(opened))
         else:

@@ -23,7 +23,8 @@ import h11
 
 from . import _protocol as p
 from . import errors
-from ._surface import BarrierBase, ClientBase, LockBase, SessionBase, WatchBase, describe
+from ._surface import (BarrierBase, ClientBase, LockBase, SessionBase, WatchBase, log,
+                       probe_while_held)
 from .errors import *  # noqa: F401,F403  (the same exceptions, for `aio.LockBusy` and the like)
 from .models import KeyValue, Sequencer, Value, WatchEvent
 
@@ -39,6 +40,12 @@ class _Connection:
                  writer: asyncio.StreamWriter) -> None:
         self.endpoint, self.reader, self.writer = endpoint, reader, writer
         self.h11 = h11.Connection(h11.CLIENT)
+        self.probing = False  # probe_while_held
+
+    def probe(self, held: bool) -> None:
+        if held != self.probing:
+            probe_while_held(self.writer.get_extra_info("socket"), held)
+            self.probing = held
 
     @classmethod
     async def open(cls, endpoint: p.Endpoint, timeout: float,
@@ -130,15 +137,16 @@ class AsyncTransport:
                 connection = idle.pop() if idle and not fresh else \
                     await _Connection.open(attempt.endpoint, attempt.connect_timeout, self._tls)
             except _CONNECTION_ERRORS as e:
-                return p.Failure(f"connect: {describe(e)}")
+                return p.connect_failure(attempt.endpoint, e)
             try:
+                connection.probe(attempt.held)
                 response = await asyncio.wait_for(connection.send(attempt), attempt.read_timeout)
                 return connection, response
             except _CONNECTION_ERRORS as e:
                 connection.close()
                 # A kept connection the server closed while idle: try a fresh one, same replica.
                 if not (reused and not isinstance(e, asyncio.TimeoutError)):
-                    return p.Failure(describe(e))
+                    return p.Failure(p.describe(e))
             except BaseException:  # cancelled mid-request: the connection is in no known state
                 connection.close()
                 raise
@@ -153,7 +161,7 @@ class AsyncTransport:
             body = await asyncio.wait_for(connection.read_body(), attempt.read_timeout)
         except _CONNECTION_ERRORS as e:
             connection.close()
-            return p.Failure(describe(e))
+            return p.Failure(p.describe(e))
         except BaseException:
             connection.close()
             raise
@@ -174,7 +182,7 @@ class AsyncTransport:
         try:
             body = await asyncio.wait_for(connection.read_body(), attempt.read_timeout)
         except _CONNECTION_ERRORS as e:
-            return p.Failure(describe(e))
+            return p.Failure(p.describe(e))
         finally:
             connection.close()
         return p.Reply(response.status_code, _headers(response), body)
@@ -200,10 +208,24 @@ class Client(ClientBase[AsyncTransport]):
         await self.close()
 
     async def close(self) -> None:
+        """As :meth:`voltlock.Client.close`: the sessions opened through this client are closed
+        (best effort, within ``attempt_timeout`` all together) and their keepalive tasks
+        stopped, its watches end, and any later call raises RuntimeError."""
+        deadline = self._closing_deadline()
+        for session in list(self._sessions):
+            try:
+                await session.close(timeout=session._close_budget(deadline))
+            except errors.Error as e:
+                log.warning("closing the client: session %d not closed at the cell (%s); "
+                            "it ends at its TTL", session.id, e)
+        for watch in list(self._watches):
+            watch.close()
+        self._closed = True
         self._transport.close()
 
     async def _run(self, plan: p.Plan[T]) -> T:
         try:
+            self._check_not_closed()
             step = next(plan)
             while True:
                 if isinstance(step, p.Sleep):
@@ -348,11 +370,12 @@ class Session(SessionBase[Client]):
         sent = self._client._protocol.clock()
         created = await self._client._run(self._client._protocol.create_session(
             ttl, lock_delay, name, timeout))
-        self._core.opened(int(created["session"]), sent)
+        self._opened(int(created["session"]), sent)
         self._task = asyncio.ensure_future(self._keep_alive())
         return self
 
     async def close(self, *, timeout: Optional[float] = None) -> None:
+        """As :meth:`voltlock.Session.close`."""
         self._stop.set()
         if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
@@ -360,10 +383,12 @@ class Session(SessionBase[Client]):
                 await self._task
             except asyncio.CancelledError:
                 pass
-        if not self._core.is_open or self._core.lost():
+        if not self._closing():
             return
-        await self._client._run(self._client._protocol.close_session(self.id, timeout))
-        self._core.lose("closed", closed=True)
+        try:
+            await self._client._run(self._client._protocol.close_session(self.id, timeout))
+        finally:
+            self._core.close()
 
     async def __aenter__(self) -> "Session":
         return await self.open()
@@ -382,16 +407,17 @@ class Session(SessionBase[Client]):
                 pass
             sent, error = protocol.clock(), None
             try:
-                await self._client._run(protocol.keepalive(self.id, budget))
+                await self._client._run(self._keepalive(budget))
             except errors.Error as e:
                 error = e
-            if not self._keepalive_done(sent, error):
+            if self._stop.is_set() or not self._keepalive_done(sent, error):
                 return
 
     async def _call(self, plan: p.Plan[T]) -> T:
-        self._usable(plan)
         try:
-            return await self._client._run(plan)
+            return await self._client._run(self._guard(plan))
+        except errors.SessionExpired:
+            raise
         except errors.UnknownSession as e:
             raise self._core.expired(e) from e
 
@@ -436,6 +462,11 @@ class Lock(LockBase[Session]):
             await self.release()
         except errors.SessionExpired as e:
             lost = lost or e
+        except errors.Error as e:
+            if lost is None:
+                raise
+            # The grant did not stand: that is the news, whatever became of the release.
+            lost.__cause__ = e
         if lost is not None and exc_type is None:
             raise lost
 
@@ -540,7 +571,7 @@ class Watch(WatchBase[Client]):
             chunk = await asyncio.wait_for(self._stream.read_some(), p.WATCH_READ_TIMEOUT)
             problem = "the stream ended"
         except _CONNECTION_ERRORS as e:
-            chunk, problem = b"", describe(e)
+            chunk, problem = b"", p.describe(e)
         if not chunk:
             self._stream.close()
             self._stream = None
@@ -552,7 +583,7 @@ class Watch(WatchBase[Client]):
     async def _open(self) -> None:
         opened = await self._client._transport.open_stream(self._state.attempt())
         if isinstance(opened, p.Failure):
-            await self._pause(self._state.dropped(opened.reason))
+            await self._pause(self._state.unreached(opened))
         elif isinstance(opened, p.Reply):
             await self._pause(self._state.refused(opened))
         else:
