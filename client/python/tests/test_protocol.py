@@ -312,6 +312,18 @@ def test_a_tls_failure_that_no_retry_cures_is_raised_at_once(proto, clock):
         drive(proto.get("k", None),
               lambda a: p.connect_failure(a.endpoint, unverified), clock, attempts)
     assert len(attempts) == 1
+    # At an address learned from the cell (a certificate may name only the names given), it is
+    # a replica failing like any other.
+    learned = p.Protocol(EPS[:1], timeout=5.0, clock=clock)
+    assert learned.router.take_member_question()
+    learned.router.learn_members(CLUSTER)
+    learned.router.failed(learned.router.current())
+    attempts.clear()
+    outcome = lambda a: (p.connect_failure(a.endpoint, unverified)
+                         if a.endpoint.url != EPS[0] else reply(200, {"value": "v", "key": "k",
+                         "create_revision": 1, "mod_revision": 1, "version": 1}))
+    assert drive(learned.get("k", None), outcome, clock, attempts)[0].value == "v"
+    assert [a.endpoint.url for a in attempts] == [EPS[1], EPS[2], EPS[0]]
     refused = p.connect_failure(proto.router.current(), ConnectionRefusedError(111, "refused"))
     assert refused.permanent is None
 

@@ -267,6 +267,7 @@ class Router:
                              "(or set VOLTLOCK_ENDPOINTS)")
         # Only ever grows (learn_members), so an index into it stays valid.
         self.endpoints: Tuple[Endpoint, ...] = tuple(dict.fromkeys(parsed))
+        self.given = self.endpoints
         self._current = 0
         self._members: Optional[Dict[int, Endpoint]] = None
         self._leader: Optional[int] = None
@@ -436,7 +437,10 @@ class Protocol:
                     raise error_from_reply(outcome)
                 if isinstance(outcome, Reply):
                     last_problem = f"{endpoint.url}: {error_from_reply(outcome)}"
-                elif outcome is not None and outcome.permanent is not None:
+                elif outcome is not None and outcome.permanent is not None and \
+                        endpoint in self.router.given:
+                    # A learned address (the cell lists IPs) may fail where the names given
+                    # verify: only the endpoints given say the configuration is wrong.
                     raise outcome.permanent
                 else:
                     last_problem = f"{endpoint.url}: {outcome.reason if outcome else '?'}"
@@ -835,7 +839,7 @@ class WatchStream:
 
     def unreached(self, failure: Failure) -> float:
         """The stream did not open: raises what no retry cures, else as `dropped`."""
-        if failure.permanent is not None:
+        if failure.permanent is not None and self._endpoint in self._protocol.router.given:
             raise failure.permanent
         return self.dropped(failure.reason)
 
