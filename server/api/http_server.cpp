@@ -556,13 +556,11 @@ void HttpServer::pass_on_loop()
 
 void HttpServer::arm_loop_timer()
 {
-    using Clock = std::chrono::steady_clock;
-    const auto due = Clock::now() + std::chrono::milliseconds(next_wait_ms());
-    if (loop_timer_due_ && *loop_timer_due_ <= due) return;  // that pass arms the next timer
-    loop_timer_due_ = due;
-    on_loop_->after(std::chrono::milliseconds(planned_wait_ms_), [this, due] {
-        if (loop_timer_due_ != due) return;  // an earlier timer took its place
-        loop_timer_due_.reset();
+    const auto due = EventLoop::Clock::now() + std::chrono::milliseconds(next_wait_ms());
+    if (loop_timer_ && loop_timer_->first <= due) return;  // that pass arms the next timer
+    if (loop_timer_) on_loop_->cancel(*loop_timer_);
+    loop_timer_ = on_loop_->after(std::chrono::milliseconds(planned_wait_ms_), [this] {
+        loop_timer_.reset();
         pass_on_loop();
     });
 }

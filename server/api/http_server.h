@@ -281,8 +281,8 @@ private:
     std::atomic<bool> running_{false};
     std::thread thread_;
     EventLoop* on_loop_ = nullptr;  // set: passes run on this loop, not on thread_
-    // On the loop: when the one timer that counts is due (later ones found earlier ones).
-    std::optional<std::chrono::steady_clock::time_point> loop_timer_due_;
+    // On the loop: the timer of the next pass (one at a time; an earlier one replaces it).
+    std::optional<EventLoop::TimerId> loop_timer_;
     HttpServerCounters counters_;
 
     std::mutex resume_mutex_;

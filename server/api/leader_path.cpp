@@ -141,6 +141,7 @@ struct LeaderPath::Attempt {
     ReplicaIndex request_leader = 0;
     uint32_t sends = 0;
     uint32_t retransmit_ms = 0;
+    EventLoop::TimerId retransmit_timer;
     bool requested = false;  // sent as a Request before (to this leader or another)
 
     ~Attempt()
@@ -327,9 +328,9 @@ void LeaderPath::transmit_request(const std::shared_ptr<Attempt>& a)
                                                   .payload = a->payload});
     a->sends += 1;
     if (std::exchange(a->requested, true)) request_retransmits_ += 1;
-    // Weak: an attempt that was answered is let go (with its pooled id) at once, not when its
-    // timer fires.
-    loop_.after(milliseconds(a->retransmit_ms),
+    // Cancelled once the Request is answered or given up (forget_request); weak, so a timer
+    // never keeps an attempt (and its pooled id) alive.
+    a->retransmit_timer = loop_.after(milliseconds(a->retransmit_ms),
                 [this, weak = std::weak_ptr<Attempt>(a)] {
                     if (auto alive = weak.lock()) request_timer(alive);
                 });
@@ -359,6 +360,7 @@ void LeaderPath::request_timer(const std::shared_ptr<Attempt>& a)
 
 void LeaderPath::forget_request(const std::shared_ptr<Attempt>& a)
 {
+    loop_.cancel(a->retransmit_timer);
     const auto it = requests_.find({a->identity.client_id, a->identity.request_number});
     if (it == requests_.end()) return;
     std::erase(it->second, a);
@@ -379,6 +381,7 @@ void LeaderPath::on_reply(const Reply& reply)
     const std::vector<std::shared_ptr<Attempt>> answered = std::move(it->second);
     requests_.erase(it);
     for (const std::shared_ptr<Attempt>& a : answered) {
+        loop_.cancel(a->retransmit_timer);
         if (a->call->gone()) continue;
         forwarded_ += 1;
         forwarded_as_requests_ += 1;
@@ -403,19 +406,14 @@ void LeaderPath::when_applied(Op commit, SteadyTime until, std::function<void()>
         if (commit != 0) reads_at_commit_point_ += 1;
         return ready();
     }
-    auto done = std::make_shared<bool>(false);
-    applied_waits_.emplace(commit, AppliedWait{std::move(ready), done});
+    const auto wait = applied_waits_.emplace(commit, AppliedWait{std::move(ready), {}});
     const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
-    loop_.after(std::max(left, milliseconds(0)), [this, commit, done, late = std::move(late)] {
-        if (std::exchange(*done, true)) return;
-        const auto [first, last] = applied_waits_.equal_range(commit);
-        for (auto it = first; it != last; ++it)
-            if (it->second.done == done) {
-                applied_waits_.erase(it);
-                break;
-            }
-        late();
-    });
+    // on_applied() cancels this timer when it takes the wait, so the wait is still here.
+    wait->second.deadline =
+        loop_.after(std::max(left, milliseconds(0)), [this, wait, late = std::move(late)] {
+            applied_waits_.erase(wait);
+            late();
+        });
 }
 
 void LeaderPath::on_applied()
@@ -424,7 +422,7 @@ void LeaderPath::on_applied()
     while (!applied_waits_.empty() && applied_waits_.begin()->first <= commit) {
         AppliedWait wait = std::move(applied_waits_.begin()->second);
         applied_waits_.erase(applied_waits_.begin());
-        if (std::exchange(*wait.done, true)) continue;
+        loop_.cancel(wait.deadline);
         reads_at_commit_point_ += 1;
         wait.ready();
     }
@@ -486,13 +484,16 @@ void LeaderPath::propose(const ClientIdentity& identity, Bytes payload, SteadyTi
     struct Pending {
         std::function<void(Proposed)> done;
         bool finished = false;
+        EventLoop::TimerId deadline;
     };
     auto pending = std::make_shared<Pending>(Pending{std::move(done)});
     node_.propose(identity.client_id, identity.request_number, std::move(payload),
-                  [pending, snapshot = std::move(snapshot), service = service_,
-                   identity](const ProposeOutcome& outcome) {
+                  [pending, snapshot = std::move(snapshot), service = service_, identity,
+                   &loop = loop_](const ProposeOutcome& outcome) {
                       if (service) service->proposed(identity.client_id, identity.request_number);
                       if (std::exchange(pending->finished, true)) return;
+                      // Most ops commit: their deadline is not kept in the loop for seconds.
+                      loop.cancel(pending->deadline);
                       Proposed proposed;
                       if (!outcome.committed) {
                           proposed.kind = Proposed::Kind::not_leader;
@@ -506,7 +507,7 @@ void LeaderPath::propose(const ClientIdentity& identity, Bytes payload, SteadyTi
                       std::exchange(pending->done, {})(std::move(proposed));
                   });
     const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
-    loop_.after(std::max(left, milliseconds(0)), [pending] {
+    pending->deadline = loop_.after(std::max(left, milliseconds(0)), [pending] {
         if (!std::exchange(pending->finished, true)) std::exchange(pending->done, {})(Proposed{});
     });
 }

@@ -214,7 +214,7 @@ private:
     // Reads waiting for this replica to apply up to a commit point, by that commit point.
     struct AppliedWait {
         std::function<void()> ready;
-        std::shared_ptr<bool> done;  // shared with the deadline's timer
+        EventLoop::TimerId deadline;
     };
     std::multimap<Op, AppliedWait> applied_waits_;
     // This replica's Requests waiting for the leader's Reply, by VR identity (a client may send

@@ -42,15 +42,17 @@ EventLoop::EventLoop(FileDescriptor epoll, FileDescriptor wakeup)
 {
 }
 
-void EventLoop::after(std::chrono::milliseconds delay, Handler work)
+EventLoop::TimerId EventLoop::after(std::chrono::milliseconds delay, Handler work)
 {
-    timers_.emplace(Clock::now() + delay, std::move(work));
+    const TimerId timer{Clock::now() + delay, ++timers_set_};
+    timers_.emplace(timer, std::move(work));
+    return timer;
 }
 
 int EventLoop::wait_for_earliest_timer_ms() const
 {
     if (timers_.empty()) return -1;
-    const auto wait = timers_.begin()->first - Clock::now();
+    const auto wait = timers_.begin()->first.first - Clock::now();
     if (wait <= Clock::duration::zero()) return 0;
     // Rounded up: a wait cut short would wake the loop before its timer is due, for nothing.
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait).count();
@@ -59,14 +61,17 @@ int EventLoop::wait_for_earliest_timer_ms() const
 
 void EventLoop::run_timers()
 {
-    if (timers_.empty()) return;
+    // One at a time, so a timer can cancel another that is due too. Only those set before
+    // this call: one set from a timer with no delay runs on the next turn, not in this loop.
     const auto now = Clock::now();
-    std::vector<Handler> due;
-    while (!timers_.empty() && timers_.begin()->first <= now) {
-        due.push_back(std::move(timers_.begin()->second));
-        timers_.erase(timers_.begin());
+    const uint64_t set_before = timers_set_;
+    while (!timers_.empty()) {
+        const auto earliest = timers_.begin();
+        if (earliest->first.first > now || earliest->first.second > set_before) return;
+        Handler work = std::move(earliest->second);
+        timers_.erase(earliest);
+        work();
     }
-    for (Handler& work : due) work();
 }
 
 Result<Ok> EventLoop::watch(int fd, Handler on_readable)

@@ -38,6 +38,10 @@ private:
 class EventLoop {
 public:
     using Handler = std::function<void()>;
+    using Clock = std::chrono::steady_clock;
+    // Names a timer set with after(): its deadline, then the order it was set in (timers with
+    // one deadline run in that order). The default one names no timer.
+    using TimerId = std::pair<Clock::time_point, uint64_t>;
 
     static Result<std::unique_ptr<EventLoop>> create();
 
@@ -46,7 +50,11 @@ public:
     // Runs `work` on the loop thread soon. Safe from any thread.
     void post(Handler work);
     // Runs `work` on the loop thread once `delay` has passed. Loop thread only.
-    void after(std::chrono::milliseconds delay, Handler work);
+    TimerId after(std::chrono::milliseconds delay, Handler work);
+    // Drops a timer that has not run, with what its work holds; nothing if it ran already or
+    // was cancelled. A timer that mostly does not fire (a deadline on a request that is
+    // answered) is cancelled, so the loop does not keep thousands of them for seconds.
+    void cancel(const TimerId& timer) { timers_.erase(timer); }
     // Runs `work` once every handler of this turn has run (what a turn's handlers queued can
     // leave together, e.g. in one sendmmsg). Loop thread only.
     void at_end_of_turn(Handler work);
@@ -69,7 +77,6 @@ public:
     static constexpr std::chrono::milliseconds kSlowTurn{100};
 
 private:
-    using Clock = std::chrono::steady_clock;
     EventLoop(FileDescriptor epoll, FileDescriptor wakeup);
     void run_posted();
     void run_timers();  // the timers that are due
@@ -79,7 +86,8 @@ private:
 
     FileDescriptor epoll_;
     FileDescriptor wakeup_;  // eventfd
-    std::multimap<Clock::time_point, Handler> timers_;
+    std::map<TimerId, Handler> timers_;
+    uint64_t timers_set_ = 0;
     std::unordered_map<int, Handler> handlers_;
     std::vector<Handler> end_of_turn_;
     std::mutex posted_mutex_;

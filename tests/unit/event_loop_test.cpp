@@ -1,7 +1,7 @@
 // The replica's event loop (server/shell/event_loop.h): its timers bound the epoll wait, so they
 // fire in the order of their deadlines and never before their delay, a timer set from a handler
-// runs after that handler returns, and work posted from another thread wakes a loop that has
-// no timer to wait for.
+// runs after that handler returns, a cancelled timer never runs, and work posted from another
+// thread wakes a loop that has no timer to wait for.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -61,6 +61,26 @@ TEST_CASE("a timer set from a timer runs after the one that set it, even at 0 ms
     });
     loop->run();
     CHECK(order == std::vector<int>{1, 2});
+}
+
+TEST_CASE("a cancelled timer never runs, and what it held is let go at once")
+{
+    const auto loop = make_loop();
+    auto held = std::make_shared<int>(0);
+    bool cancelled_ran = false;
+    const EventLoop::TimerId cancelled =
+        loop->after(milliseconds(5), [&, held] { cancelled_ran = true; });
+    loop->cancel(cancelled);
+    CHECK(held.use_count() == 1);
+    // Due with the timer that cancels it (set just after it, same delay): still never runs.
+    EventLoop::TimerId later;
+    loop->after(milliseconds(10), [&] { loop->cancel(later); });
+    later = loop->after(milliseconds(10), [&] { cancelled_ran = true; });
+    const EventLoop::TimerId ran = loop->after(milliseconds(20), [&] { loop->stop(); });
+    loop->run();
+    CHECK_FALSE(cancelled_ran);
+    loop->cancel(ran);  // ran already: nothing to drop
+    loop->cancel(EventLoop::TimerId{});
 }
 
 TEST_CASE("work posted from another thread wakes a loop with no timers")
