@@ -153,6 +153,8 @@ Served AuthAdmin::create_token(const CallPtr& call)
                 if (proposed.kind == Kind::not_leader) return not_leader();
                 if (proposed.kind == Kind::stale)
                     return call->fail(stale_request_error(identity, proposed.latest));
+                if (proposed.kind == Kind::reused)
+                    return call->fail(reused_request_error(identity));
                 if (proposed.kind == Kind::timed_out)
                     return call->fail(unavailable("the token was not committed in time"));
                 auto decoded = decode_result(proposed.result);

@@ -32,6 +32,16 @@ HttpResponse error_response(const ApiError& error)
     return response;
 }
 
+ApiError outcome_unknown(const Call& call, const std::string& why)
+{
+    if (call.header("X-Voltlock-Client-Id"))
+        return unavailable(why + ". It may still take effect: retry it with the same "
+                                 "X-Voltlock-Client-Id and X-Voltlock-Request-Number");
+    return unavailable(why + ". It may still take effect: read whether it did before trying "
+                             "again, or send X-Voltlock-Client-Id and X-Voltlock-Request-Number "
+                             "with writes, which makes a retry safe (docs/api.md)");
+}
+
 std::optional<std::string> Call::header(std::string_view name) const
 {
     if (!exchange) return std::nullopt;

@@ -33,6 +33,12 @@ private:
 HttpResponse json_response(int status, const Json& body);
 HttpResponse error_response(const ApiError& error);  // 503s carry Retry-After
 
+struct Call;
+// 503 for a request that may still take effect (`why` it is not known). With the client's own
+// X-Voltlock-Client-Id a retry of the same pair is safe; without, the replica chose the pair
+// and the client cannot retry it, only read whether it happened.
+ApiError outcome_unknown(const Call& call, const std::string& why);
+
 struct Call {
     std::shared_ptr<Exchange> exchange;  // null: the replica's own request (a withdrawal)
     std::string method;

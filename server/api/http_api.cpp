@@ -400,18 +400,17 @@ void HttpApi::run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, An
     if (quota_bytes_ != 0 && machine_ && adds_records(op) &&
         machine_->stored_bytes() >= quota_bytes_)
         return call->fail(quota_exceeded(machine_->stored_bytes(), quota_bytes_));
-    const OpCode code = op_code(op);
-    auto finish = [call, code, answer = std::move(answer)](const ClientIdentity& identity,
-                                                           Proposed proposed) {
+    auto finish = [call, answer = std::move(answer)](const ClientIdentity& identity,
+                                                     Proposed proposed) {
         switch (proposed.kind) {
         case Proposed::Kind::not_leader:  // the leader path tries again; never here
         case Proposed::Kind::timed_out:
-            return call->fail(unavailable(
-                "the op was not committed in time: no quorum answered. It may still take "
-                "effect: retry with the same X-Voltlock-Client-Id and "
-                "X-Voltlock-Request-Number"));
+            return call->fail(
+                outcome_unknown(*call, "the op was not committed in time: no quorum answered"));
         case Proposed::Kind::stale:
             return call->fail(stale_request_error(identity, proposed.latest));
+        case Proposed::Kind::reused:
+            return call->fail(reused_request_error(identity));
         case Proposed::Kind::committed:
             break;
         }
@@ -420,14 +419,6 @@ void HttpApi::run_op(const CallPtr& call, const LockOp& op, uint32_t wait_ms, An
             return call->fail(ApiError{500, "internal", "the result did not decode",
                                        Json::object()});
         const OpResult& result = decoded.value();
-        if (result_op_code(result) != code)
-            // VR answered with the client table's result for this request number, and it
-            // was another op: the client reused a request number.
-            return call->fail(ApiError{
-                409, "request_number_reused",
-                "this X-Voltlock-Request-Number was already used by this client id for "
-                "another request; use a higher one",
-                Json{{"request_number", identity.request_number}}});
         if (const auto* error = std::get_if<OpError>(&result)) return call->fail(op_error(*error));
         answer(result);
     };
@@ -450,6 +441,8 @@ void HttpApi::read_at_leader(const CallPtr& call, std::function<Json()> snapshot
                 return not_leader();
             case Proposed::Kind::stale:
                 return call->fail(stale_request_error(identity, proposed.latest));
+            case Proposed::Kind::reused:
+                return call->fail(reused_request_error(identity));
             case Proposed::Kind::timed_out:
                 return call->fail(
                     unavailable("the read could not be confirmed by a quorum in time"));
@@ -473,6 +466,8 @@ void HttpApi::read_at_commit_point(const CallPtr& call, std::function<Json()> sn
             return call->fail(unavailable("the read could not be confirmed by a quorum in time"));
         case Proposed::Kind::stale:
             return call->fail(stale_request_error(identity, proposed.latest));
+        case Proposed::Kind::reused:
+            return call->fail(reused_request_error(identity));
         case Proposed::Kind::committed:
             break;
         }
@@ -606,6 +601,8 @@ Served HttpApi::keep_alive(const CallPtr& call)
                 return call->fail(unavailable("the keepalive was not committed in time"));
             case Proposed::Kind::stale:
                 return call->fail(stale_request_error(identity, proposed.latest));
+            case Proposed::Kind::reused:
+                return call->fail(reused_request_error(identity));
             case Proposed::Kind::committed:
                 break;
             }
@@ -643,6 +640,8 @@ void HttpApi::renew_at_leader(SessionId id, const LeaderPath::AtLeader& at,
             case Proposed::Kind::not_leader: return not_leader();
             case Proposed::Kind::stale:
                 return answer(error_response(stale_request_error(identity, proposed.latest)));
+            case Proposed::Kind::reused:
+                return answer(error_response(reused_request_error(identity)));
             case Proposed::Kind::timed_out:
                 return answer(
                     error_response(unavailable("the keepalive was not committed in time")));

@@ -13,6 +13,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// VR answers a request number used before for another request with an empty result
+// (core/replica.h), which no op's result is.
+LeaderPath::Proposed::Kind committed_or_reused(const Bytes& result)
+{
+    return result.empty() ? LeaderPath::Proposed::Kind::reused
+                          : LeaderPath::Proposed::Kind::committed;
+}
+
 }  // namespace
 
 std::optional<std::string> response_header(const HttpResponse& response, std::string_view name)
@@ -263,10 +271,10 @@ void LeaderPath::try_again(const std::shared_ptr<Attempt>& a, SteadyTime started
     if (now - started > milliseconds(1000))
         a->until = std::max(a->until, now + milliseconds(kLeaderWaitMs));
     if (now >= a->until)
-        return a->call->fail(unavailable(
-            "no leader with a quorum answered within " + std::to_string(kLeaderWaitMs / 1000) +
-            " s (a view change, or too few replicas up). The request may still take effect: "
-            "retry it with the same X-Voltlock-Client-Id and X-Voltlock-Request-Number"));
+        return a->call->fail(outcome_unknown(
+            *a->call, "no leader with a quorum answered within " +
+                          std::to_string(kLeaderWaitMs / 1000) +
+                          " s (a view change, or too few replicas up)"));
     loop_.after(milliseconds(50), [this, a] { attempt(a); });
 }
 
@@ -313,10 +321,16 @@ void LeaderPath::send_request(const std::shared_ptr<Attempt>& a, ReplicaIndex le
                                                         a->identity.request_number))
             return a->finish(a->identity, Proposed{.kind = Proposed::Kind::stale,
                                                    .latest = *latest});
+    // One Reply answers every attempt waiting under a pair: another payload under it reused
+    // the number, and must not take the first one's answer.
+    std::vector<std::shared_ptr<Attempt>>& waiting =
+        requests_[{a->identity.client_id, a->identity.request_number}];
+    if (!waiting.empty() && waiting.front()->payload != a->payload)
+        return a->finish(a->identity, Proposed{.kind = Proposed::Kind::reused});
     a->request_leader = leader;
     a->sends = 0;
     a->retransmit_ms = kRequestRetransmitMs;
-    requests_[{a->identity.client_id, a->identity.request_number}].push_back(a);
+    waiting.push_back(a);
     transmit_request(a);
 }
 
@@ -388,7 +402,7 @@ void LeaderPath::on_reply(const Reply& reply)
         // The leader's name goes on the answer made now, as on one forwarded over HTTP; not
         // on the one a wait makes later at this replica.
         a->call->answer_headers = {{"X-Voltlock-Leader", std::to_string(reply.replica)}};
-        a->finish(a->identity, Proposed{.kind = Proposed::Kind::committed,
+        a->finish(a->identity, Proposed{.kind = committed_or_reused(reply.result),
                                         .result = reply.result,
                                         .commit = reply.commit});
         a->call->answer_headers.clear();
@@ -498,9 +512,10 @@ void LeaderPath::propose(const ClientIdentity& identity, Bytes payload, SteadyTi
                       if (!outcome.committed) {
                           proposed.kind = Proposed::Kind::not_leader;
                       } else {
-                          proposed.kind = Proposed::Kind::committed;
+                          proposed.kind = committed_or_reused(outcome.result);
                           proposed.result = outcome.result;
-                          if (snapshot) proposed.snapshot = snapshot();
+                          if (snapshot && proposed.kind == Proposed::Kind::committed)
+                              proposed.snapshot = snapshot();
                       }
                       // Let go of what `done` holds (the call, its pooled id) now, not when the
                       // timer below fires.

@@ -133,7 +133,8 @@ public:
     using Relay = std::function<void(HttpResponse)>;
 
     struct Proposed {
-        enum class Kind { committed, not_leader, timed_out, stale } kind = Kind::timed_out;
+        // reused: the request number was used before for another request (docs/api.md)
+        enum class Kind { committed, not_leader, timed_out, stale, reused } kind = Kind::timed_out;
         RequestNumber latest = 0;  // stale: the client's latest request number
         Bytes result;
         // committed at a follower: the leader's commit number in its Reply (0 at the leader,
@@ -145,7 +146,7 @@ public:
     LeaderPath(EventLoop& loop, Node& node, LockService* service, ClientPool& pool,
                Forwarder& forwarder);
 
-    // What became of an op (run_op): committed, stale or timed out, never not_leader.
+    // What became of an op (run_op): committed, stale, reused or timed out, never not_leader.
     using Finish = std::function<void(const ClientIdentity&, Proposed)>;
 
     // Runs `serve` where the leader is, or forwards the call there; `relay` set means the call

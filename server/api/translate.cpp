@@ -723,6 +723,15 @@ ApiError stale_request_error(const ClientIdentity& identity, RequestNumber lates
                     Json{{"request_number", identity.request_number}, {"latest", latest}}};
 }
 
+ApiError reused_request_error(const ClientIdentity& identity)
+{
+    return ApiError{409, "request_number_reused",
+                    "X-Voltlock-Request-Number " + std::to_string(identity.request_number) +
+                        " was already used by this client id for another request: a new "
+                        "request needs a higher number",
+                    object_of("request_number", identity.request_number)};
+}
+
 ApiError unavailable(std::string message)
 {
     return ApiError{503, "unavailable", std::move(message), {}};

@@ -152,6 +152,8 @@ ApiError wait_unknown(WaitKind kind);  // no outcome seen in time: 503, retry th
 ApiError unavailable(std::string message);  // 503; the caller adds Retry-After
 // 409: `identity`'s request number is below the latest its client id used.
 ApiError stale_request_error(const ClientIdentity& identity, RequestNumber latest);
+// 409: `identity`'s request number was used before for another request.
+ApiError reused_request_error(const ClientIdentity& identity);
 ApiError compacted(Revision oldest_revision, Revision requested);
 ApiError not_found_route(std::string_view method, std::string_view path);
 

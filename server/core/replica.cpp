@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "core/assert.h"
+#include "core/checksum.h"
 #include "core/overloaded.h"
 
 namespace voltlock {
@@ -289,26 +290,33 @@ void Replica::on_request(const Request& m)
         counters_.requests_dropped += 1;  // could never be replicated in one datagram
         return ignore(__func__, Ignored::oversized);
     }
-    // §4.1 step 2: the client table gives at-most-once execution.
+    // §4.1 step 2: the client table gives at-most-once execution. The payload's CRC tells a
+    // retry from a number used again for another request, which is refused, not answered with
+    // the first request's result.
+    const uint32_t request_crc = crc32c(m.payload);
     if (const auto it = client_table_.find(m.client_id); it != client_table_.end()) {
         if (m.request_number < it->second.request_number) {
             counters_.requests_dropped += 1;
             return ignore(__func__, Ignored::old_request);
         }
         if (m.request_number == it->second.request_number) {
-            reply(m.client_id, it->second);
-            return;
+            if (it->second.request_crc.value_or(request_crc) != request_crc)
+                return reply_reused(m.client_id, m.request_number);
+            return reply(m.client_id, it->second);
         }
     }
     if (const auto it = requests_in_flight_.find(m.client_id);
-        it != requests_in_flight_.end() && it->second >= m.request_number) {
+        it != requests_in_flight_.end() && it->second.request_number >= m.request_number) {
+        if (it->second.request_number == m.request_number &&
+            it->second.request_crc != request_crc)
+            return reply_reused(m.client_id, m.request_number);
         return ignore(__func__, Ignored::in_flight);
     }
     if (pending_requests_.size() >= config_.request_queue_limit) {
         counters_.requests_dropped += 1;
         return ignore(__func__, Ignored::queue_full);
     }
-    requests_in_flight_[m.client_id] = m.request_number;
+    requests_in_flight_[m.client_id] = {m.request_number, request_crc};
     pending_requests_.push_back(m);
     send_prepares(false);
 }
@@ -529,18 +537,25 @@ void Replica::execute(Op op_number, const Entry& entry)
     }
     ClientSession& session = client_table_[entry.client_id];
     const bool is_leader_now = is_leader();
+    const uint32_t request_crc = crc32c(entry.payload);
     if (entry.request_number <= session.request_number && session.request_number != 0) {
         // A retry that reached the log twice: it was executed already (at-most-once).
-        if (is_leader_now && entry.request_number == session.request_number)
-            reply(entry.client_id, session);
+        if (is_leader_now && entry.request_number == session.request_number) {
+            if (session.request_crc.value_or(request_crc) != request_crc)
+                reply_reused(entry.client_id, entry.request_number);
+            else
+                reply(entry.client_id, session);
+        }
         return;
     }
     session.request_number = entry.request_number;
+    session.request_crc = request_crc;
     session.result = machine_.apply(op_number, entry);
+    VL_ASSERT(!session.result.empty(), "an empty result means a reused request number");
     out_->push_back(Executed{.op = op_number, .entry = entry, .result = session.result});
     if (is_leader_now) {
         if (const auto it = requests_in_flight_.find(entry.client_id);
-            it != requests_in_flight_.end() && it->second <= entry.request_number)
+            it != requests_in_flight_.end() && it->second.request_number <= entry.request_number)
             requests_in_flight_.erase(it);
         reply(entry.client_id, session);
     }
@@ -555,6 +570,17 @@ void Replica::reply(ClientId client_id, const ClientSession& session)
                                     .request_number = session.request_number,
                                     .commit = commit_,
                                     .result = session.result}});
+}
+
+void Replica::reply_reused(ClientId client_id, RequestNumber request_number)
+{
+    counters_.requests_reused += 1;
+    out_->push_back(SendReply{Reply{.view = view_,
+                                    .replica = config_.replica,
+                                    .client_id = client_id,
+                                    .request_number = request_number,
+                                    .commit = commit_,
+                                    .result = {}}});
 }
 
 void Replica::retransmit_prepares()
@@ -739,7 +765,8 @@ void Replica::become_leader()
             bytes += entry_wire_bytes(log_at(++last));
         prepares_in_flight_.push_back({first, last, tick_});
         for (Op o = first; o <= last; o++)
-            requests_in_flight_[log_at(o).client_id] = log_at(o).request_number;
+            requests_in_flight_[log_at(o).client_id] = {log_at(o).request_number,
+                                                        crc32c(log_at(o).payload)};
         first = last + 1;
     }
     for (ReplicaIndex r = 0; r < config_.replica_count; r++)
@@ -1067,7 +1094,8 @@ bool Replica::restore_snapshot(const ReplicaSnapshot& snapshot)
     if (!machine_.restore(snapshot.machine)) return false;
     client_table_.clear();
     for (const ClientTableRecord& client : snapshot.clients)
-        client_table_[client.client_id] = ClientSession{client.request_number, client.result};
+        client_table_[client.client_id] =
+            ClientSession{client.request_number, client.request_crc, client.result};
     log_.clear();
     log_base_ = snapshot.op;
     commit_ = snapshot.op;

@@ -80,6 +80,7 @@ struct ReplicaConfig {
 struct ClientTableRecord {
     ClientId client_id = 0;
     RequestNumber request_number = 0;
+    std::optional<uint32_t> request_crc;  // nullopt: from a VLS1 snapshot, which had none
     Bytes result;
 };
 struct ReplicaSnapshot {
@@ -282,6 +283,7 @@ struct ReplicaCounters {
     uint64_t state_transfers = 0;     // GetStates sent
     uint64_t recoveries = 0;          // recoveries completed
     uint64_t requests_dropped = 0;    // requests refused: not leader, queue full, stale
+    uint64_t requests_reused = 0;     // a request number sent again with another payload
     uint64_t snapshots_written = 0;   // own snapshots made durable
     uint64_t snapshots_installed = 0; // fetched from a peer and installed
     uint64_t snapshots_refused = 0;   // restored or fetched bytes that were not a valid snapshot
@@ -332,9 +334,17 @@ public:
     }
 
 private:
+    // The client's latest request: its number, a CRC-32C of its payload (a number sent again
+    // with another payload was reused: answered with an empty result, never executed; nullopt
+    // after a VLS1 snapshot, which did not keep it), and its result.
     struct ClientSession {
         RequestNumber request_number = 0;
+        std::optional<uint32_t> request_crc;
         Bytes result;
+    };
+    struct RequestInFlight {
+        RequestNumber request_number = 0;
+        uint32_t request_crc = 0;
     };
     // A batch the leader sent and has not yet seen committed.
     struct InFlightPrepare {
@@ -406,6 +416,9 @@ private:
     void commit_to(Op commit);
     void execute(Op op, const Entry& entry);
     void reply(ClientId client_id, const ClientSession& session);
+    // The answer to a request number used again for another request: an empty result (no
+    // state machine result is empty).
+    void reply_reused(ClientId client_id, RequestNumber request_number);
     void retransmit_prepares();
     // Failure detection that sees one-way loss (docs/replication.md): the leader steps down when
     // no quorum answered its heartbeats for a view-change timeout; a follower gives up on a
@@ -519,7 +532,7 @@ private:
     std::vector<uint64_t> echoed_heartbeat_ms_;
     void send_heartbeat();
     std::deque<Request> pending_requests_;                            // not yet in the log
-    std::unordered_map<ClientId, RequestNumber> requests_in_flight_;  // queued or uncommitted
+    std::unordered_map<ClientId, RequestInFlight> requests_in_flight_;  // queued or uncommitted
     std::deque<InFlightPrepare> prepares_in_flight_;
     // The op the selected log reached when this replica became leader. Normally within the
     // pipeline of the old commit point, but not after a whole-cell restart with durability

@@ -15,25 +15,55 @@ namespace voltlock {
 // ---- The snapshot codec (DESIGN.md §5) ----------------------------------------------------------
 
 namespace {
-constexpr uint32_t kSnapshotMagic = 0x31534C56;  // "VLS1"
-}
+constexpr uint32_t kSnapshotMagic = 0x32534C56;                   // "VLS2"
+constexpr uint32_t kSnapshotMagicWithoutRequestCrcs = 0x31534C56;  // "VLS1": read, not written
+}  // namespace
 
 // The layout, followed by a CRC-32C of everything before it.
 template <typename Io, codec::MaybeConst<ClientTableRecord> R>
 bool fields(Io& io, R& r)
 {
-    return io.u64(r.client_id) && io.u64(r.request_number) &&
-           io.template str<uint32_t>(r.result);
+    bool has_request_crc = r.request_crc.has_value();
+    return io.u64(r.client_id) && io.u64(r.request_number) && io.boolean(has_request_crc) &&
+           io.optional(r.request_crc, has_request_crc) && io.template str<uint32_t>(r.result);
+}
+
+template <typename Io, typename R>
+bool position_fields(Io& io, R& r)
+{
+    return io.u64(r.op) && io.u64(r.view) && io.u64(r.last_normal_view) &&
+           io.u64(r.fence_view);
 }
 
 template <typename Io, codec::MaybeConst<ReplicaSnapshot> R>
 bool fields(Io& io, R& r)
 {
     uint32_t magic = kSnapshotMagic;
-    return io.u32(magic) && magic == kSnapshotMagic && io.u64(r.op) && io.u64(r.view) &&
-           io.u64(r.last_normal_view) && io.u64(r.fence_view) &&
+    return io.u32(magic) && magic == kSnapshotMagic && position_fields(io, r) &&
            io.template sequence<uint64_t>(r.clients) && io.template str<uint64_t>(r.machine);
 }
+
+namespace {
+
+// A VLS1 snapshot: the same, but its client records end at the request number and result, with
+// no request CRC (a retry of a client's last request is then answered whatever its payload).
+bool read_without_request_crcs(codec::Reader& io, ReplicaSnapshot& r)
+{
+    uint32_t magic = 0;
+    uint64_t clients = 0;
+    if (!(io.u32(magic) && magic == kSnapshotMagicWithoutRequestCrcs && position_fields(io, r) &&
+          io.u64(clients)))
+        return false;
+    for (uint64_t i = 0; i < clients; i++) {
+        ClientTableRecord& client = r.clients.emplace_back();
+        if (!(io.u64(client.client_id) && io.u64(client.request_number) &&
+              io.str<uint32_t>(client.result)))
+            return false;
+    }
+    return io.str<uint64_t>(r.machine);
+}
+
+}  // namespace
 
 Bytes Replica::encode_snapshot() const
 {
@@ -45,7 +75,8 @@ Bytes Replica::encode_snapshot() const
                              .machine = machine};
     snapshot.clients.reserve(client_table_.size());
     for (const auto& [client_id, session] : client_table_)
-        snapshot.clients.push_back({client_id, session.request_number, session.result});
+        snapshot.clients.push_back(
+            {client_id, session.request_number, session.request_crc, session.result});
     // In client order, so that replicas with the same state write the same bytes.
     std::sort(snapshot.clients.begin(), snapshot.clients.end(),
               [](const auto& a, const auto& b) { return a.client_id < b.client_id; });
@@ -70,8 +101,12 @@ std::optional<ReplicaSnapshot> decode_replica_snapshot(std::string_view bytes)
 
     codec::Reader r(body);
     ReplicaSnapshot snapshot;
-    if (!fields(r, snapshot) || !r.done() || snapshot.last_normal_view > snapshot.view)
-        return std::nullopt;
+    if (!fields(r, snapshot) || !r.done()) {
+        codec::Reader v1(body);
+        snapshot = ReplicaSnapshot{};
+        if (!read_without_request_crcs(v1, snapshot) || !v1.done()) return std::nullopt;
+    }
+    if (snapshot.last_normal_view > snapshot.view) return std::nullopt;
     return snapshot;
 }
 

@@ -1,6 +1,7 @@
 #include "shell/node.h"
 
 #include "core/assert.h"
+#include "core/checksum.h"
 #include "core/lock_machine.h"
 #include "core/overloaded.h"
 #include "core/register_machine.h"
@@ -584,8 +585,14 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
         done(ProposeOutcome{.committed = false, .leader = leader});
         return;
     }
+    // One Reply answers everyone waiting under a pair, so a second payload under it must not
+    // wait with the first: it reused the number (the core answers the same across replicas).
+    const uint32_t request_crc = crc32c(payload);
+    Proposal& proposal = proposals_[{client_id, request_number}];
+    if (proposal.waiting.empty()) proposal.request_crc = request_crc;
+    if (proposal.request_crc != request_crc) return done(ProposeOutcome{.committed = true});
     const auto proposed_at = std::chrono::steady_clock::now();
-    proposals_[{client_id, request_number}].push_back(
+    proposal.waiting.push_back(
         [this, proposed_at, done = std::move(done)](const ProposeOutcome& outcome) {
             if (outcome.committed)
                 commit_latency_.record(static_cast<uint64_t>(
@@ -647,7 +654,7 @@ void Node::deliver_reply(const Reply& reply)
 {
     if (const auto it = proposals_.find({reply.client_id, reply.request_number});
         it != proposals_.end()) {
-        std::vector<ProposeDone> waiting = std::move(it->second);
+        std::vector<ProposeDone> waiting = std::move(it->second.waiting);
         proposals_.erase(it);
         for (ProposeDone& done : waiting)
             done(ProposeOutcome{.committed = true, .result = reply.result});
@@ -675,8 +682,8 @@ void Node::fail_proposals()
     // retry with the same client id and request number will then find it executed.
     auto failed = std::move(proposals_);
     proposals_.clear();
-    for (auto& [request, waiting] : failed)
-        for (ProposeDone& done : waiting) done(ProposeOutcome{.committed = false});
+    for (auto& [request, proposal] : failed)
+        for (ProposeDone& done : proposal.waiting) done(ProposeOutcome{.committed = false});
 }
 
 void Node::broadcast(const Message& message)
@@ -813,6 +820,7 @@ nlohmann::json Node::status(bool with_digest) const
           {"state_transfers", core.state_transfers},
           {"recoveries", core.recoveries},
           {"requests_dropped", core.requests_dropped},
+          {"requests_reused", core.requests_reused},
           {"snapshots_written", core.snapshots_written},
           {"snapshots_installed", core.snapshots_installed},
           {"snapshots_refused", core.snapshots_refused},

@@ -46,7 +46,9 @@ struct NodeCounters {
 // What became of an op proposed through this replica.
 struct ProposeOutcome {
     bool committed = false;  // false: this replica is not (or no longer) the leader
-    Bytes result;            // the state machine's result, when committed
+    // The state machine's result, when committed. Empty: the request number was used before
+    // for another request (another payload), which was answered instead; this one never ran.
+    Bytes result;
     std::optional<ReplicaIndex> leader;  // who to ask instead, when known
 };
 
@@ -72,7 +74,8 @@ public:
     // Proposes `payload` through the log as request `request_number` of client `client_id`
     // (VR's client table makes a retry of the same pair execute once). `done` runs once: when
     // the op is committed and applied, or when this replica is not the leader or stops being
-    // it before then.
+    // it before then, or at once with an empty result when another payload waits here under
+    // the same pair.
     void propose(ClientId client_id, RequestNumber request_number, Bytes payload,
                  ProposeDone done);
     // Sends `request` to replica `leader` as a client would (§4.1 step 1), from this replica's
@@ -205,7 +208,13 @@ private:
     // When each client's latest Request from a follower arrived, until its Reply leaves.
     std::unordered_map<ClientId, std::pair<RequestNumber, std::chrono::steady_clock::time_point>>
         forwarded_arrivals_;
-    std::map<std::pair<ClientId, RequestNumber>, std::vector<ProposeDone>> proposals_;
+    // The ops proposed here and not yet answered, by client and request number: the CRC-32C of
+    // the payload they were proposed with, and who waits for the Reply.
+    struct Proposal {
+        uint32_t request_crc = 0;
+        std::vector<ProposeDone> waiting;
+    };
+    std::map<std::pair<ClientId, RequestNumber>, Proposal> proposals_;
     std::vector<ExecutedListener> executed_listeners_;
     ReplyListener reply_listener_;
     RequestTaker request_taker_;

@@ -394,6 +394,37 @@ def test_a_retry_with_the_same_client_id_and_request_number_applies_once(cell):
                       {"X-Voltlock-Client-Id": "5"}), 400, "invalid_argument")
 
 
+
+def test_a_number_reused_for_another_request_of_the_same_kind_is_refused(cell):
+    # Same op, other arguments: the cell tells it from a retry by the request's bytes, at the
+    # leader and through a follower, and never answers with the first request's result.
+    client_id = str(secrets.randbelow(2**62) + 1)
+    first_key, other_key = fresh("reuse"), fresh("reuse")
+    headers = {"X-Voltlock-Client-Id": client_id, "X-Voltlock-Request-Number": "1"}
+    first = call(cell, cell.leader, "PUT", f"/v1/kv/{first_key}", {"value": "A"}, headers)
+    assert first.status == 200
+    for replica in (cell.leader, followers(cell)[0]):
+        assert_error(call(cell, replica, "PUT", f"/v1/kv/{first_key}", {"value": "B"}, headers),
+                     409, "request_number_reused")
+        assert_error(call(cell, replica, "PUT", f"/v1/kv/{other_key}", {"value": "C"}, headers),
+                     409, "request_number_reused")
+    assert call(cell, 0, "GET", f"/v1/kv/{first_key}")["value"] == "A"
+    assert call(cell, 0, "GET", f"/v1/kv/{other_key}").status == 404
+    assert call(cell, cell.leader, "GET", "/v1/status")["counters"]["requests_reused"] >= 2
+    # A lock granted under a pair is not "granted" again for another lock under it.
+    holder, other = session(cell), session(cell)
+    mine, theirs = fresh("reuse-lock"), fresh("reuse-lock")
+    assert call(cell, 0, "POST", f"/v1/locks/{theirs}:acquire", {"session": other})["granted"]
+    headers["X-Voltlock-Request-Number"] = "2"
+    assert call(cell, 0, "POST", f"/v1/locks/{mine}:acquire", {"session": holder},
+                headers)["granted"]
+    for replica in (cell.leader, followers(cell)[0]):
+        assert_error(call(cell, replica, "POST", f"/v1/locks/{theirs}:acquire",
+                          {"session": holder}, headers), 409, "request_number_reused")
+    holders = call(cell, 0, "GET", f"/v1/locks/{theirs}")["holders"]
+    assert [h["session"] for h in holders] == [other]
+
+
 # ---- Barriers ----------------------------------------------------------------------------------
 
 def test_a_double_barrier_releases_its_members_together(cell):

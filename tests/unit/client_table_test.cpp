@@ -66,3 +66,39 @@ TEST_CASE("a request that reached the log twice executes once, on every replica"
     CHECK(executed[1].op == 3);
     CHECK(follower.machine().version() == 2);
 }
+
+TEST_CASE("a request number used again with another payload is answered empty, not executed")
+{
+    // The client table keeps a CRC of each client's latest request: the same number with
+    // another payload is not a retry, and must not get the first request's answer.
+    TestReplica leader(test_config(0, 3));
+    commit_first_request(leader);
+    leader.receive(request(9, 1, "Wother"));
+    const auto replies = leader.effects_of<SendReply>();
+    leader.flush();
+    CHECK(leader->op() == 1);
+    REQUIRE(replies.size() == 1);
+    CHECK(replies[0].reply.request_number == 1);
+    CHECK(replies[0].reply.result.empty());
+    CHECK(leader->counters().requests_reused == 1);
+}
+
+TEST_CASE("a request number in the pipeline sent with another payload is answered empty")
+{
+    TestReplica leader(test_config(0, 3));
+    leader.receive(request(9, 1, "Wa"));
+    leader.flush();
+    leader.receive(request(9, 1, "Wb"));
+    const auto replies = leader.effects_of<SendReply>();
+    leader.flush();
+    CHECK(leader->op() == 1);
+    REQUIRE(replies.size() == 1);
+    CHECK(replies[0].reply.result.empty());
+    // The first one still commits, and its retry gets its own result.
+    leader.receive(PrepareOk{.view = 0, .replica = 1, .op = 1});
+    REQUIRE(leader->commit() == 1);
+    const Bytes first_result = leader.effects_of<SendReply>().at(0).reply.result;
+    CHECK_FALSE(first_result.empty());
+    leader.receive(request(9, 1, "Wa"));
+    CHECK(leader.effects_of<SendReply>().at(0).reply.result == first_result);
+}
