@@ -98,6 +98,25 @@ TEST_CASE("no call blocks past its deadline when nothing answers")
     vl_client_close(c);
 }
 
+TEST_CASE("a watch that cannot open gives up at the command timeout, a dial in flight included")
+{
+    // A dial timeout longer than the command timeout: the connect still running at the deadline
+    // used to hold vl_watch_open up to a whole dial timeout past it.
+    vl_client_options options;
+    vl_client_options_init(&options);
+    options.command_timeout_ms = 1000;
+    options.dial_timeout_ms = 3000;
+    char why[256];
+    vl_client* c = nullptr;
+    REQUIRE(vl_client_open("http://10.77.0.99:7480", &options, why, sizeof why, &c) == VL_OK);
+    vl_watch* w = nullptr;
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(vl_watch_open(c, "anything", nullptr, &w) == VL_ERR_TIMEOUT);
+    CHECK(rig::elapsed_ms(start) < 1500);
+    CHECK(w == nullptr);
+    vl_client_close(c);
+}
+
 TEST_CASE("leader kill -9: the session and its lock survive, a waiting acquire completes, the "
           "watch resumes with no gap and no duplicate")
 {

@@ -4,11 +4,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -142,6 +147,104 @@ TEST_CASE("bad arguments are refused before anything is sent")
     char* json = nullptr;
     CHECK(vl_info_get(c, "/v1/kv/x", -1, &json) == VL_ERR_INVALID_ARGUMENT);
     vl_client_close(c);
+}
+
+TEST_CASE("NULL handles, undefined flag bits and endpoint indexes, bad sequencer numbers")
+{
+    // A NULL client: the getters answer as their siblings do (no crash).
+    CHECK(vl_client_current_endpoint(nullptr) == nullptr);
+    CHECK(vl_client_endpoint_count(nullptr) == 0);
+    CHECK(vl_client_endpoint(nullptr, 0) == nullptr);
+    CHECK(std::string(vl_client_errstr(nullptr)) == "client is NULL");
+    vl_client* c = rig::open_client();
+    const std::string key = rig::unique("flags");
+    REQUIRE(put_text(c, key, "v") == VL_OK);
+    vl_kv* kv = nullptr;
+    // Bits vl_read_flags does not define: refused, not ignored.
+    CHECK(vl_get(c, key.c_str(), 7, &kv) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(kv == nullptr);
+    CHECK(std::string(vl_client_errstr(c)).find("VL_READ_STALE") != std::string::npos);
+    CHECK(vl_get(c, key.c_str(), VL_READ_STALE | 4, &kv) == VL_ERR_INVALID_ARGUMENT);
+    vl_kv_list* list = nullptr;
+    CHECK(vl_get_prefix(c, key.c_str(), nullptr, 0, 2, &list) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(list == nullptr);
+    vl_role_list* roles = nullptr;
+    CHECK(vl_roles_list(c, -1, &roles) == VL_ERR_INVALID_ARGUMENT);
+    REQUIRE(vl_get(c, key.c_str(), VL_READ_STALE, &kv) == VL_OK);
+    vl_kv_free(kv);
+    // -1 is any endpoint; other negative indexes are mistakes.
+    char* json = nullptr;
+    CHECK(vl_info_get(c, "/v1/status", -2, &json) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(vl_info_get(c, "/v1/status", INT32_MIN, &json) == VL_ERR_INVALID_ARGUMENT);
+    CHECK(json == nullptr);
+    CHECK(vl_snapshot_save(c, -2, "/nonexistent/x.snap", nullptr, nullptr) ==
+          VL_ERR_INVALID_ARGUMENT);
+    REQUIRE(vl_info_get(c, "/v1/status", -1, &json) == VL_OK);
+    vl_string_free(json);
+    // A sequencer's numbers are JSON integers from 0 up: not -1 (taken as 2^64-1), not 1.5.
+    const auto parse = [](const std::string& generation, const std::string& session) {
+        vl_sequencer* seq = nullptr;
+        const std::string text = "{\"generation\":" + generation +
+                                 ",\"lock\":\"L\",\"mode\":\"exclusive\",\"session\":" +
+                                 session + "}";
+        const vl_status status = vl_sequencer_parse(text.c_str(), &seq);
+        CHECK((status == VL_OK) == (seq != nullptr));
+        vl_sequencer_free(seq);
+        return status;
+    };
+    CHECK(parse("-1", "1") == VL_ERR_INVALID_ARGUMENT);
+    CHECK(parse("1.5", "1") == VL_ERR_INVALID_ARGUMENT);
+    CHECK(parse("1", "-7") == VL_ERR_INVALID_ARGUMENT);
+    CHECK(parse("1", "2.0") == VL_ERR_INVALID_ARGUMENT);
+    CHECK(parse("\"1\"", "1") == VL_ERR_INVALID_ARGUMENT);
+    CHECK(parse("0", "18446744073709551615") == VL_OK);
+    vl_client_close(c);
+}
+
+TEST_CASE("TLS files are checked when the client is made, the error naming option and file")
+{
+    char dir_template[] = "/tmp/clib-tls-XXXXXX";
+    REQUIRE(mkdtemp(dir_template) != nullptr);
+    const std::string dir = dir_template;
+    const std::string garbage = dir + "/garbage.pem";
+    std::FILE* file = std::fopen(garbage.c_str(), "w");
+    REQUIRE(file != nullptr);
+    std::fputs("not a certificate\n", file);
+    std::fclose(file);
+    const auto refusal = [](const char* cacert, const char* cert, const char* key) {
+        vl_client_options options;
+        vl_client_options_init(&options);
+        options.cacert_file = cacert;
+        options.cert_file = cert;
+        options.key_file = key;
+        char why[512] = "";
+        vl_client* c = nullptr;
+        const auto start = std::chrono::steady_clock::now();
+        const vl_status status = vl_client_open("https://10.77.0.99:7480", &options, why,
+                                                sizeof why, &c);
+        CHECK(rig::elapsed_ms(start) < 500);  // nothing is dialled
+        CHECK(status == VL_ERR_INVALID_ARGUMENT);
+        CHECK(c == nullptr);
+        vl_client_close(c);
+        return std::string(why);
+    };
+    CHECK(refusal("/nonexistent/ca.pem", nullptr, nullptr) ==
+          "cacert_file /nonexistent/ca.pem: No such file or directory");
+    CHECK(refusal(garbage.c_str(), nullptr, nullptr) ==
+          "cacert_file " + garbage + ": no PEM certificate in it");
+    CHECK(refusal(nullptr, garbage.c_str(), nullptr) == "cert_file without key_file");
+    CHECK(refusal(nullptr, nullptr, garbage.c_str()) == "key_file without cert_file");
+    CHECK(refusal(nullptr, "/nonexistent/c.pem", garbage.c_str()) ==
+          "cert_file /nonexistent/c.pem: No such file or directory");
+    CHECK(refusal(nullptr, garbage.c_str(), garbage.c_str()) ==
+          "key_file " + garbage + ": not an unencrypted PEM private key");
+    // A path from the environment is named by its variable.
+    setenv("VOLTLOCK_CACERT", "/nonexistent/env.pem", 1);
+    CHECK(refusal(nullptr, nullptr, nullptr) ==
+          "$VOLTLOCK_CACERT /nonexistent/env.pem: No such file or directory");
+    unsetenv("VOLTLOCK_CACERT");
+    std::remove(garbage.c_str());
+    rmdir(dir.c_str());
 }
 
 TEST_CASE("locks: busy, waits that time out, shared holders, fencing, release")

@@ -159,6 +159,13 @@ TEST_CASE("sequencers parse, format and refuse a bad mode")
     vl_sequencer_free(seq);
     CHECK_THROWS(sequencer_from_json(Json::parse(
         R"({"generation":1,"lock":"l","mode":"sideways","session":1})")));
+    // Numbers that nlohmann's get<uint64_t> would wrap or truncate.
+    CHECK_THROWS(sequencer_from_json(Json::parse(
+        R"({"generation":-1,"lock":"l","mode":"exclusive","session":1})")));
+    CHECK_THROWS(sequencer_from_json(Json::parse(
+        R"({"generation":1.5,"lock":"l","mode":"exclusive","session":1})")));
+    CHECK_THROWS(sequencer_from_json(Json::parse(
+        R"({"generation":1,"lock":"l","mode":"exclusive","session":-1})")));
 }
 
 TEST_CASE("a watch stream split at every byte gives the same blocks")

@@ -10,6 +10,10 @@
  *   session, vl_watch_errstr(w) for a watch. It is valid until the next call on that handle from
  *   the same thread (each thread has its own slot on the handle), and names the server's code
  *   and message when the server answered.
+ * - A NULL handle is never dereferenced: calls answer VL_ERR_INVALID_ARGUMENT, frees and closes
+ *   do nothing, and getters answer 0, NULL, or (the errstr calls) a text that says so.
+ * - Arguments are checked before anything is sent: a bad one (a NULL or malformed name, a flag
+ *   bit or an index the call does not define) answers VL_ERR_INVALID_ARGUMENT and sends nothing.
  * - No global state: nothing to initialise, no signal handlers installed. The library ignores
  *   SIGPIPE on its own sockets (MSG_NOSIGNAL).
  *
@@ -111,7 +115,8 @@ typedef struct vl_client_options {
     uint64_t client_id_seed;     /* 0: random; else the first X-Voltlock-Client-Id (tests) */
     /* https:// endpoints (docs/security-tls.md). NULL: $VOLTLOCK_CACERT, $VOLTLOCK_CERT,
      * $VOLTLOCK_KEY, else none. The replica's certificate is checked against cacert_file (else
-     * the system's CAs) and its address; TLS 1.2 or newer. */
+     * the system's CAs) and its address; TLS 1.2 or newer. vl_client_open checks the files
+     * (each readable and of its kind, cert_file and key_file given together and matching). */
     const char *cacert_file; /* PEM: the cell's CA */
     const char *cert_file;   /* PEM: a client certificate, for a cell that requires one */
     const char *key_file;    /* PEM: its key (unencrypted) */
@@ -127,14 +132,16 @@ VL_API void vl_client_options_init(vl_client_options *opts);
  * or "https://..." (a missing scheme is http://; one scheme for all). NULL: $VOLTLOCK_ENDPOINTS
  * (the fallback every Voltlock client shares), else "http://127.0.0.1:7480". Does not connect: the
  * first call does. On failure *out is NULL and the reason is in errstr_out, if given (a buffer of
- * errstr_len bytes), since there is no handle to hold it. */
+ * errstr_len bytes), since there is no handle to hold it: VL_ERR_INVALID_ARGUMENT for a bad
+ * endpoint list or TLS file, the reason naming the option (or environment variable) and file. */
 VL_API vl_status vl_client_open(const char *endpoints, const vl_client_options *opts,
                                 char *errstr_out, size_t errstr_len, vl_client **out);
 /* Closes every connection and frees the client. Sessions and watches opened on it must be
  * closed first. NULL is fine. */
 VL_API void vl_client_close(vl_client *c);
 VL_API const char *vl_client_errstr(const vl_client *c);
-/* The endpoint that answered the last request (a URL; valid until vl_client_close). */
+/* The endpoint that answered the last request (a URL; valid until vl_client_close); NULL for a
+ * NULL client. */
 VL_API const char *vl_client_current_endpoint(const vl_client *c);
 
 /* ---- Sessions ----------------------------------------------------------------------------- */
@@ -211,7 +218,9 @@ VL_API void vl_sequencer_free(vl_sequencer *seq);
  * {"generation":1,"lock":"db/primary","mode":"exclusive","session":1}. Free with
  * vl_string_free. */
 VL_API vl_status vl_sequencer_format(const vl_sequencer *seq, char **out);
-/* The reverse of vl_sequencer_format (any JSON object with those four fields). */
+/* The reverse of vl_sequencer_format (any JSON object with those four fields): generation and
+ * session must be JSON integers from 0 to 2^64-1 (not -1, not 1.5), mode "exclusive" or
+ * "shared"; anything else is VL_ERR_INVALID_ARGUMENT. */
 VL_API vl_status vl_sequencer_parse(const char *text, vl_sequencer **out);
 /* Asks the cell whether seq is still the lock's current grant: *valid_out true or false. */
 VL_API vl_status vl_sequencer_check(vl_client *c, const vl_sequencer *seq, bool *valid_out);
@@ -254,7 +263,8 @@ typedef enum vl_read_flags {
     VL_READ_STALE = 1         /* from the replica asked, possibly behind */
 } vl_read_flags;
 
-/* One key. VL_ERR_KEY_NOT_FOUND if absent. */
+/* One key. VL_ERR_KEY_NOT_FOUND if absent. flags (here and in every read that takes them):
+ * VL_READ_LINEARIZABLE or VL_READ_STALE; other bits are VL_ERR_INVALID_ARGUMENT. */
 VL_API vl_status vl_get(vl_client *c, const char *key, int flags, vl_kv **out);
 /* One page of the keys starting with prefix, in key order, after key `after` (NULL: from the
  * start), at most `limit` (0: as many as fit one page). */
@@ -349,7 +359,8 @@ VL_API vl_status vl_barrier_leave(vl_session *s, const char *name, uint32_t wait
 /* A read-only information document as JSON text: path is one of "/v1/cluster", "/v1/status",
  * "/v1/sessions", "/v1/sessions/ID", "/v1/locks", "/v1/locks/NAME", "/v1/barriers",
  * "/v1/barriers/NAME", "/healthz", "/readyz". endpoint_index picks the endpoint (from 0 in
- * the list given to vl_client_open), or -1 for any that answers. Free with vl_string_free. */
+ * the list given to vl_client_open), or -1 for any that answers; any other value is
+ * VL_ERR_INVALID_ARGUMENT (so in vl_snapshot_save). Free with vl_string_free. */
 VL_API vl_status vl_info_get(vl_client *c, const char *path, int endpoint_index, char **json_out);
 /* Backs up the newest snapshot of one replica (GET /v1/internal/snapshot, docs/lockctl.md):
  * fetched chunk by chunk from endpoint_index (or, with -1, the first endpoint that answers, in
@@ -361,7 +372,8 @@ VL_API vl_status vl_info_get(vl_client *c, const char *path, int endpoint_index,
  * with no snapshot yet answers VL_ERR_SERVER_OTHER with "no_snapshot: ..." in the error text. */
 VL_API vl_status vl_snapshot_save(vl_client *c, int endpoint_index, const char *path,
                                   uint64_t *op_out, uint64_t *size_out);
-/* How many endpoints the client was given, and the i-th (valid until vl_client_close). */
+/* How many endpoints the client was given, and the i-th (valid until vl_client_close; NULL past
+ * the list). For a NULL client: 0 and NULL. */
 VL_API size_t vl_client_endpoint_count(const vl_client *c);
 VL_API const char *vl_client_endpoint(const vl_client *c, size_t index);
 

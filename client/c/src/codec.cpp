@@ -519,14 +519,28 @@ vl_kv_list* kv_list_from_json(const Json& body)
     return list;
 }
 
+namespace {
+
+// A count of the API (a generation, a session id): a JSON integer from 0 to 2^64-1. nlohmann's
+// get<uint64_t> would take -1 as 2^64-1 and 1.5 as 1.
+uint64_t whole_number(const Json& object, const char* field)
+{
+    const Json& value = object.at(field);
+    if (!value.is_number_unsigned())
+        throw std::runtime_error(std::string(field) + " is not a non-negative integer");
+    return value.get<uint64_t>();
+}
+
+}  // namespace
+
 vl_sequencer* sequencer_from_json(const Json& object)
 {
     const std::string mode = object.at("mode").get<std::string>();
     if (mode != "exclusive" && mode != "shared")
         throw std::runtime_error("sequencer mode is neither exclusive nor shared");
     const std::string lock = object.at("lock").get<std::string>();
-    const auto generation = object.at("generation").get<uint64_t>();
-    const auto session = object.at("session").get<uint64_t>();
+    const uint64_t generation = whole_number(object, "generation");
+    const uint64_t session = whole_number(object, "session");
     auto* seq = static_cast<vl_sequencer*>(std::calloc(1, sizeof(vl_sequencer)));
     if (!seq) return nullptr;
     seq->lock = copy_string(lock);

@@ -1,9 +1,13 @@
 #include "transport.h"
 
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -83,6 +87,58 @@ std::optional<std::vector<Endpoint>> parse_endpoints(std::string_view list, std:
         return std::nullopt;
     }
     return out;
+}
+
+namespace {
+
+// An encrypted key is refused rather than asked for on the terminal (OpenSSL's default).
+int no_passphrase(char*, int, int, void*) { return 0; }
+
+std::string unreadable(const PemFile& file)
+{
+    std::FILE* opened = std::fopen(file.path.c_str(), "r");
+    if (!opened) return file.name + " " + file.path + ": " + std::strerror(errno);
+    std::fclose(opened);
+    return "";
+}
+
+// The checks on one OpenSSL context, in the order that tells the mistakes apart: the key first
+// (loading a certificate after it drops a key that does not match instead of failing), then the
+// certificate, then whether they match.
+std::string pem_problem(SSL_CTX* context, const PemFile& cacert, const PemFile& cert,
+                        const PemFile& key)
+{
+    if (!cacert.path.empty() &&
+        SSL_CTX_load_verify_locations(context, cacert.path.c_str(), nullptr) != 1)
+        return cacert.name + " " + cacert.path + ": no PEM certificate in it";
+    if (key.path.empty()) return "";
+    if (SSL_CTX_use_PrivateKey_file(context, key.path.c_str(), SSL_FILETYPE_PEM) != 1)
+        return key.name + " " + key.path + ": not an unencrypted PEM private key";
+    if (SSL_CTX_use_certificate_chain_file(context, cert.path.c_str()) != 1)
+        return cert.name + " " + cert.path + ": not a PEM certificate";
+    if (SSL_CTX_check_private_key(context) != 1)
+        return key.name + " " + key.path + " is not the key of " + cert.name + " " + cert.path;
+    return "";
+}
+
+}  // namespace
+
+std::string tls_files_problem(const PemFile& cacert, const PemFile& cert, const PemFile& key)
+{
+    if (cert.path.empty() != key.path.empty())
+        return cert.path.empty() ? key.name + " without " + cert.name
+                                 : cert.name + " without " + key.name;
+    for (const PemFile* file : {&cacert, &cert, &key})
+        if (!file->path.empty())
+            if (std::string why = unreadable(*file); !why.empty()) return why;
+    if (cacert.path.empty() && cert.path.empty()) return "";
+    std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> context(SSL_CTX_new(TLS_client_method()),
+                                                         SSL_CTX_free);
+    if (!context) return "OpenSSL could not make a context to check the TLS files in";
+    SSL_CTX_set_default_passwd_cb(context.get(), no_passphrase);
+    std::string problem = pem_problem(context.get(), cacert, cert, key);
+    ERR_clear_error();  // the refused loads leave nothing on the thread's OpenSSL error queue
+    return problem;
 }
 
 void CancelToken::cancel()

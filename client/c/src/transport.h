@@ -34,6 +34,19 @@ struct Endpoint {
 // Parses "http://a:1,b:2" into endpoints; nullopt and the reason in *why on a bad list.
 std::optional<std::vector<Endpoint>> parse_endpoints(std::string_view list, std::string* why);
 
+// A PEM file of the client's TLS options (empty path: none), and its name in an error: the
+// vl_client_options field, or the environment variable the path came from.
+struct PemFile {
+    std::string path;
+    std::string name;
+};
+
+// Why the files cannot make a TLS client, naming the file (empty if they can): a certificate
+// without its key or the reverse, a file that cannot be read or is not of its kind, a key that is
+// not the certificate's. Checked when the client is made, so that a mistake is an invalid
+// argument at once rather than every connection failing until the deadline.
+std::string tls_files_problem(const PemFile& cacert, const PemFile& cert, const PemFile& key);
+
 // Lets another thread abort the requests running under it: a session that is lost stops the
 // waits made on its behalf at once instead of at their deadlines (cancel, for good), and
 // vl_session_interrupt ends the calls in flight without touching later ones (interrupt).

@@ -1,5 +1,6 @@
 // The C ABI of libvoltlock (include/voltlock.h) over the codec and the transport. Every entry
 // point catches everything: no exception crosses the ABI.
+#include <algorithm>
 #include <charconv>
 #include <condition_variable>
 #include <cstdio>
@@ -71,6 +72,10 @@ vl_status invalid(const ErrorSlots& errors, const std::string& what)
 }
 
 std::string u64(uint64_t n) { return std::to_string(n); }
+
+// A read's flags are vl_read_flags: another bit is a mistake, refused rather than ignored.
+constexpr const char* kReadFlagsRule = "flags is VL_READ_LINEARIZABLE or VL_READ_STALE";
+bool bad_read_flags(int flags) { return (flags & ~VL_READ_STALE) != 0; }
 
 }  // namespace
 
@@ -210,6 +215,7 @@ struct vl_watch {
     std::optional<uint64_t> last_complete;
     uint64_t last_delivered = 0;
     bool opened = false;             // the first stream answered 200
+    Clock::time_point open_deadline;  // vl_watch_open's: no connect attempt outlasts it
     vl_status final_status = VL_OK;  // the watch failed for good
     std::string final_text;
     bool stopping = false;
@@ -280,7 +286,17 @@ void vl_watch::stream_once(size_t index)
 {
     Transport& transport = client->transport;
     auto http = transport.checkout(index);
-    http->set_connection_timeout(transport.options().dial_timeout);
+    milliseconds dial_timeout = transport.options().dial_timeout;
+    {
+        // A connect cannot be stopped: before the first stream opens, none may run past
+        // vl_watch_open's deadline, which would hold up the close that follows it.
+        std::lock_guard lock(mutex);
+        if (!opened)
+            dial_timeout = std::clamp(std::chrono::duration_cast<milliseconds>(
+                                          open_deadline - Clock::now()),
+                                      milliseconds(1), dial_timeout);
+    }
+    http->set_connection_timeout(dial_timeout);
     // The server sends a comment every 10 s of quiet: 15 s of nothing is a dead stream.
     http->set_read_timeout(std::chrono::seconds(15));
     std::string resume_path;
@@ -363,6 +379,12 @@ void vl_watch::run()
 }
 
 namespace {
+
+// An endpoint index names one in the list, or is -1 for any that answers.
+bool bad_endpoint_index(const vl_client* c, int index)
+{
+    return index < -1 || index >= int(c->transport.endpoints().size());
+}
 
 // Sends `request` and makes *out of the answer's body with `build` (nullptr: out of memory).
 // Here, not by its callers: a template cannot stand in the extern "C" part below.
@@ -458,6 +480,7 @@ vl_status auth_get(vl_client* c, const char* table, const char* name, int flags,
     return guarded(c->errors, [&] {
         if (const char* why = bad_auth_name(name)) return invalid(c->errors, why);
         if (!out) return invalid(c->errors, "out is NULL");
+        if (bad_read_flags(flags)) return invalid(c->errors, kReadFlagsRule);
         return read_into(c, Request{.path = read_path(auth_path(table, name), flags)}, out,
                          build);
     });
@@ -469,6 +492,7 @@ vl_status auth_list(vl_client* c, const char* path, int flags, T** out, Build bu
 {
     *out = nullptr;
     return guarded(c->errors, [&] {
+        if (bad_read_flags(flags)) return invalid(c->errors, kReadFlagsRule);
         return read_into(c, Request{.path = read_path(path, flags)}, out, build);
     });
 }
@@ -515,16 +539,26 @@ vl_status vl_client_open(const char* endpoints, const vl_client_options* opts, c
         options.dial_timeout = milliseconds(o.dial_timeout_ms ? o.dial_timeout_ms : 2000);
         options.command_timeout = milliseconds(o.command_timeout_ms ? o.command_timeout_ms : 10000);
         options.client_id_seed = o.client_id_seed;
-        const auto file = [](const char* given, const char* variable) {
-            const char* path = given ? given : std::getenv(variable);
-            return std::string(path ? path : "");
+        const auto given_or_environment = [](const char* given, const char* variable) {
+            const char* value = given ? given : std::getenv(variable);
+            return std::string(value ? value : "");
         };
-        options.cacert_file = file(o.cacert_file, "VOLTLOCK_CACERT");
-        options.cert_file = file(o.cert_file, "VOLTLOCK_CERT");
-        options.key_file = file(o.key_file, "VOLTLOCK_KEY");
-        options.token = file(o.token, "VOLTLOCK_TOKEN");
-        if (!options.key_file.empty() && options.cert_file.empty())
-            return report(VL_ERR_INVALID_ARGUMENT, "key_file without cert_file");
+        // An error names where a file's path came from: its field, or its variable.
+        const auto pem_file = [&](const char* given, const char* field, const char* variable) {
+            std::string path = given_or_environment(given, variable);
+            const bool from_environment = !given && !path.empty();
+            return PemFile{std::move(path), from_environment ? std::string("$") + variable
+                                                             : std::string(field)};
+        };
+        const PemFile cacert = pem_file(o.cacert_file, "cacert_file", "VOLTLOCK_CACERT");
+        const PemFile cert = pem_file(o.cert_file, "cert_file", "VOLTLOCK_CERT");
+        const PemFile key = pem_file(o.key_file, "key_file", "VOLTLOCK_KEY");
+        if (std::string problem = tls_files_problem(cacert, cert, key); !problem.empty())
+            return report(VL_ERR_INVALID_ARGUMENT, problem);
+        options.cacert_file = cacert.path;
+        options.cert_file = cert.path;
+        options.key_file = key.path;
+        options.token = given_or_environment(o.token, "VOLTLOCK_TOKEN");
         *out = new vl_client(std::move(*parsed), options);
         return report(VL_OK, "");
     } catch (...) {
@@ -538,14 +572,17 @@ const char* vl_client_errstr(const vl_client* c) { return c ? c->errors.get() : 
 
 const char* vl_client_current_endpoint(const vl_client* c)
 {
-    return c->transport.endpoints()[c->transport.preferred()].url.c_str();
+    return c ? c->transport.endpoints()[c->transport.preferred()].url.c_str() : nullptr;
 }
 
-size_t vl_client_endpoint_count(const vl_client* c) { return c->transport.endpoints().size(); }
+size_t vl_client_endpoint_count(const vl_client* c)
+{
+    return c ? c->transport.endpoints().size() : 0;
+}
 
 const char* vl_client_endpoint(const vl_client* c, size_t index)
 {
-    if (index >= c->transport.endpoints().size()) return nullptr;
+    if (!c || index >= c->transport.endpoints().size()) return nullptr;
     return c->transport.endpoints()[index].url.c_str();
 }
 
@@ -943,6 +980,7 @@ vl_status vl_get(vl_client* c, const char* key, int flags, vl_kv** out)
     return guarded(c->errors, [&] {
         if (!valid_name(key)) return invalid(c->errors, "a key is 1 to 512 bytes of text");
         if (!out) return invalid(c->errors, "out is NULL");
+        if (bad_read_flags(flags)) return invalid(c->errors, kReadFlagsRule);
         std::string path = "/v1/kv/" + encode_path_segment(key) + "?encoding=base64";
         if (flags & VL_READ_STALE) path += "&stale=true";
         return read_into(c, Request{.path = path}, out, kv_from_json);
@@ -958,6 +996,7 @@ vl_status vl_get_prefix(vl_client* c, const char* prefix, const char* after, uin
         if (!prefix || std::strlen(prefix) > 512 || (*prefix && !valid_name(prefix)))
             return invalid(c->errors, "a prefix is 0 to 512 bytes of text");
         if (!out) return invalid(c->errors, "out is NULL");
+        if (bad_read_flags(flags)) return invalid(c->errors, kReadFlagsRule);
         std::string path = "/v1/kv/" + encode_path_segment(prefix) + "?prefix=true&encoding=base64";
         if (after && *after) path += "&after=" + encode_query_value(after);
         if (limit) path += "&limit=" + u64(limit);
@@ -1056,11 +1095,12 @@ vl_status vl_watch_open(vl_client* c, const char* key, const vl_watch_options* o
         if (prefix) watch->path += "&prefix=true";
         if (opts && opts->spaces) watch->path += "&spaces=" + encode_query_value(opts->spaces);
         if (opts && opts->start_revision > 0) watch->last_complete = opts->start_revision - 1;
+        watch->open_deadline = c->transport.deadline_after();
         vl_watch* raw = watch.get();
         watch->thread = std::thread([raw] { raw->run(); });
         std::unique_lock lock(watch->mutex);
         const bool settled = watch->changed.wait_until(
-            lock, c->transport.deadline_after(),
+            lock, watch->open_deadline,
             [&] { return watch->opened || watch->final_status != VL_OK; });
         vl_status status = VL_OK;
         std::string text;
@@ -1164,8 +1204,8 @@ vl_status vl_info_get(vl_client* c, const char* path, int endpoint_index, char**
                            p == "/v1/barriers" || p.starts_with("/v1/sessions/") ||
                            p.starts_with("/v1/locks/") || p.starts_with("/v1/barriers/");
         if (!known) return invalid(c->errors, std::string("not an information path: ") + path);
-        if (endpoint_index >= int(c->transport.endpoints().size()))
-            return invalid(c->errors, "endpoint_index is past the list");
+        if (bad_endpoint_index(c, endpoint_index))
+            return invalid(c->errors, "endpoint_index is -1 or one of the list's");
         std::string encoded = "/";
         size_t slash = 0;
         // Names after the collection go encoded; the collection's own path stays as it is.
@@ -1185,8 +1225,8 @@ vl_status vl_snapshot_save(vl_client* c, int endpoint_index, const char* path, u
     return guarded(c->errors, [&] {
         if (!path || !*path) return invalid(c->errors, "path is required");
         const size_t count = c->transport.endpoints().size();
-        if (endpoint_index >= int(count))
-            return invalid(c->errors, "endpoint_index is past the list");
+        if (bad_endpoint_index(c, endpoint_index))
+            return invalid(c->errors, "endpoint_index is -1 or one of the list's");
         // Whole or not at all: written aside, synced, then renamed into place.
         const std::string target = path;
         const std::string partial = target + ".partial";
