@@ -1,8 +1,10 @@
 // lockctl: Voltlock from the shell (issue 15, docs/lockctl.md), built on libvoltlock's C API.
 // etcdctl's conventions: global --endpoints/--dial-timeout/--command-timeout/-w, one error line
 // on stderr, distinct exit codes.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,6 +103,8 @@ Global flags:
   -h, --help               this text, or a command's
 
 Durations: 500ms, 10s, 1m, 1h (a bare number is seconds).
+"--" ends the flags: the words after it are positional, so they may start with '-'
+(lockctl put KEY -- -5); for lock, the words after NAME and "--" are COMMAND ARGS.
 
 Exit codes:
   0  success
@@ -111,9 +115,11 @@ Exit codes:
   3  the cell is unavailable or unreachable (no endpoint answered in time, no leader)
   4  any other server error
   5  unauthenticated (no token, or an unknown one) or permission denied
-  lock -- COMMAND exits with COMMAND's status (128+N if killed by signal N).
+  lock -- COMMAND exits with COMMAND's status (128+N if killed by signal N), or 1 if the lock
+     was lost while COMMAND ran, whatever COMMAND returned.
   128+N  a wait in line (lock, elect, barrier) given up on signal N (130: Ctrl-C).
-Errors go to stderr as one line: the server's code and message.
+Errors go to stderr as one line, "Error: <code>: <message>": the server's code and message,
+or unavailable when no endpoint answered in time; usage errors say what is wrong.
 )";
 
 // ---- Arguments ---------------------------------------------------------------------------------
@@ -136,7 +142,7 @@ const std::set<std::string> kGlobalFlags = {"--endpoints", "--dial-timeout", "--
 struct Args {
     std::vector<std::string> words;            // command and positionals
     std::map<std::string, std::string> flags;  // given flags (booleans as "true")
-    std::vector<std::string> command;          // after "--"
+    std::vector<std::string> command;          // lock NAME -- COMMAND ARGS...
 
     bool has(const std::string& flag) const { return flags.count(flag) > 0; }
     std::optional<std::string> get(const std::string& flag) const
@@ -147,13 +153,24 @@ struct Args {
     }
 };
 
+// "--" ends the flags, as in etcdctl: every word after it is positional, so a key or value may
+// start with '-' (`put k -- -5`). For lock, what follows NAME after "--" is the command
+// (`lock NAME -- CMD`, or `lock -- -NAME -- CMD` for a name starting with '-').
 Args parse_args(int argc, char** argv)
 {
     Args args;
     for (int i = 1; i < argc; i++) {
         std::string word = argv[i];
         if (word == "--") {
-            args.command.assign(argv + i + 1, argv + argc);
+            const bool lock = !args.words.empty() && args.words[0] == "lock";
+            if (lock && args.words.size() == 1 && i + 1 < argc) {
+                args.words.emplace_back(argv[++i]);
+                if (i + 1 < argc && std::string(argv[i + 1]) != "--")
+                    throw UsageError{"usage: lockctl lock -- NAME -- COMMAND ARGS..."};
+                i++;
+            }
+            if (lock) args.command.assign(argv + std::min(i + 1, argc), argv + argc);
+            else args.words.insert(args.words.end(), argv + i + 1, argv + argc);
             break;
         }
         if (word == "-w") word = "--write-out";
@@ -413,10 +430,25 @@ struct Failed {
     std::string text;
 };
 
+// `text` as the documented error line's "<code>: <message>". The cell's errors come with their
+// code; a failure of the client's own gets the code that fits: `unavailable` when no endpoint
+// answered in time (exit 3 as for the cell's 503), else the library's name for the status.
+std::string coded(vl_status status, const std::string& text)
+{
+    const size_t colon = text.find(": ");
+    const bool has_code = colon != std::string::npos && colon > 0 &&
+                          std::all_of(text.begin(), text.begin() + long(colon),
+                                      [](unsigned char c) { return std::islower(c) || c == '_'; });
+    if (has_code) return text;
+    const bool unanswered = status == VL_ERR_TRANSPORT || status == VL_ERR_TIMEOUT;
+    const std::string code = unanswered ? "unavailable" : vl_status_name(status);
+    return text.empty() ? code : code + ": " + text;
+}
+
 // The error text is read from the handle after the call (never before: the call replaces it).
 void check(vl_status status, const char* text)
 {
-    if (status != VL_OK) throw Failed{status, text && *text ? text : vl_status_name(status)};
+    if (status != VL_OK) throw Failed{status, coded(status, text ? text : "")};
 }
 void check(vl_status status, vl_client* c) { check(status, c ? vl_client_errstr(c) : nullptr); }
 void check(vl_status status, vl_session* s) { check(status, s ? vl_session_errstr(s) : nullptr); }
@@ -424,18 +456,26 @@ void check(vl_status status, vl_watch* w) { check(status, w ? vl_watch_errstr(w)
 
 // ---- Signals -----------------------------------------------------------------------------------
 
-volatile sig_atomic_t g_signal = 0;
+// The signals lockctl passes on to `lock -- CMD` (and that end its waits).
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
-void on_signal(int signal_number) { g_signal = signal_number; }
+volatile sig_atomic_t g_signal = 0;  // the last forwarded signal that came, 0 if none
+// How many of each came, so that `lock -- CMD` passes every one on, repeats included. Atomics:
+// the handler runs on whichever thread the kernel picks, the library's included.
+std::atomic<unsigned> g_received[NSIG];
+
+void on_signal(int signal_number)
+{
+    g_received[signal_number]++;
+    g_signal = signal_number;
+}
 
 void install_signal_handlers()
 {
     struct sigaction action {};
     action.sa_handler = on_signal;
     sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, nullptr);
-    sigaction(SIGTERM, &action, nullptr);
-    sigaction(SIGHUP, &action, nullptr);
+    for (int signal_number : kForwardedSignals) sigaction(signal_number, &action, nullptr);
 }
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
@@ -447,6 +487,19 @@ struct Interrupted {
 };
 
 // ---- The context every command runs in ----------------------------------------------------------
+
+// A refusal of vl_client_open in lockctl's words: the library names vl_client_options' fields
+// (or the environment variables they fell back to), the user gave flags.
+std::string in_flag_names(std::string text)
+{
+    // cacert_file before cert_file, which it contains.
+    using Naming = std::pair<std::string, std::string>;
+    for (const auto& [field, flag] : {Naming{"cacert_file", "--cacert"},
+                                      Naming{"cert_file", "--cert"}, Naming{"key_file", "--key"}})
+        for (size_t at = text.find(field); at != std::string::npos; at = text.find(field, at))
+            text.replace(at, field.size(), flag);
+    return text;
+}
 
 class Context {
 public:
@@ -492,8 +545,7 @@ public:
             const vl_status status =
                 vl_client_open(endpoints_ ? endpoints_->c_str() : nullptr, &options_, why,
                                sizeof why, &client_);
-            if (status == VL_ERR_INVALID_ARGUMENT)
-                throw UsageError{std::string(endpoints_ ? "--endpoints: " : "") + why};
+            if (status == VL_ERR_INVALID_ARGUMENT) throw UsageError{in_flag_names(why)};
             check(status, why);
         }
         return client_;
@@ -825,44 +877,224 @@ int exit_status_of(int wait_status)
     return kExitServerError;
 }
 
-// Runs command with the lock held: its own process group, VOLTLOCK_SEQUENCER set; signals to
-// lockctl go on to it; if the session is lost, SIGTERM, then SIGKILL after the grace period.
+// ---- lock -- CMD: the command's process group (docs/lockctl.md, "lock -- CMD") --------------
+// CMD runs under a guard: lockctl forks the guard, which leads a process group of its own and
+// forks CMD into it. The guard holds the one job a SIGKILLed lockctl cannot do: when lockctl
+// dies (kill -9, the OOM killer) the kernel signals the guard (PR_SET_PDEATHSIG), and the guard
+// kills its whole group, CMD and CMD's children with it, so nothing runs on after the lock is
+// gone. lockctl hands the terminal's foreground to that group while CMD runs (as a shell does
+// for a job), so an interactive CMD reads the terminal, and takes it back afterwards.
+
+// SIGUSR1 tells the guard that lockctl died: the guard keeps SIGINT, SIGTERM and SIGHUP ignored
+// (lockctl sends them to the whole group, for CMD).
+constexpr int kLockctlGoneSignal = SIGUSR1;
+constexpr int kExitCannotRun = 127;
+// The group's guard ignores what lockctl sends the group for CMD, and the terminal's SIGQUIT.
+constexpr int kGuardIgnores[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+volatile sig_atomic_t g_lockctl_pid = 0;  // the guard's parent while lockctl lives
+
+void on_lockctl_gone(int)
+{
+    // A stray SIGUSR1 while lockctl lives changes nothing.
+    if (getppid() != g_lockctl_pid) kill(0, SIGKILL);  // the guard's group, the guard last
+}
+
+// CMD's argv and environment (with VOLTLOCK_SEQUENCER), made before fork: the forked processes
+// of a threaded program should not allocate.
+class PreparedCommand {
+public:
+    PreparedCommand(const std::vector<std::string>& command, const std::string& sequencer)
+        : words_(command)
+    {
+        for (const auto& word : words_) argv_.push_back(const_cast<char*>(word.c_str()));
+        argv_.push_back(nullptr);
+        for (char** entry = environ; *entry; entry++)
+            if (std::strncmp(*entry, "VOLTLOCK_SEQUENCER=", 19) != 0) env_.emplace_back(*entry);
+        env_.push_back("VOLTLOCK_SEQUENCER=" + sequencer);
+        for (const auto& entry : env_) envp_.push_back(const_cast<char*>(entry.c_str()));
+        envp_.push_back(nullptr);
+    }
+    char* const* argv() const { return argv_.data(); }
+    char* const* envp() const { return envp_.data(); }
+
+private:
+    std::vector<std::string> words_, env_;
+    std::vector<char*> argv_, envp_;
+};
+
+// The controlling terminal, and whether lockctl has handed its foreground to CMD's group.
+class Terminal {
+public:
+    Terminal() : fd_(open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)) {}
+    ~Terminal()
+    {
+        take_back();
+        if (fd_ >= 0) close(fd_);
+    }
+    int fd() const { return fd_; }
+    bool lockctl_in_foreground() const { return fd_ >= 0 && tcgetpgrp(fd_) == getpgrp(); }
+    // After the guard made `group` the foreground itself (before CMD could read), or again
+    // after a stop.
+    void note_handed() { handed_ = true; }
+    void hand_to(pid_t group)
+    {
+        if (lockctl_in_foreground() && tcsetpgrp(fd_, group) == 0) handed_ = true;
+    }
+    // From the background: with SIGTTOU blocked, so that tcsetpgrp does not stop lockctl.
+    void take_back()
+    {
+        if (!handed_) return;
+        sigset_t ttou, before;
+        sigemptyset(&ttou);
+        sigaddset(&ttou, SIGTTOU);
+        pthread_sigmask(SIG_BLOCK, &ttou, &before);
+        tcsetpgrp(fd_, getpgrp());
+        pthread_sigmask(SIG_SETMASK, &before, nullptr);
+        handed_ = false;
+    }
+
+private:
+    int fd_;
+    bool handed_ = false;
+};
+
+// In the forked child: becomes the guard of a new process group, runs CMD in it and exits with
+// CMD's status (128+N for signal N, as exit_status_of reports it). `ready` gets a byte once CMD
+// is in the group: a signal lockctl forwards from then on reaches CMD. The fork_mask signals
+// stay blocked until each process has set its dispositions; `lockctl_mask` is lockctl's mask,
+// which CMD gets back.
+[[noreturn]] void guard_command(const PreparedCommand& command, int terminal, int ready,
+                                const sigset_t& lockctl_mask)
+{
+    setpgid(0, 0);
+    if (terminal >= 0) tcsetpgrp(terminal, getpid());  // SIGTTOU is blocked (fork_mask)
+    struct sigaction gone {};
+    gone.sa_handler = on_lockctl_gone;
+    sigemptyset(&gone.sa_mask);
+    sigaction(kLockctlGoneSignal, &gone, nullptr);
+    prctl(PR_SET_PDEATHSIG, kLockctlGoneSignal);
+    if (getppid() != g_lockctl_pid) kill(0, SIGKILL);  // lockctl died before the prctl
+    for (int signal_number : kGuardIgnores) signal(signal_number, SIG_IGN);
+    const pid_t child = fork();
+    if (child == 0) {
+        for (int signal_number : kGuardIgnores) signal(signal_number, SIG_DFL);
+        signal(kLockctlGoneSignal, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &lockctl_mask, nullptr);
+        execvpe(command.argv()[0], command.argv(), command.envp());
+        dprintf(STDERR_FILENO, "Error: cannot run %s: %s\n", command.argv()[0],
+                std::strerror(errno));
+        _exit(kExitCannotRun);
+    }
+    if (child < 0) {
+        dprintf(STDERR_FILENO, "Error: cannot run %s: fork: %s\n", command.argv()[0],
+                std::strerror(errno));
+        _exit(kExitCannotRun);
+    }
+    while (write(ready, "r", 1) < 0 && errno == EINTR) {
+    }
+    close(ready);
+    sigprocmask(SIG_SETMASK, &lockctl_mask, nullptr);
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0)
+        if (errno != EINTR) _exit(kExitServerError);
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
+// Blocked from before fork until each process has set its dispositions: the forwarded signals
+// (one sent to the new group in between would run an inherited handler and be lost) and
+// SIGTTOU (the guard takes the terminal's foreground while in the background).
+sigset_t fork_mask()
+{
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int signal_number : kForwardedSignals) sigaddset(&mask, signal_number);
+    sigaddset(&mask, SIGTTOU);
+    return mask;
+}
+
+// Starts CMD under its guard; returns the guard's pid, which is CMD's process group, once CMD
+// is in it.
+pid_t start_guarded(const PreparedCommand& command, Terminal& terminal)
+{
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0)
+        throw Failed{VL_ERR_SERVER_OTHER, std::string("internal: pipe: ") + std::strerror(errno)};
+    const bool foreground = terminal.lockctl_in_foreground();
+    g_lockctl_pid = getpid();
+    const sigset_t blocked = fork_mask();
+    sigset_t lockctl_mask;
+    pthread_sigmask(SIG_BLOCK, &blocked, &lockctl_mask);
+    const pid_t guard = fork();
+    if (guard == 0) {
+        close(ready[0]);
+        guard_command(command, foreground ? terminal.fd() : -1, ready[1], lockctl_mask);
+    }
+    const int fork_error = errno;
+    close(ready[1]);
+    if (guard > 0) {
+        setpgid(guard, guard);  // as the guard does: a kill(-guard) never misses the group
+        if (foreground) terminal.note_handed();
+        char byte;
+        while (read(ready[0], &byte, 1) < 0 && errno == EINTR) {
+        }
+    }
+    close(ready[0]);
+    pthread_sigmask(SIG_SETMASK, &lockctl_mask, nullptr);
+    if (guard < 0)
+        throw Failed{VL_ERR_SERVER_OTHER,
+                     std::string("internal: fork: ") + std::strerror(fork_error)};
+    return guard;
+}
+
+// CMD's group stopped (Ctrl-Z, or CMD read the terminal from the background): lockctl stops
+// with the same signal, so that the shell sees its job stopped, and when continued continues
+// the group, in the foreground if lockctl is.
+void stop_along_with(pid_t group, int stop_signal, Terminal& terminal)
+{
+    terminal.take_back();
+    raise(stop_signal);
+    terminal.hand_to(group);
+    kill(-group, SIGCONT);
+}
+
+// Runs command with the lock held (VOLTLOCK_SEQUENCER set) until it exits; signals to lockctl
+// go on to its group, each one; if the session is lost, SIGTERM, then SIGKILL after the grace.
 int run_holding(const std::vector<std::string>& command, const std::string& sequencer,
                 const LossFlag& loss, uint32_t grace_ms)
 {
-    const pid_t child = fork();
-    if (child < 0) throw Failed{VL_ERR_SERVER_OTHER, std::string("fork: ") + std::strerror(errno)};
-    if (child == 0) {
-        setpgid(0, 0);
-        setenv("VOLTLOCK_SEQUENCER", sequencer.c_str(), 1);
-        std::vector<char*> argv;
-        for (const auto& word : command) argv.push_back(const_cast<char*>(word.c_str()));
-        argv.push_back(nullptr);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        execvp(argv[0], argv.data());
-        std::fprintf(stderr, "Error: cannot run %s: %s\n", argv[0], std::strerror(errno));
-        _exit(127);
-    }
-    setpgid(child, child);
+    const PreparedCommand prepared(command, sequencer);
+    Terminal terminal;
+    const pid_t group = start_guarded(prepared, terminal);
     std::optional<std::chrono::steady_clock::time_point> kill_at;
-    int forwarded = 0;
+    unsigned forwarded[NSIG] = {};
     while (true) {
         int status = 0;
-        const pid_t done = waitpid(child, &status, WNOHANG);
-        if (done == child) return exit_status_of(status);
-        if (g_signal && g_signal != forwarded) {
-            forwarded = g_signal;
-            kill(-child, forwarded);
+        const pid_t done = waitpid(group, &status, WNOHANG | WUNTRACED);
+        if (done == group && WIFSTOPPED(status)) {
+            stop_along_with(group, WSTOPSIG(status), terminal);
+            continue;
         }
+        if (done == group) {
+            terminal.take_back();
+            // The guard killed rather than exiting: what it guarded goes too.
+            if (WIFSIGNALED(status)) kill(-group, SIGKILL);
+            return exit_status_of(status);
+        }
+        // One of each kind per turn: sent at once, a repeat could merge with the one CMD has
+        // not taken yet.
+        for (int signal_number : kForwardedSignals)
+            if (forwarded[signal_number] < g_received[signal_number].load()) {
+                forwarded[signal_number]++;
+                kill(-group, signal_number);
+            }
         if (loss.lost && !kill_at) {
             std::cerr << "Error: session_lost: the lock's session was lost; stopping the command\n";
-            kill(-child, SIGTERM);
+            kill(-group, SIGTERM);
             kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
         }
         if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
-            kill(-child, SIGKILL);
+            kill(-group, SIGKILL);
             kill_at = std::chrono::steady_clock::time_point::max();
         }
         sleep_ms(20);
@@ -889,7 +1121,15 @@ int cmd_lock(Context& ctx)
     const std::string text = sequencer_text(seq.get());
     if (!args.command.empty()) {
         const int status = run_holding(args.command, text, loss, grace);
-        if (!loss.lost) vl_lock_release(session.get(), args.words[1].c_str());
+        // A lock lost while CMD ran is exit 1 whatever CMD returned: CMD may have exited 0 on
+        // the SIGTERM it got for the loss, or finished unaware that it was no longer fenced.
+        if (loss.lost) return kExitFailedCondition;  // its error line is out already
+        const vl_status released = vl_lock_release(session.get(), args.words[1].c_str());
+        if (released == VL_ERR_SESSION_LOST || released == VL_ERR_UNKNOWN_SESSION ||
+            released == VL_ERR_NOT_HELD) {
+            std::cerr << "Error: session_lost: the lock was lost while the command ran\n";
+            return kExitFailedCondition;
+        }
         return status;
     }
     if (ctx.format() == Format::json)
@@ -1129,6 +1369,7 @@ int cmd_endpoint(Context& ctx)
         throw UsageError{"usage: lockctl endpoint status|health"};
     vl_client* c = ctx.client();
     int worst = kExitOk;
+    vl_status worst_status = VL_OK;
     std::vector<Json> documents;
     std::vector<std::vector<std::string>> rows;
     for (size_t i = 0; i < vl_client_endpoint_count(c); i++) {
@@ -1142,7 +1383,10 @@ int cmd_endpoint(Context& ctx)
         char took_text[32];
         std::snprintf(took_text, sizeof took_text, "%.1fms", took.count());
         if (status != VL_OK) {
-            worst = std::max(worst, exit_code_for(status));
+            if (exit_code_for(status) > worst) {
+                worst = exit_code_for(status);
+                worst_status = status;
+            }
             documents.push_back({{"endpoint", url}, {"health", false},
                                  {"error", vl_client_errstr(c)}});
             rows.push_back({url, "unhealthy", vl_client_errstr(c), took_text});
@@ -1179,7 +1423,8 @@ int cmd_endpoint(Context& ctx)
             std::cout << line << "\n";
         }
     }
-    if (worst != kExitOk) std::cerr << "Error: an endpoint did not answer (see above)\n";
+    if (worst != kExitOk)
+        std::cerr << "Error: " << coded(worst_status, "an endpoint failed (see above)") << "\n";
     return worst;
 }
 
@@ -1863,8 +2108,6 @@ int main(int argc, char** argv)
             std::cout << command_help(args.words[0]);
             return kExitOk;
         }
-        if (!args.command.empty() && args.words[0] != "lock")
-            throw UsageError{"only lock takes a command after --"};
         Context ctx(args);
         return command->second(ctx);
     } catch (const UsageError& e) {
@@ -1878,7 +2121,8 @@ int main(int argc, char** argv)
                   << "; the wait was given up and nothing is held\n";
         return 128 + e.signal_number;
     } catch (const std::exception& e) {
-        std::cerr << "Error: " << e.what() << "\n";
+        // What lockctl could not make sense of: an answer not in the API's shape, in practice.
+        std::cerr << "Error: " << coded(VL_ERR_PROTOCOL, e.what()) << "\n";
         return kExitServerError;
     }
 }
