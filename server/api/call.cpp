@@ -4,10 +4,26 @@
 
 namespace voltlock::api {
 
+namespace {
+
+// The method as a metrics label: any client can send any token as a method, and each distinct
+// label is a series kept for ever, so the ones HTTP defines are kept and the rest are "other".
+std::string_view method_label(std::string_view method)
+{
+    static constexpr std::string_view kKnown[] = {"GET",     "HEAD",    "POST",  "PUT",
+                                                  "DELETE",  "OPTIONS", "PATCH", "TRACE",
+                                                  "CONNECT"};
+    for (const std::string_view known : kKnown)
+        if (method == known) return known;
+    return "other";
+}
+
+}  // namespace
+
 void RequestCounters::count(const std::string& method, const std::string& endpoint, int status)
 {
     std::lock_guard lock(mutex_);
-    counts_[{method, endpoint, status}] += 1;
+    counts_[{std::string(method_label(method)), endpoint, status}] += 1;
 }
 
 std::map<std::tuple<std::string, std::string, int>, uint64_t> RequestCounters::snapshot() const

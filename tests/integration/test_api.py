@@ -622,7 +622,10 @@ def test_openapi_describes_every_endpoint(cell):
 def test_metrics_parse_as_prometheus_text(cell):
     parser = pytest.importorskip("prometheus_client.parser")
     call(cell, 0, "GET", "/healthz")
+    invented = "M" + str(secrets.randbelow(10**9))  # a method is a label, not a new series
+    assert call(cell, cell.leader, invented, "/v1/kv/a").status == 404
     text = call(cell, cell.leader, "GET", "/metrics").body
+    assert invented not in text
     families = {f.name: f for f in parser.text_string_to_metric_families(text)}
     assert families["voltlock_is_leader"].samples[0].value == 1
     for name in ("voltlock_view", "voltlock_op", "voltlock_commit", "voltlock_revision",
@@ -633,6 +636,7 @@ def test_metrics_parse_as_prometheus_text(cell):
     requests = families["voltlock_http_requests"].samples
     assert any(s.labels["endpoint"] == "/v1/kv/{key}" and s.labels["code"] == "200"
                for s in requests)
+    assert any(s.labels["method"] == "other" and s.labels["code"] == "404" for s in requests)
     lag = families["voltlock_replica_lag_ops"].samples
     assert {s.labels["replica"] for s in lag} == {"0", "1", "2"}
 
