@@ -19,7 +19,14 @@ from .models import Sequencer, WatchEvent
 
 log = logging.getLogger("voltlock")
 
-TransportT = TypeVar("TransportT")
+
+class Transport(Interface):
+    """What the client base needs of a transport (its own calls differ, sync or async)."""
+
+    def close(self) -> None: ...
+
+
+TransportT = TypeVar("TransportT", bound=Transport)
 T = TypeVar("T")
 ClientT = TypeVar("ClientT", bound="ClientBase[Any]")
 SessionT = TypeVar("SessionT", bound="SessionBase[Any]")
@@ -80,6 +87,18 @@ class ClientBase(Generic[TransportT]):
         """close() ends the sessions within one attempt_timeout, all together: best effort, as a
         session the cell cannot be told of ends at its TTL anyway."""
         return self._protocol.clock() + self._protocol.attempt_timeout
+
+    @staticmethod
+    def _session_not_closed(session: Any, error: Exception) -> None:
+        log.warning("closing the client: session %d not closed at the cell (%s); it ends at its "
+                    "TTL", session.id, error)
+
+    def _close_the_rest(self) -> None:
+        """close() after its sessions: ends the watches, refuses later calls, hangs up."""
+        for watch in list(self._watches):
+            watch.close()
+        self._closed = True
+        self._transport.close()
 
     def _make_transport(self, tls: Optional[ssl.SSLContext]) -> TransportT:
         raise NotImplementedError

@@ -12,7 +12,7 @@ from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequ
 
 from . import _protocol as p
 from . import errors
-from ._surface import (BarrierBase, ClientBase, LockBase, SessionBase, WatchBase, log,
+from ._surface import (BarrierBase, ClientBase, LockBase, SessionBase, WatchBase,
                        probe_while_held)
 from .models import KeyValue, Sequencer, Value, WatchEvent
 
@@ -219,12 +219,8 @@ class Client(ClientBase[HttpTransport]):
             try:
                 session.close(timeout=session._close_budget(deadline))
             except errors.Error as e:
-                log.warning("closing the client: session %d not closed at the cell (%s); "
-                              "it ends at its TTL", session.id, e)
-        for watch in list(self._watches):
-            watch.close()
-        self._closed = True
-        self._transport.close()
+                self._session_not_closed(session, e)
+        self._close_the_rest()
 
     def _run(self, plan: p.Plan[T]) -> T:
         try:

@@ -23,7 +23,7 @@ import h11
 
 from . import _protocol as p
 from . import errors
-from ._surface import (BarrierBase, ClientBase, LockBase, SessionBase, WatchBase, log,
+from ._surface import (BarrierBase, ClientBase, LockBase, SessionBase, WatchBase,
                        probe_while_held)
 from .errors import *  # noqa: F401,F403  (the same exceptions, for `aio.LockBusy` and the like)
 from .models import KeyValue, Sequencer, Value, WatchEvent
@@ -216,12 +216,8 @@ class Client(ClientBase[AsyncTransport]):
             try:
                 await session.close(timeout=session._close_budget(deadline))
             except errors.Error as e:
-                log.warning("closing the client: session %d not closed at the cell (%s); "
-                            "it ends at its TTL", session.id, e)
-        for watch in list(self._watches):
-            watch.close()
-        self._closed = True
-        self._transport.close()
+                self._session_not_closed(session, e)
+        self._close_the_rest()
 
     async def _run(self, plan: p.Plan[T]) -> T:
         try:
