@@ -95,10 +95,10 @@ Result<Ok> Access::load()
     return Ok{};
 }
 
-void Access::publish(const AuthState& state)
+bool Access::publish(const AuthState& state)
 {
     std::lock_guard lock(mutex_);
-    if (published_revision_ == state.revision) return;
+    if (published_revision_ == state.revision) return false;
     published_revision_ = state.revision;
     replicated_ = AuthTables{};
     for (const auto& [name, role] : state.roles)
@@ -121,6 +121,7 @@ void Access::publish(const AuthState& state)
                                                  .token_hash = token.hash,
                                                  .expires_ms = token.expires_ms});
     join();
+    return true;
 }
 
 void Access::join()

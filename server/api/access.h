@@ -42,8 +42,8 @@ public:
     // Reads the auth files (at start and on SIGHUP); on an error the tables in use stay.
     Result<Ok> load();
     // The replicated tables, as of the op just applied (loop thread, after every apply and
-    // snapshot install); cheap when they did not change.
-    void publish(const AuthState& state);
+    // snapshot install); cheap when they did not change. True: they changed.
+    bool publish(const AuthState& state);
     bool on() const { return on_; }
 
     // Nothing when `call` may go on (its identity set), or the 401/403 to answer. Any thread.

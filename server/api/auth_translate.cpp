@@ -1,5 +1,7 @@
 #include "api/auth_translate.h"
 
+#include "shell/auth.h"
+
 namespace voltlock::api {
 
 namespace {
@@ -55,6 +57,8 @@ Parsed<RoleGrant> parse_grant(const Json& json)
         return invalid("grants.resource",
                        resource.dump() + " is not key:PREFIX, lock:PREFIX, barrier:PREFIX or *");
     grant.prefix = text.substr(colon + 1);
+    if (grant.permissions & uint8_t(Permission::admin))
+        return invalid("grants.permissions", kAdminOnEverythingOnly);
     if (!grant.prefix.empty())
         if (auto bad = check_name("grants.resource", grant.prefix, false)) return *bad;
     return grant;

@@ -209,7 +209,11 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
         waits_ = std::make_unique<WaitService>(
             loop, *machine_, progress_, limits_.max_streams,
             [this](const std::string& lock, SessionId session) { withdraw(lock, session); },
-            [this] { return node_.cell_clock_ms(); });
+            [this] { return node_.cell_clock_ms(); },
+            access_.on() ? WaitService::Authorize([this](Call& call) {
+                return access_.check(call);
+            })
+                         : WaitService::Authorize{});
     install_routes();
     if (service_)
         node_.take_requests([this](const Request& request) {
@@ -219,6 +223,13 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
 
 HttpApi::~HttpApi() { stop(); }
 
+Result<Ok> HttpApi::reload_auth()
+{
+    auto loaded = access_.load();
+    if (loaded.ok() && waits_) waits_->authorize_watches();
+    return loaded;
+}
+
 Result<Ok> HttpApi::start(const std::string& ip, uint16_t port)
 {
     if (service_)
@@ -227,7 +238,9 @@ Result<Ok> HttpApi::start(const std::string& ip, uint16_t port)
     if (auto loaded = access_.load(); !loaded.ok()) return loaded.error();
     if (machine_) {
         // The replicated users, roles and tokens, as of every op and snapshot applied here.
-        const auto publish_auth = [this] { access_.publish(machine_->state().auth); };
+        const auto publish_auth = [this] {
+            if (access_.publish(machine_->state().auth)) waits_->authorize_watches();
+        };
         publish_auth();
         node_.on_executed([publish_auth](const Executed&) { publish_auth(); });
         node_.on_snapshot_installed(publish_auth);
@@ -264,6 +277,7 @@ Json HttpApi::api_stats() const
                 {"connections_evicted", http.evicted.load()},
                 {"clients_hung_up", http.hung_up.load()},
                 {"slow_readers_cut", waits_ ? waits_->slow_readers_cut() : 0},
+                {"watches_unauthorized_cut", waits_ ? waits_->unauthorized_cut() : 0},
                 {"waits_withdrawn", waits_ ? waits_->waits_withdrawn() : 0}};
 }
 

@@ -53,8 +53,9 @@ public:
     void stop();
     // SIGHUP: the TLS certificate, key and client CA, loaded again for new connections.
     Result<Ok> reload_tls() { return server_.reload_tls(); }
-    // SIGHUP: the auth token and roles files, read again; on an error the ones in use stay.
-    Result<Ok> reload_auth() { return access_.load(); }
+    // SIGHUP: the auth token and roles files, read again (open watches authorized again); on an
+    // error the ones in use stay.
+    Result<Ok> reload_auth();
 
 private:
     // Answers a committed, successful result.

@@ -43,12 +43,14 @@ std::string sse_error(const ApiError& error)
 }  // namespace
 
 WaitService::WaitService(EventLoop& loop, LockMachine& machine, Progress& progress,
-                         uint32_t max_streams, Withdraw withdraw, Clock cell_clock)
+                         uint32_t max_streams, Withdraw withdraw, Clock cell_clock,
+                         Authorize authorize)
     : loop_(loop),
       machine_(machine),
       max_streams_(max_streams),
       withdraw_(std::move(withdraw)),
       cell_clock_(std::move(cell_clock)),
+      authorize_(std::move(authorize)),
       index_(machine)
 {
     progress.on_change([this](Revision) { on_progress(); });
@@ -150,7 +152,11 @@ void WaitService::watch(const CallPtr& call, const WatchFilter& filter, ValueEnc
     });
     const uint64_t id = next_id_++;
     index_.add(id, filter);
-    Watch watch{.stream = std::move(stream), .filter = filter, .encoding = encoding, .next = from};
+    Watch watch{.call = call,
+                .stream = std::move(stream),
+                .filter = filter,
+                .encoding = encoding,
+                .next = from};
     EventTexts texts;
     const Fed fed = feed(id, watch, texts);
     if (fed == Fed::over) {
@@ -161,6 +167,20 @@ void WaitService::watch(const CallPtr& call, const WatchFilter& filter, ValueEnc
     if (fed != Fed::caught_up) active_.insert(id);
     if (fed == Fed::more && !std::exchange(feeding_again_, true))
         loop_.post([this] { on_progress(); });
+}
+
+void WaitService::authorize_watches()
+{
+    if (!authorize_) return;
+    std::vector<uint64_t> refused;
+    for (auto& [id, watch] : watches_) {
+        if (const auto error = authorize_(*watch.call)) {
+            watch.stream->end(sse_error(*error));
+            refused.push_back(id);
+        }
+    }
+    unauthorized_cut_ += refused.size();
+    for (const uint64_t id : refused) erase_watch(id);
 }
 
 void WaitService::erase_watch(uint64_t id)
@@ -327,6 +347,7 @@ void WaitService::heartbeat()
             watch.stream->push(": heartbeat\n\n");
     }
     for (const uint64_t id : finished) erase_watch(id);
+    authorize_watches();  // tokens that expired since
     loop_.after(milliseconds(kHeartbeatMs / 2), [this] { heartbeat(); });
 }
 

@@ -26,6 +26,11 @@
 // little later; a sustained load the watches cannot follow slows the writes at this replica,
 // rather than cutting the watches: nothing is lost.
 //
+// With auth on, a watch is authorized again whenever the replicated users, roles or tokens change
+// and at each heartbeat (a token expires on its own): one whose token was revoked or expired,
+// whose user was deleted, or whose roles no longer grant it, is cut with an `error` event (401
+// `unauthenticated` or 403 `permission_denied`), as a new request would be refused.
+//
 // An applied event wakes only the waits and watches whose filter it matches (WatchIndex), and a
 // watch with nothing to send is out of the rounds until one does: 10,000 watches or waits on as
 // many keys cost each event about what one does.
@@ -35,6 +40,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -62,11 +68,13 @@ class WaitService {
 public:
     using Withdraw = std::function<void(const std::string& lock, SessionId session)>;
     using Clock = std::function<uint64_t()>;
+    // Whether a watch's client may still watch: nullopt, or the 401/403 (Access::check).
+    using Authorize = std::function<std::optional<ApiError>(Call&)>;
 
     // `cell_clock`: what a wait's deadline, in the cell's time, is measured by
-    // (Node::cell_clock_ms).
+    // (Node::cell_clock_ms). `authorize`: null with auth off.
     WaitService(EventLoop& loop, LockMachine& machine, Progress& progress, uint32_t max_streams,
-                Withdraw withdraw, Clock cell_clock);
+                Withdraw withdraw, Clock cell_clock, Authorize authorize);
 
     // The request is over the stream limit: answer it 503 now.
     bool full() const { return waits_.size() + watches_.size() >= max_streams_; }
@@ -76,10 +84,13 @@ public:
     // Streams the events matching `filter` from `from` (checked: not compacted) to `call`.
     void watch(const CallPtr& call, const WatchFilter& filter, ValueEncoding encoding,
                Revision from);
+    // Cuts the watches whose client may no longer watch (the auth tables changed).
+    void authorize_watches();
 
     size_t waiters() const { return waits_.size(); }
     size_t watchers() const { return watches_.size(); }
     uint64_t slow_readers_cut() const { return slow_readers_cut_; }
+    uint64_t unauthorized_cut() const { return unauthorized_cut_; }
     uint64_t waits_withdrawn() const { return waits_withdrawn_; }
 
 private:
@@ -92,6 +103,7 @@ private:
         WatchFilter filter;
     };
     struct Watch {
+        CallPtr call;  // what its client was authorized by
         std::shared_ptr<Stream> stream;
         uint64_t full_since_ms = 0;  // 0: the buffer has room
         WatchFilter filter;
@@ -139,6 +151,7 @@ private:
     const uint32_t max_streams_;
     Withdraw withdraw_;
     Clock cell_clock_;
+    Authorize authorize_;
     uint64_t next_id_ = 1;
     WatchIndex index_;  // the filters of every wait and watch, by id
     std::unordered_map<uint64_t, Wait> waits_;
@@ -155,6 +168,7 @@ private:
     double last_round_headroom_ = 1;
     double round_headroom_ = 1;
     uint64_t slow_readers_cut_ = 0;
+    uint64_t unauthorized_cut_ = 0;
     uint64_t waits_withdrawn_ = 0;
 };
 

@@ -206,6 +206,8 @@ Result<AuthTables> parse_auth_tables(std::string_view tokens_text, std::string_v
                          : kind == "lock" ? ResourceKind::lock
                                           : ResourceKind::barrier;
             grant.prefix = resource.substr(colon + 1);
+            if (grant.permissions & uint8_t(Permission::admin))
+                return line_error("auth_roles_file", line, kAdminOnEverythingOnly);
         }
         tables.grants[fields[0]].push_back(std::move(grant));
     }

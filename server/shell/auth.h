@@ -26,6 +26,11 @@ namespace voltlock {
 
 enum class Permission : uint8_t { read = 1, write = 2, lock = 4, watch = 8, admin = 16 };
 const char* permission_name(Permission permission);
+// `admin` is the whole cell (its auth tables, every session), so it is granted on `*` only: on a
+// prefix it would grant nothing, and a role file or API call that asks for it is refused.
+inline constexpr const char* kAdminOnEverythingOnly =
+    "admin is granted on * only: it is the whole cell (the auth tables, every session), not a "
+    "prefix";
 
 enum class ResourceKind { key, lock, barrier };
 const char* resource_kind_name(ResourceKind kind);

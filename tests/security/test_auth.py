@@ -340,6 +340,10 @@ def test_check_config_names_bad_auth_files(cell, tmp_path):
     done = subprocess.run([voltlockd_path(), "--check-config", str(path)], capture_output=True,
                           text=True)
     assert done.returncode == 1 and "'fly' is not a permission" in done.stdout, done.stdout
+    roles.write_text("app-admin admin key:app/\n")
+    done = subprocess.run([voltlockd_path(), "--check-config", str(path)], capture_output=True,
+                          text=True)
+    assert done.returncode == 1 and "admin is granted on * only" in done.stdout, done.stdout
     roles.write_text(ROLES)
     done = subprocess.run([voltlockd_path(), "--check-config", str(path)], capture_output=True,
                           text=True)

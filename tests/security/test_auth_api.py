@@ -121,6 +121,61 @@ def test_a_token_made_by_the_admin_works_on_every_replica_until_revoked(cell, ad
     assert status == 404 and body["code"] == "not_found", body
 
 
+def open_watch(cell, replica: int, path: str, token: str):
+    """A watch stream's response, its head read (200), with a 15 s read timeout."""
+    r = cell.replicas[replica]
+    conn = NamespacedConnection(cell.endpoints["client_namespace"], r["ip"], r["http_port"], 15.0)
+    conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+    response = conn.getresponse()
+    assert response.status == 200, response.read()
+    return response
+
+
+def read_until_error(response) -> tuple[list[str], dict]:
+    """The event types a stream sent, until its `error` event: (types, the error's data). The
+    stream's heartbeats keep it alive: a watch never cut fails at the deadline."""
+    types, event = [], None
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        assert time.monotonic() < deadline, f"no error event within {DEADLINE_S} s: {types}"
+        line = response.fp.readline()
+        assert line, f"the stream ended without an error event, after {types}"
+        line = line.decode().rstrip("\n")
+        if line.startswith("event: "):
+            event = line[len("event: "):]
+            types.append(event)
+        elif line.startswith("data: ") and event == "error":
+            return types, json.loads(line[len("data: "):])
+
+
+def test_a_revoked_token_s_open_watch_is_cut_on_every_replica(cell, admin):
+    """Revoking a token refuses new requests, and also ends the watches it opened: what a watch
+    sends after the revocation would be data the identity may no longer read."""
+    created = setup_user(cell, admin, "gwen", "gwen/")
+    token = created["token"]
+    works_everywhere(cell, token, "gwen/x")
+    status, body = call(cell, cell.leader, "PUT", "/v1/auth/roles/gwen-rw",
+                        {"grants": [{"permissions": ["read", "write", "watch"],
+                                     "resource": "key:gwen/"}]}, admin)
+    assert status == 200, body
+    watches = []
+    for replica in range(REPLICAS):
+        wait_until(lambda: call(cell, replica, "GET", "/v1/kv/gwen/x", token=token)[0] == 200,
+                   DEADLINE_S, f"r{replica} to grant the watch", interval=0.05)
+        watches.append(open_watch(cell, replica, "/v1/watch/gwen/?prefix=true", token))
+    status, body = call(cell, cell.leader, "DELETE", f"/v1/auth/tokens/{created['id']}",
+                        token=admin)
+    assert status == 200, body
+    status, body = call(cell, cell.leader, "PUT", "/v1/kv/gwen/after", {"value": "secret"}, admin)
+    assert status == 200, body
+    for replica, response in enumerate(watches):
+        types, error = read_until_error(response)
+        assert error["code"] == "unauthenticated", (replica, error)
+        assert "put" not in types, (replica, types)  # nothing after the revocation
+    status, cluster = call(cell, cell.leader, "GET", "/v1/cluster", token=admin)
+    assert status == 200 and cluster["api"]["watches_unauthorized_cut"] >= 1, cluster
+
+
 def test_a_token_request_retried_after_its_answer_was_lost_is_409_not_a_dead_token(cell, admin):
     """The same client id and request number again (a client that never heard the first answer):
     VR's client table answers with the first attempt's result, whose secret was shown only in
@@ -193,6 +248,11 @@ def test_bad_input_is_400_and_changes_nothing(cell, admin):
         ("PUT", role, {"grants": [{"permissions": ["read"], "resource": "file:a"}]},
          "invalid_argument"),
         ("PUT", role, {"grants": [{"permissions": ["read"]}]}, "invalid_argument"),
+        # admin is the whole cell: on a prefix it would grant nothing.
+        ("PUT", role, {"grants": [{"permissions": ["admin"], "resource": "key:app/"}]},
+         "invalid_argument"),
+        ("PUT", role, {"grants": [{"permissions": ["read", "admin"], "resource": "key:"}]},
+         "invalid_argument"),
         ("PUT", role, {"grants": [{"permissions": ["read"], "resource": "*", "x": 1}]},
          "unknown_field"),
         ("PUT", role, {"grants": [{"permissions": ["read"], "resource": "*"}] * 33},
