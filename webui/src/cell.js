@@ -6,6 +6,7 @@ import { api, explain } from './api.js';
 import { h, formatBytes, formatNumber, formatDuration, notice } from './dom.js';
 import { TimeChart } from './charts.js';
 import { histogramQuantile } from './histogram.js';
+import { replicaUiUrl } from './links.js';
 
 const POLL_MS = 1000;
 const FAST_ACKS = ['fa_appended', 'fa_reacked'];
@@ -183,7 +184,7 @@ export function cellPage(main) {
         `Not answering${since ? ` for ${formatDuration(now - since)}` : ''}: ${r.error}`));
     }
     if (!r.self && r.reachable)
-      element.append(h('footer', {}, h('a', { href: `http://${r.ip}:${r.http_port}/ui/` }, 'Open the UI on this replica')));
+      element.append(h('footer', {}, h('a', { href: replicaUiUrl(location.protocol, r.ip, r.http_port) }, 'Open the UI on this replica')));
     return element;
   }
 
