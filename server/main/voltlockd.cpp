@@ -39,7 +39,7 @@ namespace {
 using namespace voltlock;
 
 constexpr const char* usage = R"(Usage: voltlockd --config FILE [options]
-  or:  voltlockd --check-config FILE
+  or:  voltlockd --check-config FILE [options]
   or:  voltlockd init-cell --replicas 3|5|7 --hosts H1,H2,... --out DIR [options]
 
 voltlockd is one replica of a Voltlock cell: a lock and configuration service whose 3, 5 or 7
@@ -63,9 +63,11 @@ Options:
                          FILE, and exit: a backup (docs/storage.md)
   --import-snapshot FILE write FILE's snapshot into the replica's new, empty data directory,
                          and exit: a restore, done on every replica before they start
-  --check-config FILE    check FILE and whether it can run on this host (its address is
-                         here, its interface exists, its ports are free), print one line per
-                         problem naming the field and the fix, and exit
+  --check-config FILE    check FILE, with the options above that override it, and whether
+                         it can run on this host (its address is here, its interface exists,
+                         its ports are free); print one line per problem naming the field and
+                         the fix, and exit. Pass the options the replica runs with: the unit's
+                         ExecStartPre passes ExecStart's
   --help                 this text
   --version              the version
 
@@ -75,15 +77,28 @@ Commands:
 
 Configuration:
   A JSON object: cluster_id, replica (this one's index in replicas), replicas (a list of
-  {"ip", "udp_port", "http_port"}), and optionally interface, electrode ("on"/"off"),
-  fast_paths, durability ("snapshot"/"sync"), data_dir, snapshot_every_ops,
-  snapshot_every_seconds, quota_bytes, log_level, tick_ms, heartbeat_ticks,
-  view_change_timeout_ticks, retransmit_ticks, pipeline_ops, max_message_bytes, machine,
-  replication_key_file (the cell's replication key, mode 0600, read beside the config if
-  relative; without it replication is unauthenticated: docs/security.md).
+  {"ip", "udp_port", "http_port"}), and optionally:
+  - interface, electrode ("on"/"off"), fast_paths (docs/electrode.md);
+  - durability ("snapshot"/"sync"), data_dir, snapshot_every_ops, snapshot_every_seconds
+    (docs/storage.md);
+  - quota_bytes, log_level, machine, tick_ms, heartbeat_ticks, view_change_timeout_ticks,
+    retransmit_ticks, pipeline_ops, max_message_bytes;
+  - http_max_connections, http_max_connections_per_address, http_max_streams,
+    http_listen_backlog, http_header_timeout_ms, http_body_timeout_ms, http_idle_timeout_ms,
+    http_stream_buffer_bytes, http_forward_threads, http_io_threads (docs/frontend.md);
+  - replication_key_file (the cell's replication key, mode 0600, read beside the config if
+    relative; without it replication is unauthenticated: docs/security.md);
+  - tls_cert_file and tls_key_file (TLS on the HTTP API and between replicas), tls_ca_file
+    (the CA peers' certificates are checked against), tls_client_ca_file (set, clients must
+    present a certificate it signed) (docs/security-tls.md);
+  - auth_token_file (users, roles and token hashes, mode 0600; set, auth is on) and
+    auth_roles_file (roles' permissions) (docs/security-auth.md).
 
 Signals:
   SIGTERM and SIGINT stop the replica; the others carry on without it.
+  SIGHUP (the unit's ExecReload) reads tls_cert_file, tls_key_file and tls_client_ca_file
+  again, and auth_token_file and auth_roles_file; files that do not load are logged and the
+  ones in use stay.
 
 Systemd:
   With NOTIFY_SOCKET set (Type=notify) it sends READY=1 once its HTTP API answers, WATCHDOG=1
@@ -165,27 +180,44 @@ bool parse_flags(int argc, char** argv, Flags& flags)
     return true;
 }
 
-// The config file with the flags' overrides; its cross-field rules are left to problems().
-Result<DaemonConfig> configure(const Flags& flags)
+// The fields of the file at `path`, each on its own; a file that is not a config says which.
+Result<DaemonConfig> read_config(const std::string& path)
 {
-    auto text = read_config_text(flags.config_path);
-    if (!text.ok()) return text.error();
+    auto text = read_config_text(path);
+    if (!text.ok()) return text.error();  // it names the file
     auto config = parse_config_fields(text.value());
-    if (!config.ok()) return config;
-    if (auto loaded = load_replication_key(config.value(), flags.config_path); !loaded.ok())
-        return loaded.error();
-    if (!flags.log_level.empty()) config.value().log_level = flags.log_level;
+    if (!config.ok()) return Error{0, path + ": " + config.error().context};
+    return config;
+}
+
+// The flags that override fields. --check-config applies them too, so that it checks the
+// configuration the replica runs with (sync durability is fine with --data-dir, say).
+Result<Ok> apply_overrides(const Flags& flags, DaemonConfig& config)
+{
+    if (!flags.log_level.empty()) config.log_level = flags.log_level;
     if (!flags.electrode.empty()) {
         if (flags.electrode != "on" && flags.electrode != "off")
             return Error{0, "--electrode: must be on or off, not '" + flags.electrode + "'"};
-        config.value().electrode = flags.electrode == "on" ? ElectrodeMode::on : ElectrodeMode::off;
+        config.electrode = flags.electrode == "on" ? ElectrodeMode::on : ElectrodeMode::off;
     }
-    if (!flags.data_dir.empty()) config.value().data_dir = flags.data_dir;
+    if (!flags.data_dir.empty()) config.data_dir = flags.data_dir;
     if (!flags.durability.empty()) {
         auto durability = parse_durability(flags.durability);
         if (!durability.ok()) return Error{0, "--durability: " + durability.error().context};
-        config.value().durability = durability.value();
+        config.durability = durability.value();
     }
+    return Ok{};
+}
+
+// The config file with the flags' overrides; its cross-field rules are left to problems().
+Result<DaemonConfig> configure(const Flags& flags)
+{
+    auto config = read_config(flags.config_path);
+    if (!config.ok()) return config;
+    if (auto loaded = load_replication_key(config.value(), flags.config_path); !loaded.ok())
+        return Error{loaded.error().code, flags.config_path + ": " + loaded.error().context};
+    if (auto applied = apply_overrides(flags, config.value()); !applied.ok())
+        return applied.error();
     return config;
 }
 
@@ -406,16 +438,19 @@ std::vector<ConfigProblem> problems(
     return found;
 }
 
-// --check-config: every problem of the file and of running it on this host, one line each.
-int check_config(const std::string& path)
+// --check-config: every problem of the file, with the flags' overrides, and of running it on
+// this host, one line each.
+int check_config(const Flags& flags)
 {
-    auto text = read_config_text(path);
-    auto config =
-        text.ok() ? parse_config_fields(text.value()) : Result<DaemonConfig>(text.error());
+    const std::string& path = flags.check_config;
+    auto config = read_config(path);
     if (!config.ok()) {
-        std::printf("%s%s: %s\n", error_line_prefix(), path.c_str(),
-                    config.error().message().c_str());
+        std::printf("%s%s\n", error_line_prefix(), config.error().message().c_str());
         return 1;
+    }
+    if (auto applied = apply_overrides(flags, config.value()); !applied.ok()) {
+        std::fprintf(stderr, "voltlockd: %s\n", applied.error().message().c_str());
+        return 2;
     }
     auto found = problems(config.value(),
                           {host_problems, interface_problems, tls_problems, auth_problems});
@@ -542,7 +577,7 @@ int main(int argc, char** argv)
         return init_cell(std::vector<std::string>(argv + 2, argv + argc));
     Flags flags;
     if (!parse_flags(argc, argv, flags)) return 2;
-    if (!flags.check_config.empty()) return check_config(flags.check_config);
+    if (!flags.check_config.empty()) return check_config(flags);
     auto config_result = configure(flags);
     if (!config_result.ok()) {
         std::fprintf(stderr, "voltlockd: %s\n", config_result.error().message().c_str());

@@ -4,12 +4,14 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +24,20 @@ using Json = nlohmann::json;
 Error field_error(const std::string& field, const std::string& problem)
 {
     return Error{0, "config: " + field + ": " + problem};
+}
+
+// Where nlohmann's parser stopped, as an editor counts: "line 4, column 12 (byte 48)". Its
+// parse_error::byte is the 1-based offset of the last byte it read, the end of the token it
+// could not take (one past the last byte when the text ends too soon).
+std::string position_of(const std::string& text, size_t byte)
+{
+    const size_t at = std::min(byte > 0 ? byte - 1 : 0, text.size());
+    const std::string_view before(text.data(), at);
+    const size_t newline = before.rfind('\n');
+    const size_t column = newline == std::string_view::npos ? at + 1 : at - newline;
+    const auto lines = std::count(before.begin(), before.end(), '\n');
+    return "line " + std::to_string(lines + 1) + ", column " + std::to_string(column) + " (byte " +
+           std::to_string(byte) + ")";
 }
 
 // Reads the fields of one JSON object, remembering which were read so that unknown ones (most
@@ -139,8 +155,13 @@ ReplicaConfig DaemonConfig::replica_config() const
 
 Result<DaemonConfig> parse_config_fields(const std::string& json_text)
 {
-    Json json = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded()) return Error{0, "config: not valid JSON"};
+    // The throwing parse, caught here, is the one that says where the text stops being JSON.
+    Json json;
+    try {
+        json = Json::parse(json_text);
+    } catch (const Json::parse_error& error) {
+        return Error{0, "config: not valid JSON at " + position_of(json_text, error.byte)};
+    }
     if (!json.is_object()) return Error{0, "config: the document must be a JSON object"};
 
     ObjectReader reader(json, "");

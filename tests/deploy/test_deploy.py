@@ -15,6 +15,7 @@ Everything runs on loopback, as the user running the tests; nothing is installed
 
 import json
 import os
+import pathlib
 import random
 import re
 import shlex
@@ -30,6 +31,7 @@ import urllib.request
 import pytest
 
 VOLTLOCKD = os.environ.get("VOLTLOCKD", "build/voltlockd")
+SOURCE_DIR = pathlib.Path(__file__).resolve().parents[2]
 BUILD_DIR = os.environ.get("VOLTLOCK_BUILD_DIR", "build")
 MAN_PAGE = os.environ.get("VOLTLOCK_MAN_PAGE") == "1"
 
@@ -229,10 +231,76 @@ def test_check_config_prints_one_line_per_problem_and_the_daemon_refuses_it(tmp_
         held_udp.close()
         held_tcp.close()
 
+
+
+def test_a_file_that_is_not_json_is_named_with_where_it_stops(tmp_path):
+    path = tmp_path / "bad.json"
     path.write_text("{ not json")
     done = subprocess.run([VOLTLOCKD, "--check-config", str(path)], capture_output=True, text=True,
                           timeout=30)
-    assert done.returncode == 1 and done.stdout == f"{path}: config: not valid JSON\n"
+    assert done.returncode == 1
+    assert done.stdout == f"{path}: config: not valid JSON at line 1, column 4 (byte 4)\n"
+    # The daemon says the same, on a later line: where "replicas" follows "replica": 0 without
+    # a comma (the parser stops at the end of the token it could not take).
+    path.write_text('{\n  "cluster_id": 1,\n  "replica": 0\n  "replicas": []\n}\n')
+    done = subprocess.run([VOLTLOCKD, "--config", str(path)], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 2
+    assert done.stderr == \
+        f"voltlockd: {path}: config: not valid JSON at line 4, column 12 (byte 48)\n"
+    path.write_text("")  # it stops at the end: one past the last byte
+    done = subprocess.run([VOLTLOCKD, "--check-config", str(path)], capture_output=True, text=True,
+                          timeout=30)
+    assert done.stdout == f"{path}: config: not valid JSON at line 1, column 1 (byte 1)\n"
+
+
+def test_check_config_applies_the_options_the_daemon_would(tmp_path):
+    """A sync config without data_dir runs with --data-dir (the unit passes it): the check,
+    given the same options, passes it too, and refuses what the options themselves break."""
+    udp, http_base = free_port_bases(1)
+    path = tmp_path / "r0.json"
+    path.write_text(json.dumps({"cluster_id": 5, "replica": 0, "durability": "sync",
+                                "replicas": [{"ip": "127.0.0.1", "udp_port": udp,
+                                              "http_port": http_base}]}))
+
+    def check(*options):
+        return subprocess.run([VOLTLOCKD, "--check-config", str(path), *options],
+                              capture_output=True, text=True, timeout=30)
+
+    alone = check()
+    assert alone.returncode == 1 and "durability: sync needs a data_dir" in alone.stdout
+    for options in (["--data-dir", str(tmp_path / "data")], ["--durability", "snapshot"],
+                    ["--durability=snapshot"]):
+        done = check(*options)
+        assert done.returncode == 0 and "ok: replica 0 of 1" in done.stdout, (options, done)
+    loud = check("--data-dir", str(tmp_path / "data"), "--log-level", "loud")
+    assert loud.returncode == 1
+    assert loud.stdout.startswith(f"{path}: log_level: 'loud' is not a level"), loud.stdout
+    wrong = check("--data-dir", str(tmp_path / "data"), "--electrode", "maybe")
+    assert wrong.returncode == 2 and "--electrode: must be on or off" in wrong.stderr
+
+
+# ---- --help, and so the man page ------------------------------------------------------------
+
+
+def help_text():
+    return subprocess.run([VOLTLOCKD, "--help"], capture_output=True, text=True, check=True,
+                          timeout=30).stdout
+
+
+def test_help_names_every_config_key_the_parser_accepts():
+    parser = (SOURCE_DIR / "server/shell/config.cpp").read_text()
+    keys = set(re.findall(r'(?:integer|string|mark_known)\(\s*"(\w+)"', parser))
+    assert {"cluster_id", "replicas", "udp_port", "tls_client_ca_file", "auth_roles_file",
+            "http_io_threads"} <= keys, keys  # the pattern still finds the parser's keys
+    usage = help_text()
+    assert [key for key in sorted(keys) if not re.search(rf"\b{key}\b", usage)] == []
+
+
+def test_help_names_the_signals_the_daemon_handles():
+    signals = help_text().split("\nSignals:\n")[1].split("\n\n")[0]
+    for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+        assert name in signals, signals
 
 
 # ---- what gets installed -------------------------------------------------------------------
@@ -274,6 +342,29 @@ def test_install_into_destdir_puts_everything_in_place(tmp_path):
     if MAN_PAGE:
         man = (root / "usr/share/man/man8/voltlockd.8").read_text()
         assert "init\\-cell" in man and "check\\-config" in man
+
+
+def pointed_docs(text):
+    """The docs `text` points a reader to: docs/X.md, /usr/share/doc/voltlock/X.md (as the
+    install rewrites it, too), a markdown link to X.md or to an image beside the docs."""
+    text = text.replace("\\-", "-")  # the man page's troff hyphens
+    return set(re.findall(r"(?:\bdocs/|/share/doc/voltlock/|\]\()([\w-]+\.md|img/[\w.-]+)", text))
+
+
+def test_every_doc_an_installed_file_points_to_is_installed(installed, tmp_path):
+    texts = {str(path): path.read_bytes().decode(errors="ignore")
+             for path in installed.rglob("*") if path.is_file()}
+    texts["voltlockd --help"] = help_text()
+    texts["voltlockd init-cell --help"] = init_cell(tmp_path, "--help").stdout
+    done = init_cell(tmp_path / "cell", "--replicas", "3", "--hosts", "10.0.0.1,10.0.0.2,10.0.0.3")
+    assert done.returncode == 0, done.stderr
+    texts["voltlockd init-cell"] = done.stdout
+    docs = installed / "share/doc/voltlock"
+    missing = {(doc, where) for where, text in texts.items() for doc in pointed_docs(text)
+               if not (docs / doc).is_file()}
+    assert missing == set()
+    assert {"security-tls.md", "security-auth.md", "replication.md", "leases.md"} <= \
+        pointed_docs("\n".join(texts.values()))  # the pattern still finds the pointers
 
 
 def test_deb_holds_the_files_and_maintainer_scripts(tmp_path):
@@ -401,6 +492,14 @@ def unit_commands(installed):
 
     watchdog = re.fullmatch(r"(\d+)s", value("WatchdogSec"))
     return value("ExecStartPre"), value("ExecStart"), int(watchdog.group(1)) * 1_000_000
+
+
+def test_units_exec_start_pre_checks_what_exec_start_runs(installed):
+    exec_start_pre, exec_start, _ = unit_commands(installed)
+    [checker, check_flag, checked, *check_options] = shlex.split(exec_start_pre)
+    [daemon, config_flag, config, *options] = shlex.split(exec_start)
+    assert (checker, check_flag, checked) == (daemon, "--check-config", config)
+    assert config_flag == "--config" and check_options == options
 
 
 def test_cell_from_the_units_exec_start_serves_and_survives_kill_9(installed, tmp_path):
