@@ -155,12 +155,15 @@ ReplicaConfig DaemonConfig::replica_config() const
 
 Result<DaemonConfig> parse_config_fields(const std::string& json_text)
 {
-    // The throwing parse, caught here, is the one that says where the text stops being JSON.
+    // The throwing parse, caught here, is the one that says where the text stops being JSON. It
+    // also throws out_of_range for a number no double holds (1e999), with no position.
     Json json;
     try {
         json = Json::parse(json_text);
     } catch (const Json::parse_error& error) {
         return Error{0, "config: not valid JSON at " + position_of(json_text, error.byte)};
+    } catch (const Json::exception& error) {
+        return Error{0, "config: not valid JSON: " + std::string(error.what())};
     }
     if (!json.is_object()) return Error{0, "config: the document must be a JSON object"};
 

@@ -252,6 +252,11 @@ def test_a_file_that_is_not_json_is_named_with_where_it_stops(tmp_path):
     done = subprocess.run([VOLTLOCKD, "--check-config", str(path)], capture_output=True, text=True,
                           timeout=30)
     assert done.stdout == f"{path}: config: not valid JSON at line 1, column 1 (byte 1)\n"
+    path.write_text('{"cluster_id": 1e999}')  # a number no double holds: no position, but why
+    done = subprocess.run([VOLTLOCKD, "--check-config", str(path)], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 1
+    assert done.stdout.startswith(f"{path}: config: not valid JSON: ") and "1e999" in done.stdout
 
 
 def test_check_config_applies_the_options_the_daemon_would(tmp_path):
