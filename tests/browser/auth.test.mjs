@@ -2,7 +2,9 @@
 // inside the cell's client namespace; the admin's token is the cell's, from scripts/cell up
 // --auth on). The sign-in page; a wrong token refused with a clear message and not kept; the
 // admin's token signing in; the token sent as a header and never in a URL; signing out stops the
-// page's streams, and what the page asks the API after carries no token.
+// page's streams, and what the page asks the API after carries no token. Then a token whose role
+// reads and watches only key:cfg/: the Keys page lists cfg/ and opens a key by name, and a watch
+// refused (403) is said on the page and not asked again.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { artifacts, cell, eventually, openPage } from './harness.mjs';
@@ -12,6 +14,12 @@ const token = cell.admin_token;
 const requests = [];  // every request the page made, in order: {url, authorization}
 // Chromium logs each 401 the page gets as a console error, and the refusals are the point here.
 const expectedConsoleErrors = [/status of 401/];
+const admin = (method, path, body) => fetch(`${origin}${path}`, {
+  method, body: JSON.stringify(body), headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+}).then(async (response) => {
+  assert.ok(response.ok, `${method} ${path}: ${response.status}`);
+  return response.json();
+});
 let browser;
 let page;
 let problems;
@@ -83,6 +91,39 @@ test('signing out shows the sign-in page, ends the watch, and later requests car
   await signInShown();
   const later = requests.slice(signedOutAt).filter((r) => new URL(r.url).pathname.startsWith('/v1/'));
   for (const r of later) assert.equal(r.authorization, undefined, `${r.url} carried a token`);
+});
+
+test('a token that reads only key:cfg/ lists cfg/ on the Keys page and is told what it lacks', async () => {
+  await admin('PUT', '/v1/auth/roles/cfg-reader', { grants: [{ permissions: ['read', 'watch'], resource: 'key:cfg/' }] });
+  await admin('PUT', '/v1/auth/users/cfg-reader', { roles: ['cfg-reader'] });
+  const limited = (await admin('POST', '/v1/auth/tokens', { user: 'cfg-reader' })).token;
+  await admin('PUT', '/v1/kv/cfg/a', { value: 'one' });
+  await admin('PUT', '/v1/kv/other/b', { value: 'two' });
+  expectedConsoleErrors.push(/status of 403/);
+  await page.getByLabel('Token').fill(limited);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign out' }).waitFor();
+
+  await page.evaluate(() => { location.hash = '#/keys'; });
+  await page.locator('#key-tree', { hasText: "Cannot list all keys: user 'cfg-reader' lacks the read permission on key ''" }).waitFor();
+  await page.getByLabel('Prefix or key').fill('cfg/a');
+  await page.getByRole('button', { name: 'Open key' }).click();
+  assert.equal(await page.locator('#key-value').inputValue(), 'one');
+  await page.getByLabel('Prefix or key').fill('cfg/');
+  await page.getByRole('button', { name: 'List' }).click();
+  await page.locator('button[data-key="cfg/a"]').waitFor();
+  await page.getByText('Live: changes appear as they commit.').waitFor();
+  assert.equal(await page.locator('button[data-key="other/b"]').count(), 0);
+});
+
+test('a watch refused with 403 is said on the page and not asked again', async () => {
+  // The Sessions page watches every space, which needs watch on every name.
+  const before = requests.length;
+  await page.evaluate(() => { location.hash = '#/sessions'; });
+  await page.locator('.notice-error', { hasText: "Not live: the watch stream was refused: user 'cfg-reader' lacks the watch permission" }).waitFor();
+  await page.waitForTimeout(2500);  // the old retry asked again every second
+  const watches = requests.slice(before).filter((r) => r.url.includes('/v1/watch/'));
+  assert.equal(watches.length, 1, watches.map((r) => r.url).join(', '));
 });
 
 test('no request URL the page made holds the token', () => {

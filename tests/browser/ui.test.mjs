@@ -111,8 +111,14 @@ test('closing a session in the UI asks first, then releases its lock to the wait
   await close.waitFor();
   await screenshots('sessions');
 
-  await close.click();
+  // The waiter's dialog says that its wait is withdrawn.
+  await page.getByRole('button', { name: `Close session ${waiter}` }).click();
   const dialog = page.getByRole('dialog');
+  assert.match(await dialog.innerText(), /Its waits for billing\/db-primary are withdrawn\./);
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
+  await dialog.waitFor({ state: 'detached' });
+
+  await close.click();
   await dialog.getByRole('button', { name: 'Cancel' }).click();
   await dialog.waitFor({ state: 'detached' });
   assert.equal((await call(ui, 'GET', `/v1/sessions/${holder}`)).status, 200, 'cancel closed nothing');
@@ -139,6 +145,33 @@ test('the key tree follows a watch: keys written through the API appear without 
   }
   await call(ui, 'DELETE', '/v1/kv/app/feature/new-checkout');
   await page.locator('button[data-key="app/feature/new-checkout"]').waitFor({ state: 'detached', timeout: 5000 });
+});
+
+test('a key ending in "/" is labelled with its name in the tree', async () => {
+  await call(ui, 'PUT', '/v1/kv/app/dir/', { value: 'x' });
+  const button = page.locator('button[data-key="app/dir/"]');
+  await button.waitFor({ timeout: 5000 });
+  assert.equal(await button.innerText(), 'app/dir/');
+  await call(ui, 'DELETE', '/v1/kv/app/dir/');
+});
+
+test('an ephemeral key edited in the UI stays its session\'s, and goes with it', async () => {
+  const owner = await openSession('config-agent');
+  assert.equal((await call(ui, 'PUT', '/v1/kv/app/leader', { value: 'r1', session: owner })).status, 200);
+  await go('#/keys/app%2Fleader');
+  const value = page.locator('#key-value');
+  await value.waitFor();
+  await page.locator('#key-meta', { hasText: `session ${owner}` }).waitFor();
+  await value.fill('r2');
+  await page.getByRole('button', { name: /^Save/ }).click();
+  await page.locator('.notice-ok', { hasText: 'Saved at revision' }).waitFor();
+  const read = (await call(ui, 'GET', '/v1/kv/app/leader')).body;
+  assert.equal(read.value, 'r2');
+  assert.equal(read.session, owner, 'the save kept the key ephemeral');
+  await page.locator('#key-meta', { hasText: `session ${owner}` }).waitFor();
+  await call(ui, 'DELETE', `/v1/sessions/${owner}`);
+  assert.equal((await call(ui, 'GET', '/v1/kv/app/leader')).status, 404, 'closing the session deleted the key');
+  await page.locator('#key-editor', { hasText: 'There is no key “app/leader” (any more).' }).waitFor({ timeout: 5000 });
 });
 
 test('a value edited in the UI is read back through the API', async () => {
@@ -180,6 +213,13 @@ test('the barriers page shows each barrier with its count, phase and members', a
   await row.filter({ hasText: '2 of 3' }).waitFor({ timeout: 5000 });
   for (const session of members) await row.locator(`a[href="#/sessions/${session}"]`).waitFor();
   await screenshots('barriers');
+  // Closing a member asks first, saying that it leaves the barrier.
+  await go('#/sessions');
+  await page.getByRole('button', { name: `Close session ${members[0]}` }).click();
+  const dialog = page.getByRole('dialog');
+  assert.match(await dialog.innerText(), /It leaves barrier\(s\) deploy\/v42\./);
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
+  await dialog.waitFor({ state: 'detached' });
   for (const session of members) await call(ui, 'DELETE', `/v1/sessions/${session}`);
   for (const answer of await Promise.all(entering)) assert.equal(answer.status, 404);
 });

@@ -99,8 +99,10 @@ export async function listAll(path, field, params = {}) {
 
 // A watch on `key` (docs/api.md "Watches"). Calls onEvent(event) for each event in revision
 // order; reconnects after a failure from the last complete revision + 1, so nothing is missed or
-// repeated. onState({state: 'live'|'reconnecting'|'compacted', ...}) tells the page what it can
-// show. Returns {close()}.
+// repeated. onState({state: 'live'|'reconnecting'|'compacted'|'refused', ...}) tells the page
+// what it can show. A refusal (401, 403, or an `error` event saying so when a token is revoked or
+// a role changes) ends the watch with the ApiError: asking again would be refused the same way,
+// once a second, for ever. Returns {close()}.
 export function watch(key, { prefix = false, startRevision, spaces } = {}, onEvent, onState = () => {}) {
   const controller = new AbortController();
   let nextRevision = startRevision;
@@ -115,9 +117,11 @@ export function watch(key, { prefix = false, startRevision, spaces } = {}, onEve
     const response = await fetch(`/v1/watch/${namePath(key)}?${params}`, {
       signal: controller.signal, headers,
     });
-    if (response.status === 401) {
-      unauthenticated((await response.json()).message, headers);
+    if (response.status === 401 || response.status === 403) {
+      const error = new ApiError(response.status, await response.json());
+      if (response.status === 401) unauthenticated(error.message, headers);
       closed = true;
+      onState({ state: 'refused', error });
       return;
     }
     if (response.status === 410) {
@@ -159,8 +163,10 @@ export function watch(key, { prefix = false, startRevision, spaces } = {}, onEve
     if (data) {
       const event = JSON.parse(data);
       if (type === 'error') {
-        onState({ state: 'compacted', oldest: event.details && event.details.oldest_revision });
         closed = true;
+        if (event.code === 'unauthenticated' || event.code === 'permission_denied')
+          onState({ state: 'refused', error: new ApiError(event.code === 'unauthenticated' ? 401 : 403, event) });
+        else onState({ state: 'compacted', oldest: event.details && event.details.oldest_revision });
         controller.abort();
         return;
       }

@@ -1,6 +1,8 @@
 // Keys: the KV namespace as a tree by '/', live from a watch; a key's value with its revisions;
 // edit and create with compare-and-set (the form carries the revision it read, so a conflicting
-// write is shown and never overwritten), and delete.
+// write is shown and never overwritten), and delete. The tree lists the keys under a prefix the
+// operator picks (all by default): a token whose role reads only key:cfg/ is refused the whole
+// namespace, but may list cfg/, and open any key it may read by name.
 import { api, explain, listAll, namePath, watch } from './api.js';
 import { h, formatNumber, notice, confirmDialog } from './dom.js';
 
@@ -9,33 +11,58 @@ export function keysPage(main, selectedKey) {
   const treeArea = h('nav', { class: 'panel tree', id: 'key-tree', 'aria-label': 'Keys' }, notice('empty', 'Reading the keys…'));
   const editor = h('section', { class: 'panel', id: 'key-editor', 'aria-live': 'polite' });
   const streamNote = h('p', { class: 'subtitle' }, 'Connecting to the watch stream…');
+  let prefix = sessionStorage.getItem('key-prefix') || '';
+  const prefixInput = h('input', { type: 'text', id: 'key-prefix', placeholder: 'all keys', autocomplete: 'off', value: prefix });
+  const openByName = () => { location.hash = '#/keys/' + encodeURIComponent(prefixInput.value); };
   main.append(h('div', { class: 'page-head' }, h('div', { class: 'grow' }, h('h1', {}, 'Keys'), streamNote),
+    h('form', { class: 'filter', onsubmit: (e) => {
+      e.preventDefault();
+      prefix = prefixInput.value;
+      sessionStorage.setItem('key-prefix', prefix);
+      load();
+    } },
+    h('label', { for: 'key-prefix' }, 'Prefix or key'), prefixInput,
+    h('button', { type: 'submit' }, 'List'),
+    h('button', { type: 'button', class: 'secondary', onclick: openByName }, 'Open key')),
     h('button', { onclick: () => { location.hash = '#/keys'; } }, 'New key')),
   h('div', { class: 'split' }, treeArea, editor));
 
   let stopped = false;
   let handle = null;
   let renderTimer = null;
-  let form = null;  // the open editor: {key, readRevision, dirty, textarea, message}
+  let form = null;  // the open editor: {key, readRevision, session, dirty, textarea, message}
+  let loads = 0;  // a listing that a later one (another prefix) overtook is dropped
+  let listed = false;  // the tree holds every key under the prefix
 
   async function load() {
+    const mine = ++loads;
+    listed = false;
+    if (handle) handle.close();
+    handle = null;
+    treeArea.replaceChildren(notice('empty', 'Reading the keys…'));
     try {
-      const { items, revision } = await listAll('/v1/kv/', 'kvs', { prefix: 'true' });
-      if (stopped) return;
+      const { items, revision } = await listAll('/v1/kv/' + namePath(prefix), 'kvs', { prefix: 'true' });
+      if (stopped || mine !== loads) return;
       keys.clear();
       for (const kv of items) keys.set(kv.key, kv);
+      listed = true;
       renderTree();
-      showEditor();
-      if (handle) handle.close();
-      handle = watch('', { prefix: true, startRevision: revision + 1 }, onEvent, onStreamState);
+      handle = watch(prefix, { prefix: true, startRevision: revision + 1 }, onEvent, onStreamState);
     } catch (error) {
-      if (!stopped) treeArea.replaceChildren(notice('error', explain(error)));
+      if (stopped || mine !== loads) return;
+      keys.clear();
+      treeArea.replaceChildren(notice('error', error.code === 'permission_denied'
+        ? `Cannot list ${prefix ? `the keys under “${prefix}”` : 'all keys'}: ${explain(error)}. List a prefix you may read, or open a key by name.`
+        : explain(error)));
+      streamNote.textContent = 'Not watching: nothing is listed.';
     }
+    showEditor();
   }
 
-  function onStreamState({ state }) {
+  function onStreamState({ state, error }) {
     if (state === 'live') streamNote.textContent = 'Live: changes appear as they commit.';
     else if (state === 'reconnecting') streamNote.textContent = 'The watch stream broke off; reconnecting…';
+    else if (state === 'refused') streamNote.textContent = `Not live: the watch stream was refused: ${explain(error)}.`;
     else if (state === 'compacted') {
       streamNote.textContent = 'Fell behind the kept history; reading everything again…';
       load();
@@ -72,13 +99,15 @@ export function keysPage(main, selectedKey) {
 
   // The keys as nested folders by '/': {children: Map(name -> node), key?: full key}.
   function renderTree() {
-    if (!keys.size) return treeArea.replaceChildren(notice('empty', 'No keys yet. Create one with “New key”.'));
+    if (!keys.size) return treeArea.replaceChildren(notice('empty', prefix ? `No key starts with “${prefix}”.` : 'No keys yet. Create one with “New key”.'));
     const root = { children: new Map() };
     for (const key of [...keys.keys()].sort()) {
       const parts = key.split('/');
       let node = root;
       parts.forEach((part, i) => {
-        const label = i < parts.length - 1 ? part + '/' : part;
+        // A key ending in '/' ("dir/") would be an empty button inside its folder: it is labelled
+        // with its whole name.
+        const label = i < parts.length - 1 ? part + '/' : part || key;
         if (!node.children.has(label)) node.children.set(label, { children: new Map() });
         node = node.children.get(label);
         if (i === parts.length - 1) node.key = key;
@@ -94,16 +123,28 @@ export function keysPage(main, selectedKey) {
     treeArea.replaceChildren(h('p', { class: 'subtitle' }, `${formatNumber(keys.size)} keys`), draw(root));
   }
 
-  function showEditor() {
+  // A key outside the prefix listed (or when listing was refused) is read on its own.
+  async function showEditor() {
     if (!selectedKey) return showCreate();
-    const kv = keys.get(selectedKey);
-    if (!kv) {
-      form = null;
+    const known = keys.get(selectedKey);
+    if (known) return showForm(known);
+    form = null;
+    if (listed && selectedKey.startsWith(prefix))
       return editor.replaceChildren(notice('empty', `There is no key “${selectedKey}” (any more).`));
+    try {
+      const kv = await api('GET', '/v1/kv/' + namePath(selectedKey));
+      if (!stopped && !form) showForm(kv);
+    } catch (error) {
+      if (stopped || form) return;
+      editor.replaceChildren(notice(error.status === 404 ? 'empty' : 'error', error.status === 404
+        ? `There is no key “${selectedKey}” (any more).` : `Cannot read “${selectedKey}”: ${explain(error)}.`));
     }
+  }
+
+  function showForm(kv) {
     const textarea = h('textarea', { id: 'key-value', 'aria-describedby': 'key-meta' }, kv.value);
     const message = h('div', { 'aria-live': 'assertive' });
-    form = { key: kv.key, readRevision: kv.mod_revision, encoding: kv.encoding, dirty: false, textarea, message };
+    form = { key: kv.key, readRevision: kv.mod_revision, session: kv.session, encoding: kv.encoding, dirty: false, textarea, message };
     textarea.addEventListener('input', () => { form.dirty = true; });
     editor.replaceChildren(
       h('h2', { class: 'mono', style: 'margin-top:0' }, kv.key),
@@ -144,17 +185,19 @@ export function keysPage(main, selectedKey) {
   }
 
   async function save() {
-    const { key, readRevision, textarea, message, encoding } = form;
+    const { key, readRevision, session, textarea, message, encoding } = form;
     const body = { value: textarea.value, prev_revision: readRevision };
     if (encoding === 'base64') body.encoding = 'base64';
+    // A put without `session` makes the key persistent (docs/lock-service.md): an ephemeral key
+    // stays its session's.
+    if (session) body.session = session;
     try {
       const result = await api('PUT', '/v1/kv/' + namePath(key), body);
       const old = keys.get(key);
-      if (!old || old.mod_revision < result.revision) {
-        keys.set(key, { key, value: textarea.value, encoding, mod_revision: result.revision,
-          create_revision: result.create_revision, version: result.version, session: old && old.session });
-      }
-      showEditor();
+      const kv = old && old.mod_revision >= result.revision ? old : { key, value: textarea.value, encoding,
+        mod_revision: result.revision, create_revision: result.create_revision, version: result.version, session };
+      if (key.startsWith(prefix)) keys.set(key, kv);
+      showForm(kv);
       form.message.replaceChildren(notice('ok', `Saved at revision ${result.revision}.`));
     } catch (error) {
       if (error.code === 'cas_mismatch') {

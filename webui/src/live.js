@@ -1,9 +1,12 @@
 // A page that shows a listing read from the API and reads it again whenever the watch stream
-// says something in its spaces changed (debounced: a burst of events costs one read).
+// says something in its spaces changed (debounced: a burst of events costs one read). A watch the
+// cell refuses is said above the listing, which then stays as last read.
 import { api, explain, watch } from './api.js';
-import { notice } from './dom.js';
+import { h, formatTime, notice } from './dom.js';
 
 export function liveListing(area, { path, spaces, render }) {
+  const streamProblem = h('div', { 'aria-live': 'assertive' });
+  area.before(streamProblem);
   let stopped = false;
   let pending = null;
   let reading = false;
@@ -36,11 +39,14 @@ export function liveListing(area, { path, spaces, render }) {
     handle = watch('', { prefix: true, startRevision: from, spaces }, () => {
       clearTimeout(pending);
       pending = setTimeout(read, 150);
-    }, ({ state }) => {
+    }, ({ state, error }) => {
       // After a gap the listing is read again rather than trusted.
       if (state === 'compacted') {
         handle = null;
         read();
+      } else if (state === 'refused') {
+        streamProblem.replaceChildren(notice('error',
+          `Not live: the watch stream was refused: ${explain(error)}. What is shown was read at ${formatTime(Date.now())}; reload the page to read it again.`));
       }
     });
   }

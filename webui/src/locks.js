@@ -96,7 +96,7 @@ function lockDetail(main, name) {
         ` · ${event.cause} · revision ${event.revision}`));
       clearTimeout(reread);
       reread = setTimeout(readState, 150);
-    }, ({ state, oldest }) => {
+    }, ({ state, oldest, error }) => {
       if (state === 'compacted') {
         // The retained history starts later: show what is kept.
         historyState.textContent = `Events before revision ${oldest} are no longer kept.`;
@@ -106,6 +106,8 @@ function lockDetail(main, name) {
         historyState.textContent = 'Grants, waits, releases and expiries kept by this replica, newest first; new ones appear as they happen.';
       } else if (state === 'reconnecting') {
         historyState.textContent = 'The watch stream broke off; reconnecting…';
+      } else if (state === 'refused') {
+        historyState.textContent = `No history: the watch stream was refused: ${explain(error)}.`;
       }
     });
   }

@@ -19,9 +19,11 @@ export function sessionsPage(main, selected) {
 
   async function close(s) {
     const holds = s.held_locks.length ? ` It holds ${s.held_locks.join(', ')}, which will be released.` : '';
+    const waits = s.waiting_locks.length ? ` Its waits for ${s.waiting_locks.join(', ')} are withdrawn.` : '';
+    const barriers = s.barriers.length ? ` It leaves barrier(s) ${s.barriers.join(', ')}.` : '';
     const keys = s.ephemeral_keys.length ? ` Its ${s.ephemeral_keys.length} ephemeral key(s) will be deleted.` : '';
     const ok = await confirmDialog(`Close session ${s.session}?`,
-      `The client${s.name ? ` “${s.name}”` : ''} loses its session at once.${holds}${keys}`, 'Close session');
+      `The client${s.name ? ` “${s.name}”` : ''} loses its session at once.${holds}${waits}${barriers}${keys}`, 'Close session');
     if (!ok) return;
     try {
       const result = await api('DELETE', `/v1/sessions/${s.session}`);
