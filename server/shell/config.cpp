@@ -153,7 +153,10 @@ ReplicaConfig DaemonConfig::replica_config() const
     return config;
 }
 
-Result<DaemonConfig> parse_config_fields(const std::string& json_text)
+namespace {
+
+// The config's JSON object, or where the text stops being one.
+Result<Json> parse_config_object(const std::string& json_text)
 {
     // The throwing parse, caught here, is the one that says where the text stops being JSON. It
     // also throws out_of_range for a number no double holds (1e999), with no position.
@@ -166,7 +169,14 @@ Result<DaemonConfig> parse_config_fields(const std::string& json_text)
         return Error{0, "config: not valid JSON: " + std::string(error.what())};
     }
     if (!json.is_object()) return Error{0, "config: the document must be a JSON object"};
+    return json;
+}
 
+}  // namespace
+
+Result<DaemonConfig> parse_config_fields(const std::string& json_text)
+{
+    Json json = VL_TRY(parse_config_object(json_text));
     ObjectReader reader(json, "");
     DaemonConfig config;
     VL_TRY(reader.integer("cluster_id", config.cluster_id, true, 0, UINT32_MAX));
