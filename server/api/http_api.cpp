@@ -267,6 +267,7 @@ Json HttpApi::api_stats() const
                 {"request_fallbacks", leader_.request_fallbacks()},
                 {"keepalives_as_requests", keepalives_as_requests_},
                 {"keepalive_requests_served", keepalive_requests_served_},
+                {"keepalives_asked_again", keepalives_asked_again_},
                 {"reads_at_commit_point", leader_.reads_at_commit_point()},
                 {"watchers", waits_ ? waits_->watchers() : 0},
                 {"waiters", waits_ ? waits_->waiters() : 0},
@@ -607,8 +608,8 @@ Served HttpApi::keep_alive(const CallPtr& call)
     // From a follower: a Request that the leader's API takes and answers (take_keepalive_request)
     // with the very answer it gives at its own front end.
     leader_.run_request(
-        call, encode_op(KeepAlive{.session = id}), std::move(serve),
-        [this, call](const ClientIdentity& identity, Proposed proposed) {
+        call, encode_op(KeepAlive{.session = id}), serve,
+        [this, call, serve](const ClientIdentity& identity, Proposed proposed) {
             switch (proposed.kind) {
             case Proposed::Kind::not_leader:  // the leader path tries again; never here
             case Proposed::Kind::timed_out:
@@ -621,11 +622,14 @@ Served HttpApi::keep_alive(const CallPtr& call)
                 break;
             }
             std::optional<HttpResponse> answer = decode_answer(proposed.result);
-            if (!answer)  // a leader that does not take keepalive Requests proposed it as an op
-                return call->fail(ApiError{502, "bad_gateway",
-                                           "the leader answered the keepalive with an op result "
-                                           "(a replica of an older version?): retry at the leader",
-                                           Json::object()});
+            if (!answer) {
+                // The KeepAlive op's own result: a leader proposed it for this Request and was
+                // deposed before answering, and the next one committed it and answered as VR
+                // does, from the client table. The lease was renewed, but the answer (the lease
+                // deadline) is the leader's tracker's: ask the leader over HTTP.
+                keepalives_asked_again_ += 1;
+                return leader_.at_leader(call, 0, serve);
+            }
             keepalives_as_requests_ += 1;
             call->answer(std::move(*answer));
         });

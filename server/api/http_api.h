@@ -125,6 +125,8 @@ private:
     uint64_t keepalives_as_requests_ = 0;
     // Keepalive Requests from followers this replica answered as the leader.
     uint64_t keepalive_requests_served_ = 0;
+    // Keepalive Requests a new leader answered with the KeepAlive op's result, asked again.
+    uint64_t keepalives_asked_again_ = 0;
 
     EventLoop& loop_;
     Node& node_;

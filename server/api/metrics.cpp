@@ -96,6 +96,8 @@ constexpr std::pair<const char*, const char*> kApiCounters[] = {
      "Ops that could travel as VR Requests and were forwarded over HTTP instead."},
     {"keepalives_as_requests", "Keepalives sent to the leader as VR Requests, answered."},
     {"keepalive_requests_served", "Followers' keepalive Requests answered as the leader."},
+    {"keepalives_asked_again",
+     "Keepalive Requests answered with the op's result by a new leader, asked again over HTTP."},
     {"reads_at_commit_point", "Linearizable reads answered here at the leader's commit."},
     {"expiries_proposed", "ExpireSession ops this replica proposed as the leader."},
     {"expire_waiters_proposed", "ExpireWaiters ops this replica proposed as the leader."},

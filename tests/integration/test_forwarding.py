@@ -117,7 +117,7 @@ def test_every_op_kind_travels_as_a_request_through_a_follower(cell):
     assert leader_after[served] - leader_before[served] == 2, (leader_before, leader_after)
     metrics = call(cell, f, "GET", "/metrics").body
     for name in ("forwarded_as_requests", "request_retransmits", "request_fallbacks",
-                 "keepalives_as_requests", "keepalive_requests_served",
+                 "keepalives_as_requests", "keepalive_requests_served", "keepalives_asked_again",
                  "reads_at_commit_point"):
         assert f"voltlock_api_{name}_total " in metrics
 
