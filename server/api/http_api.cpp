@@ -272,6 +272,7 @@ Json HttpApi::api_stats() const
                 {"watchers", waits_ ? waits_->watchers() : 0},
                 {"waiters", waits_ ? waits_->waiters() : 0},
                 {"client_ids", pool_.size()},
+                {"client_table", node_.replica().client_table_size()},
                 {"connections", http.connections.load()},
                 {"connections_refused", http.refused.load()},
                 {"connections_timed_out", http.timed_out.load()},

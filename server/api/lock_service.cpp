@@ -102,7 +102,7 @@ Result<Ok> LockService::start()
     if (auto watched = loop_.watch(deadline_timer_.get(), [this] { on_deadline_timer(); });
         !watched.ok())
         return watched.error();
-    node_.on_executed([this](const Executed& executed) { on_executed(executed); });
+    node_.on_executed([this](const Executed&) { on_executed(); });
     node_.on_snapshot_installed([this] {
         // The machine jumped ahead: waiters and watches look again, from its history.
         machine_.drain_events();
@@ -116,8 +116,7 @@ Result<Ok> LockService::start()
 std::optional<RequestNumber> LockService::stale_request(ClientId client,
                                                        RequestNumber number) const
 {
-    RequestNumber latest = 0;
-    if (const auto it = executed_.find(client); it != executed_.end()) latest = it->second;
+    RequestNumber latest = node_.replica().latest_request(client).value_or(0);
     if (const auto it = in_flight_.find(client); it != in_flight_.end())
         latest = std::max(latest, it->second);
     if (number < latest) return latest;
@@ -136,11 +135,8 @@ void LockService::proposed(ClientId client, RequestNumber number)
         in_flight_.erase(it);
 }
 
-void LockService::on_executed(const Executed& executed)
+void LockService::on_executed()
 {
-    RequestNumber& latest = executed_[executed.entry.client_id];
-    latest = std::max(latest, executed.entry.request_number);
-
     // Events pile up in the machine until drained; the history keeps what waits and watches read.
     const std::vector<WatchEvent> events = machine_.drain_events();
     if (leases_.active()) {

@@ -79,8 +79,8 @@ public:
     size_t leases_tracked() const { return leases_.size(); }
 
     // VR drops a request whose number is below its client's latest (executed, or on its way),
-    // without an answer. The API refuses those at once instead, from a mirror of the client
-    // table kept from the entries this replica applied and the proposals it has in flight.
+    // without an answer. The API refuses those at once instead, from this replica's client
+    // table and the proposals it has in flight.
     // Returns the client's latest number when `number` is below it.
     std::optional<RequestNumber> stale_request(ClientId client, RequestNumber number) const;
     void proposing(ClientId client, RequestNumber number);
@@ -92,7 +92,7 @@ public:
     uint64_t expire_waiters_proposed() const { return expire_waiters_proposed_; }
 
 private:
-    void on_executed(const Executed& executed);
+    void on_executed();
     void on_lease_timer();
     void on_deadline_timer();
     void check_leadership();
@@ -112,7 +112,6 @@ private:
     uint64_t armed_at_ms_ = 0;
     uint64_t expiries_proposed_ = 0;
     uint64_t expire_waiters_proposed_ = 0;
-    std::unordered_map<ClientId, RequestNumber> executed_;   // the client table's numbers
     std::unordered_map<ClientId, RequestNumber> in_flight_;  // proposed here, not yet answered
 };
 

@@ -73,6 +73,7 @@ constexpr std::pair<const char*, const char*> kApiGauges[] = {
     {"sessions", "Open sessions."},
     {"locks", "Locks with a holder, a waiter or a lock-delay."},
     {"keys", "Keys in the key/value namespace."},
+    {"client_table", "Clients in VR's client table (the oldest forgotten past its limit)."},
     {"barriers", "Barriers with members."},
     {"stored_bytes", "About the memory the records take (keys, values, sessions, locks)."},
     {"quota_bytes", "Past this, puts, new sessions and acquires get 507 (0: no quota)."},

@@ -75,6 +75,7 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
     VL_ASSERT(config.heartbeat_ticks < config.view_change_timeout_ticks,
               "the leader speaks more often than followers lose patience");
     VL_ASSERT(config.retransmit_ticks >= 1 && config.pipeline_ops >= 1, "positive timers");
+    VL_ASSERT(config.client_table_limit >= 1, "the client table keeps the client just executed");
     if (const auto* recovering = std::get_if<StartRecovering>(&start)) {
         status_ = Status::recovering;
         recovery_nonce_base_ = recovering->nonce;
@@ -535,7 +536,7 @@ void Replica::execute(Op op_number, const Entry& entry)
         out_->push_back(Executed{.op = op_number, .entry = entry, .result = {}});
         return;
     }
-    ClientSession& session = client_table_[entry.client_id];
+    ClientSession& session = client_session(entry.client_id);
     const bool is_leader_now = is_leader();
     const uint32_t request_crc = crc32c(entry.payload);
     if (entry.request_number <= session.request_number && session.request_number != 0) {
@@ -552,6 +553,7 @@ void Replica::execute(Op op_number, const Entry& entry)
     session.request_crc = request_crc;
     session.result = machine_.apply(op_number, entry);
     VL_ASSERT(!session.result.empty(), "an empty result means a reused request number");
+    note_executed(session);
     out_->push_back(Executed{.op = op_number, .entry = entry, .result = session.result});
     if (is_leader_now) {
         if (const auto it = requests_in_flight_.find(entry.client_id);
@@ -559,6 +561,31 @@ void Replica::execute(Op op_number, const Entry& entry)
             requests_in_flight_.erase(it);
         reply(entry.client_id, session);
     }
+}
+
+Replica::ClientSession& Replica::client_session(ClientId client_id)
+{
+    auto [it, added] = client_table_.try_emplace(client_id);
+    if (added) it->second.executed_at = execution_order_.insert(execution_order_.end(), client_id);
+    return it->second;
+}
+
+void Replica::note_executed(ClientSession& session)
+{
+    execution_order_.splice(execution_order_.end(), execution_order_, session.executed_at);
+    // The session just executed is last, and the limit is at least 1: it stays.
+    while (client_table_.size() > config_.client_table_limit) {
+        client_table_.erase(execution_order_.front());
+        execution_order_.pop_front();
+        counters_.clients_forgotten += 1;
+    }
+}
+
+std::optional<RequestNumber> Replica::latest_request(ClientId client_id) const
+{
+    const auto it = client_table_.find(client_id);
+    if (it == client_table_.end()) return std::nullopt;
+    return it->second.request_number;
 }
 
 void Replica::reply(ClientId client_id, const ClientSession& session)
@@ -1093,9 +1120,17 @@ bool Replica::restore_snapshot(const ReplicaSnapshot& snapshot)
     // The machine first: it refuses bytes that are not its snapshot and then changes nothing.
     if (!machine_.restore(snapshot.machine)) return false;
     client_table_.clear();
-    for (const ClientTableRecord& client : snapshot.clients)
-        client_table_[client.client_id] =
-            ClientSession{client.request_number, client.request_crc, client.result};
+    execution_order_.clear();
+    // In the snapshot's order, which is the order their latest requests executed in (in the
+    // clients' ids' order in a snapshot from an earlier version: the same at every replica that
+    // restores it).
+    for (const ClientTableRecord& client : snapshot.clients) {
+        ClientSession& session = client_session(client.client_id);
+        session.request_number = client.request_number;
+        session.request_crc = client.request_crc;
+        session.result = client.result;
+        note_executed(session);
+    }
     log_.clear();
     log_base_ = snapshot.op;
     commit_ = snapshot.op;
@@ -1108,6 +1143,7 @@ void Replica::discard_state()
 {
     machine_.reset();
     client_table_.clear();
+    execution_order_.clear();
     log_.clear();
     log_base_ = 0;
     commit_ = 0;

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -72,6 +73,12 @@ struct ReplicaConfig {
     // monotonic clock, from the moment it sent the newest heartbeat that f followers answered.
     // voltlockd makes it the view-change timeout.
     uint64_t leader_lease_ms = 200;
+    // The client table keeps the latest request of at most this many clients: past it, the one
+    // whose latest request executed longest ago is forgotten, so that a client id per process
+    // (SDKs, lockctl) or per request (a hostile client) cannot grow it for ever. Every replica
+    // executes the same ops, so every replica forgets the same clients; a cell's replicas must
+    // have the same limit. A forgotten client's retry is executed again.
+    uint32_t client_table_limit = 100'000;
 };
 
 // A replica's snapshot (WriteSnapshot, SnapshotFetched, StartRestored), decoded: the op it
@@ -284,6 +291,7 @@ struct ReplicaCounters {
     uint64_t recoveries = 0;          // recoveries completed
     uint64_t requests_dropped = 0;    // requests refused: not leader, queue full, stale
     uint64_t requests_reused = 0;     // a request number sent again with another payload
+    uint64_t clients_forgotten = 0;   // past client_table_limit
     uint64_t snapshots_written = 0;   // own snapshots made durable
     uint64_t snapshots_installed = 0; // fetched from a peer and installed
     uint64_t snapshots_refused = 0;   // restored or fetched bytes that were not a valid snapshot
@@ -316,6 +324,9 @@ public:
     const Entry& entry(Op op) const { return log_.at(op - log_base_ - 1); }
     const ReplicaCounters& counters() const { return counters_; }
     const ReplicaConfig& config() const { return config_; }
+    // The request number of the client's latest executed request, if the client table has it.
+    std::optional<RequestNumber> latest_request(ClientId client_id) const;
+    size_t client_table_size() const { return client_table_.size(); }
     // Per replica, the highest op it acknowledged in this view (leader only; else zeros).
     const std::vector<Op>& acked_ops() const { return acked_; }
     // After Stop: the shell may exit (nothing durable is left to do).
@@ -341,6 +352,7 @@ private:
         RequestNumber request_number = 0;
         std::optional<uint32_t> request_crc;
         Bytes result;
+        std::list<ClientId>::iterator executed_at;  // its place in execution_order_
     };
     struct RequestInFlight {
         RequestNumber request_number = 0;
@@ -416,6 +428,10 @@ private:
     void commit_to(Op commit);
     void execute(Op op, const Entry& entry);
     void reply(ClientId client_id, const ClientSession& session);
+    // The table's entry for `client_id`, new ones last in execution_order_.
+    ClientSession& client_session(ClientId client_id);
+    // Moves the client last in execution_order_, and forgets the first ones past the limit.
+    void note_executed(ClientSession& session);
     // The answer to a request number used again for another request: an empty result (no
     // state machine result is empty).
     void reply_reused(ClientId client_id, RequestNumber request_number);
@@ -507,6 +523,9 @@ private:
     std::vector<std::vector<Entry>> released_;
     Op commit_ = 0;
     std::unordered_map<ClientId, ClientSession> client_table_;
+    // The client table's ids, the one whose latest request executed longest ago first (the
+    // order the snapshot keeps them in): who is forgotten past client_table_limit.
+    std::list<ClientId> execution_order_;
 
     // Time, in ticks.
     uint64_t tick_ = 0;

@@ -1,6 +1,5 @@
 #include "core/replica.h"
 
-#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -73,13 +72,14 @@ Bytes Replica::encode_snapshot() const
                              .last_normal_view = last_normal_view_,
                              .fence_view = fence_view_,
                              .machine = machine};
+    // In the order their latest requests executed, which is the same at every replica with the
+    // same state: it says whom the table forgets first (restore_snapshot).
     snapshot.clients.reserve(client_table_.size());
-    for (const auto& [client_id, session] : client_table_)
+    for (const ClientId client_id : execution_order_) {
+        const ClientSession& session = client_table_.at(client_id);
         snapshot.clients.push_back(
             {client_id, session.request_number, session.request_crc, session.result});
-    // In client order, so that replicas with the same state write the same bytes.
-    std::sort(snapshot.clients.begin(), snapshot.clients.end(),
-              [](const auto& a, const auto& b) { return a.client_id < b.client_id; });
+    }
 
     codec::Counter size;
     fields(size, snapshot);

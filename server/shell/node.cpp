@@ -630,6 +630,7 @@ void Node::answer_request(const Reply& reply)
     const auto client = clients_.find(reply.client_id);
     if (client == clients_.end()) return;  // the follower asks again
     send_reply(client->second, reply);
+    clients_.erase(client);
     flush_at_end_of_turn();
 }
 
@@ -674,6 +675,9 @@ void Node::deliver_reply(const Reply& reply)
         return;
     }
     send_reply(client->second, reply);
+    // Answered: a retry brings its address again. Kept, the map would grow by every client id
+    // that ever sent a Request.
+    clients_.erase(client);
 }
 
 void Node::fail_proposals()
@@ -821,6 +825,7 @@ nlohmann::json Node::status(bool with_digest) const
           {"recoveries", core.recoveries},
           {"requests_dropped", core.requests_dropped},
           {"requests_reused", core.requests_reused},
+          {"clients_forgotten", core.clients_forgotten},
           {"snapshots_written", core.snapshots_written},
           {"snapshots_installed", core.snapshots_installed},
           {"snapshots_refused", core.snapshots_refused},

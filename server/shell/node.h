@@ -198,6 +198,7 @@ private:
     // By replica index, until send_queued.
     std::vector<std::vector<Reply>> replies_to_peers_;
     std::vector<std::vector<Request>> requests_to_peers_;
+    // Where each client id's latest Request came from, until a Reply to it leaves.
     std::unordered_map<ClientId, sockaddr_in> clients_;
     std::vector<uint8_t> encode_buffer_;
     vl_kernel_state last_state_{};

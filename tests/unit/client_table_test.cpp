@@ -102,3 +102,26 @@ TEST_CASE("a request number in the pipeline sent with another payload is answere
     leader.receive(request(9, 1, "Wa"));
     CHECK(leader.effects_of<SendReply>().at(0).reply.result == first_result);
 }
+
+TEST_CASE("past client_table_limit, the client that executed longest ago is forgotten")
+{
+    // Every replica executes the same ops, so every replica forgets the same clients.
+    ReplicaConfig config = test_config(1, 3);
+    config.client_table_limit = 2;
+    TestReplica follower(config);
+    follower.receive(Prepare{.view = 0, .replica = 0, .op = 4, .commit = 4,
+                             .entries = {entry(1, 1, "Wa"), entry(2, 1, "Wb"),
+                                         entry(1, 2, "Wc"), entry(3, 1, "Wd")}});
+    REQUIRE(follower.effects_of<Executed>().size() == 4);
+    CHECK(follower->client_table_size() == 2);
+    CHECK(follower->counters().clients_forgotten == 1);
+    CHECK_FALSE(follower->latest_request(2));  // its request executed before client 1's second
+    CHECK(follower->latest_request(1) == 2);
+    CHECK(follower->latest_request(3) == 1);
+    // The table cannot tell a forgotten client's retry from a new request: it executes again.
+    follower.receive(Prepare{.view = 0, .replica = 0, .op = 5, .commit = 5,
+                             .entries = {entry(2, 1, "Wb")}});
+    CHECK(follower.effects_of<Executed>().size() == 1);
+    CHECK(follower.machine().version() == 5);
+    CHECK_FALSE(follower->latest_request(1));
+}

@@ -224,7 +224,7 @@ TEST_CASE("DESIGN.md §5: a snapshot holds the op, the view, the client table an
     CHECK(snapshot->view == 0);
     CHECK(snapshot->last_normal_view == 0);
     REQUIRE(snapshot->clients.size() == 3);
-    for (size_t i = 0; i < 3; i++) {  // in client order
+    for (size_t i = 0; i < 3; i++) {  // in the order they executed
         CHECK(snapshot->clients[i].client_id == 100 + i);
         CHECK(snapshot->clients[i].request_number == 1);
         CHECK(snapshot->clients[i].result == replies[i].reply.result);
@@ -251,6 +251,30 @@ TEST_CASE("DESIGN.md §5: a snapshot records the view it was taken in")
     REQUIRE(snapshot->clients.size() == 2);
     CHECK(snapshot->clients[0].client_id == 1);
     CHECK(snapshot->clients[1].client_id == 2);
+}
+
+TEST_CASE("a snapshot keeps the clients in the order they executed, which says whom to forget")
+{
+    ReplicaConfig config = snapshot_config(1, 4);
+    TestReplica follower(config);
+    follower.receive(Prepare{.view = 0, .replica = 0, .op = 4, .commit = 4,
+                             .entries = {entry(1, 1, "Wa"), entry(2, 1, "Wb"),
+                                         entry(1, 2, "Wc"), entry(3, 1, "Wd")}});
+    const Bytes bytes = written(follower).snapshot;
+    const auto snapshot = decode_replica_snapshot(bytes);
+    REQUIRE(snapshot);
+    REQUIRE(snapshot->clients.size() == 3);
+    CHECK(snapshot->clients[0].client_id == 2);
+    CHECK(snapshot->clients[1].client_id == 1);
+    CHECK(snapshot->clients[2].client_id == 3);
+
+    // Restored where the table keeps two, the first executed is the one forgotten.
+    config.client_table_limit = 2;
+    TestReplica restored(config, StartRestored{.nonce = 1, .snapshot = bytes});
+    CHECK(restored->client_table_size() == 2);
+    CHECK_FALSE(restored->latest_request(2));
+    CHECK(restored->latest_request(1) == 2);
+    CHECK(restored->latest_request(3) == 1);
 }
 
 TEST_CASE("DESIGN.md §5: a flipped byte, a cut or a trailing byte makes a snapshot no snapshot")
