@@ -268,6 +268,7 @@ Json HttpApi::api_stats() const
                 {"keepalives_as_requests", keepalives_as_requests_},
                 {"keepalive_requests_served", keepalive_requests_served_},
                 {"keepalives_asked_again", keepalives_asked_again_},
+                {"withdrawals_too_late", withdrawals_too_late_},
                 {"reads_at_commit_point", leader_.reads_at_commit_point()},
                 {"watchers", waits_ ? waits_->watchers() : 0},
                 {"waiters", waits_ ? waits_->waiters() : 0},
@@ -548,29 +549,28 @@ LeaderPath::Relay HttpApi::wait_here(const CallPtr& call, WaitKind kind, std::st
 
 void HttpApi::withdraw(const std::string& lock, SessionId session)
 {
-    // The replica's own request, through the leader like any other: a Release takes the session
-    // out of the lock's line (or releases the lock, if it was granted as the client left).
+    // The replica's own request, through the leader like any other, as a VR Request only (it
+    // has no HTTP form). WithdrawWait takes the session out of the lock's line; a lock granted
+    // to it meanwhile stays granted, as the client may have asked again elsewhere and been told.
+    spdlog::info("r{}: the client waiting for lock '{}' as session {} left: withdrawing the wait",
+                 node_.config().replica, lock, session);
     auto call = std::make_shared<Call>();
     call->method = "POST";
     call->endpoint = "withdraw";
-    call->body = Json{{"session", session}}.dump();
-    auto op = release_op(lock, call->body, max_message_bytes_);
-    if (!op.ok()) return;
-    spdlog::info("r{}: the client waiting for lock '{}' as session {} left: withdrawing the wait",
-                 node_.config().replica, lock, session);
-    // The target is encoded for forwarding: a name is any bytes.
-    std::string encoded;
-    for (const unsigned char c : lock) {
-        if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.') {
-            encoded.push_back(static_cast<char>(c));
-        } else {
-            char escape[4];
-            std::snprintf(escape, sizeof escape, "%%%02X", c);
-            encoded += escape;
-        }
-    }
-    call->target = "/v1/locks/" + encoded + ":release";
-    run_op(call, op.value(), 0, [](const OpResult&) {});
+    leader_.run_op(
+        call, encode_op(WithdrawWait{.lock = lock, .session = session}), 0,
+        [this, lock, session](const ClientIdentity&, Proposed proposed) {
+            if (proposed.kind != Proposed::Kind::committed) return;  // the session's end will do
+            auto decoded = decode_result(proposed.result);
+            const auto* done =
+                decoded.ok() ? std::get_if<WithdrawWaitResult>(&decoded.value()) : nullptr;
+            if (done && done->withdrawn) return;
+            withdrawals_too_late_ += 1;
+            spdlog::info("r{}: session {}'s wait for lock '{}' was over before its withdrawal "
+                         "(granted, timed out, or the session ended): nothing withdrawn",
+                         node_.config().replica, session, lock);
+        },
+        {}, LeaderPath::Route::replication);
 }
 
 // ---- Sessions ----------------------------------------------------------------------------------

@@ -127,6 +127,8 @@ private:
     uint64_t keepalive_requests_served_ = 0;
     // Keepalive Requests a new leader answered with the KeepAlive op's result, asked again.
     uint64_t keepalives_asked_again_ = 0;
+    // Withdrawals of hung-up waits that found the wait over already (a grant stays).
+    uint64_t withdrawals_too_late_ = 0;
 
     EventLoop& loop_;
     Node& node_;

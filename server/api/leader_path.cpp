@@ -141,10 +141,12 @@ struct LeaderPath::Attempt {
     ClientId pooled = 0;
     SteadyTime until;
     bool forwarded_to_us = false;
-    // run_op's: the op, and what to do with its outcome; over_http once it fell back.
+    // run_op's: the op, and what to do with its outcome; over_http once it fell back, which
+    // Route::replication never does.
     Bytes payload;
     Finish finish;
     bool over_http = false;
+    bool http_allowed = true;
     // While a Request waits for the leader's Reply: to whom, how often sent, the next timeout.
     ReplicaIndex request_leader = 0;
     uint32_t sends = 0;
@@ -194,6 +196,7 @@ void LeaderPath::start_request(const CallPtr& call, Bytes payload, uint32_t wait
         a->payload = std::move(payload);
         a->finish = std::move(finish);
         a->over_http = route == Route::http;
+        a->http_allowed = route != Route::replication;
         attempt(a);
     }
 }
@@ -365,7 +368,7 @@ void LeaderPath::request_timer(const std::shared_ptr<Attempt>& a)
         forget_request(a);
         return attempt(a);
     }
-    if (a->sends >= kRequestSends) {
+    if (a->sends >= kRequestSends && a->http_allowed) {
         forget_request(a);
         return fall_back_to_http(a, a->request_leader);
     }
@@ -383,6 +386,8 @@ void LeaderPath::forget_request(const std::shared_ptr<Attempt>& a)
 
 void LeaderPath::fall_back_to_http(const std::shared_ptr<Attempt>& a, ReplicaIndex leader)
 {
+    if (!a->http_allowed)  // too large for a Request, and no HTTP form
+        return a->finish(a->identity, Proposed{.kind = Proposed::Kind::timed_out});
     request_fallbacks_ += 1;
     a->over_http = true;
     forward(a, leader, Clock::now());

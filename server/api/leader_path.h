@@ -155,9 +155,10 @@ public:
     // Proposes `payload` where the leader is and hands `finish` what became of it; at a follower
     // the op travels as a VR Request (above), or, failing that, the call is forwarded over HTTP
     // like at_leader's (with `relay`).
-    // How a follower's run_op reaches the leader: as a VR Request where it can, or over HTTP
-    // only (the leader must see the client's credentials).
-    enum class Route { any, http };
+    // How a follower's run_op reaches the leader: as a VR Request where it can, over HTTP only
+    // (the leader must see the client's credentials), or as a VR Request only, sent again until
+    // the deadline (an op of the replica's own, which has no HTTP form).
+    enum class Route { any, http, replication };
     void run_op(const CallPtr& call, Bytes payload, uint32_t wait_ms, Finish finish,
                 Relay relay = {}, Route route = Route::any);
     // As run_op, but at the leader `serve` answers the call (not a proposal of `payload`), and a

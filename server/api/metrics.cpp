@@ -97,6 +97,8 @@ constexpr std::pair<const char*, const char*> kApiCounters[] = {
      "Ops that could travel as VR Requests and were forwarded over HTTP instead."},
     {"keepalives_as_requests", "Keepalives sent to the leader as VR Requests, answered."},
     {"keepalive_requests_served", "Followers' keepalive Requests answered as the leader."},
+    {"withdrawals_too_late",
+     "Withdrawals of a hung-up client's wait that found it over (granted, timed out, ended)."},
     {"keepalives_asked_again",
      "Keepalive Requests answered with the op's result by a new leader, asked again over HTTP."},
     {"reads_at_commit_point", "Linearizable reads answered here at the leader's commit."},

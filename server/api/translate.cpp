@@ -590,6 +590,10 @@ Json result_json(const OpResult& result, ValueEncoding encoding)
                 return object_of("released", r.released, "wait_withdrawn", r.wait_withdrawn,
                                  "granted", r.granted, "revision", r.revision);
             },
+            [](const WithdrawWaitResult& r) {
+                return object_of("wait_withdrawn", r.withdrawn, "granted", r.granted, "revision",
+                                 r.revision);
+            },
             [](const CheckSequencerResult& r) {
                 return object_of("valid", r.valid, "revision", r.revision);
             },

@@ -123,7 +123,7 @@ Bytes LockMachine::apply(Op op, const Entry& entry)
     end_apply();
     const uint8_t code = entry.payload.empty() ? 0 : static_cast<uint8_t>(entry.payload[0]);
     const bool known = code >= static_cast<uint8_t>(OpCode::create_session) &&
-                       code <= static_cast<uint8_t>(OpCode::auth);
+                       code <= static_cast<uint8_t>(OpCode::withdraw_wait);
     return encode_result(OpError{.op = known ? static_cast<OpCode>(code) : OpCode::none,
                                  .code = ErrorCode::malformed,
                                  .revision = state_.revision,
@@ -146,6 +146,7 @@ OpResult LockMachine::apply_op(Op op, uint64_t timestamp_ms, const LockOp& lock_
                 [&](const ExpireSession& o) { return on_expire_session(o); },
                 [&](const Acquire& o) { return on_acquire(o); },
                 [&](const Release& o) { return on_release(o); },
+                [&](const WithdrawWait& o) { return on_withdraw_wait(o); },
                 [&](const CheckSequencer& o) { return on_check_sequencer(o); },
                 [&](const Put& o) { return on_put(o); },
                 [&](const Delete& o) { return on_delete(o); },
@@ -506,14 +507,7 @@ OpResult LockMachine::on_release(const Release& o)
         emit(WatchEvent{.type = EventType::lock_release, .key = o.lock, .session = o.session,
                         .mode = released.mode, .generation = released.generation});
         result.released = true;
-    } else if (const auto waiter = find_session(lock.waiters, o.session);
-               waiter != lock.waiters.end()) {
-        remove_timer({waiter->deadline_ms, TimerKind::lock_wait, o.lock, o.session});
-        const LockMode mode = waiter->mode;
-        lock.waiters.erase(waiter);
-        session->second.waiting_locks.erase(o.lock);
-        emit(WatchEvent{.type = EventType::lock_cancel, .key = o.lock, .session = o.session,
-                        .mode = mode});
+    } else if (withdraw_waiter(o.lock, lock, session->second, o.session)) {
         result.wait_withdrawn = true;
     } else {
         return error(code, ErrorCode::not_held);
@@ -521,6 +515,36 @@ OpResult LockMachine::on_release(const Release& o)
     result.granted = serve_queue(o.lock, lock);
     erase_lock_if_idle(o.lock);
     return result;
+}
+
+OpResult LockMachine::on_withdraw_wait(const WithdrawWait& o)
+{
+    const auto session = state_.sessions.find(o.session);
+    if (session == state_.sessions.end())
+        return error(OpCode::withdraw_wait, ErrorCode::unknown_session);
+    WithdrawWaitResult result;
+    const auto it = state_.locks.find(o.lock);
+    // Granted meanwhile, or not waiting any more: nothing to withdraw, and a grant stays.
+    if (it == state_.locks.end() ||
+        !withdraw_waiter(o.lock, it->second, session->second, o.session))
+        return result;
+    result.withdrawn = true;
+    result.granted = serve_queue(o.lock, it->second);
+    erase_lock_if_idle(o.lock);
+    return result;
+}
+
+bool LockMachine::withdraw_waiter(const std::string& name, LockRecord& lock,
+                                  SessionRecord& session, SessionId id)
+{
+    const auto waiter = find_session(lock.waiters, id);
+    if (waiter == lock.waiters.end()) return false;
+    remove_timer({waiter->deadline_ms, TimerKind::lock_wait, name, id});
+    const LockMode mode = waiter->mode;
+    lock.waiters.erase(waiter);
+    session.waiting_locks.erase(name);
+    emit(WatchEvent{.type = EventType::lock_cancel, .key = name, .session = id, .mode = mode});
+    return true;
 }
 
 Sequencer LockMachine::grant(const std::string& name, LockRecord& lock, SessionId session,

@@ -327,6 +327,10 @@ private:
     OpResult on_expire_session(const ExpireSession& o);
     OpResult on_acquire(const Acquire& o);
     OpResult on_release(const Release& o);
+    OpResult on_withdraw_wait(const WithdrawWait& o);
+    // Takes `id` out of the lock's line (lock_cancel); false if it was not in it.
+    bool withdraw_waiter(const std::string& name, LockRecord& lock, SessionRecord& session,
+                         SessionId id);
     OpResult on_check_sequencer(const CheckSequencer& o);
     OpResult on_put(const Put& o);
     OpResult on_delete(const Delete& o);

@@ -15,14 +15,14 @@
 
 namespace voltlock {
 
-static_assert(std::variant_size_v<LockOp> == static_cast<size_t>(OpCode::auth),
+static_assert(std::variant_size_v<LockOp> == static_cast<size_t>(OpCode::withdraw_wait),
               "LockOp alternatives are the op codes in order");
 static_assert(std::variant_size_v<OpResult> == std::variant_size_v<LockOp> + 1,
               "one result type per op, plus OpError");
 
 namespace {
 
-constexpr uint8_t kMaxOpCode = static_cast<uint8_t>(OpCode::auth);
+constexpr uint8_t kMaxOpCode = static_cast<uint8_t>(OpCode::withdraw_wait);
 constexpr uint8_t kMaxErrorCode = static_cast<uint8_t>(ErrorCode::already_exists);
 
 // Put flags.
@@ -100,7 +100,8 @@ bool fields(Io& io, R& o)
            io.enumeration(o.mode, known) && io.u32(o.wait_ms);
 }
 
-template <typename Io, codec::MaybeConst<Release> R>
+template <typename Io, typename R>
+    requires codec::MaybeConst<R, Release> || codec::MaybeConst<R, WithdrawWait>
 bool fields(Io& io, R& o)
 {
     return io.template str<uint16_t>(o.lock) && io.u64(o.session);
@@ -196,6 +197,12 @@ template <typename Io, codec::MaybeConst<ReleaseResult> R>
 bool fields(Io& io, R& r)
 {
     return io.boolean(r.released) && io.boolean(r.wait_withdrawn) && io.u32(r.granted);
+}
+
+template <typename Io, codec::MaybeConst<WithdrawWaitResult> R>
+bool fields(Io& io, R& r)
+{
+    return io.boolean(r.withdrawn) && io.u32(r.granted);
 }
 
 template <typename Io, codec::MaybeConst<CheckSequencerResult> R>
@@ -317,6 +324,12 @@ std::optional<Invalid> first_of(std::initializer_list<std::optional<Invalid>> ch
     return std::nullopt;
 }
 
+// A lock's name and a session's id (Release, WithdrawWait).
+std::optional<Invalid> check_lock_and_session(const std::string& lock, SessionId session)
+{
+    return first_of({check(validate_name(lock), "lock"), check_session(session)});
+}
+
 std::optional<Invalid> check_sequencer_field(const std::optional<Sequencer>& s)
 {
     if (!s) return std::nullopt;
@@ -345,6 +358,7 @@ const char* op_code_name(OpCode code)
     case OpCode::barrier_leave: return "barrier_leave";
     case OpCode::expire_waiters: return "expire_waiters";
     case OpCode::auth: return "auth";
+    case OpCode::withdraw_wait: return "withdraw_wait";
     }
     return "unknown";
 }
@@ -502,9 +516,8 @@ std::optional<Invalid> validate(const LockOp& op)
                 return first_of({check(validate_name(o.lock), "lock"), check_session(o.session),
                                  check_wait(o.wait_ms)});
             },
-            [](const Release& o) {
-                return first_of({check(validate_name(o.lock), "lock"), check_session(o.session)});
-            },
+            [](const Release& o) { return check_lock_and_session(o.lock, o.session); },
+            [](const WithdrawWait& o) { return check_lock_and_session(o.lock, o.session); },
             [](const CheckSequencer& o) { return check_sequencer_field(o.sequencer); },
             [](const Put& o) {
                 return first_of({

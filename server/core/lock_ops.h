@@ -69,6 +69,7 @@ enum class OpCode : uint8_t {
     barrier_leave = 12,
     expire_waiters = 13,
     auth = 14,  // users, roles, tokens: core/auth_ops.h
+    withdraw_wait = 15,
 };
 const char* op_code_name(OpCode code);  // "unknown" outside the enum
 
@@ -190,6 +191,16 @@ struct BarrierLeave {
     bool operator==(const BarrierLeave&) const = default;
 };
 
+// str lock, u64 session. Proposed by the replica whose client hung up while it waited: takes the
+// session out of the lock's line if it still waits in it, and does nothing else. A lock granted
+// to the session stays granted: the client may have asked again at another replica (keeping its
+// place) and have been told of the grant there, while this replica was stopped or cut off.
+struct WithdrawWait {
+    std::string lock;
+    SessionId session = 0;
+    bool operator==(const WithdrawWait&) const = default;
+};
+
 // No fields. Proposed by the leader when a deadline (LockMachine::next_deadline_ms) has passed:
 // every op first processes the deadlines up to its timestamp, and this op does nothing else.
 struct ExpireWaiters {
@@ -199,7 +210,7 @@ struct ExpireWaiters {
 // Alternatives in OpCode order: index + 1 is the op code.
 using LockOp = std::variant<CreateSession, KeepAlive, CloseSession, ExpireSession, Acquire,
                             Release, CheckSequencer, Put, Delete, Get, BarrierEnter, BarrierLeave,
-                            ExpireWaiters, AuthOp>;
+                            ExpireWaiters, AuthOp, WithdrawWait>;
 OpCode op_code(const LockOp& op);
 
 // ---- Results ---------------------------------------------------------------------------------
@@ -370,6 +381,14 @@ struct BarrierLeaveResult {
     bool operator==(const BarrierLeaveResult&) const = default;
 };
 
+// u8 withdrawn, u32 granted.
+struct WithdrawWaitResult {
+    Revision revision = 0;
+    bool withdrawn = false;  // the session was waiting and no longer is
+    uint32_t granted = 0;    // waiters granted as a consequence
+    bool operator==(const WithdrawWaitResult&) const = default;
+};
+
 // No fields.
 struct ExpireWaitersResult {
     Revision revision = 0;
@@ -380,7 +399,7 @@ using OpResult = std::variant<OpError, CreateSessionResult, KeepAliveResult, Clo
                               ExpireSessionResult, AcquireResult, ReleaseResult,
                               CheckSequencerResult, PutResult, DeleteResult, GetResult,
                               BarrierEnterResult, BarrierLeaveResult, ExpireWaitersResult,
-                              AuthResult>;
+                              AuthResult, WithdrawWaitResult>;
 // The op a result answers.
 OpCode result_op_code(const OpResult& result);
 // The revision a result carries (every result carries one).

@@ -62,6 +62,20 @@ def raw_socket(c: Cell, replica: int, timeout: float = 10.0) -> socket.socket:
     return sock
 
 
+def raw_wait(c: Cell, replica: int, lock: str, session_id: int) -> socket.socket:
+    """A connection waiting (up to a minute) for `lock` as `session_id`, answer left unread."""
+    sock = raw_socket(c, replica)
+    body = json.dumps({"session": session_id, "wait_ms": 60_000}).encode()
+    sock.sendall((f"POST /v1/locks/{quote(lock)}:acquire HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+                 .encode() + body)
+    return sock
+
+
+def waiting_sessions(c: Cell, lock: str) -> list:
+    return [w["session"] for w in call(c, c.leader, "GET", f"/v1/locks/{quote(lock)}")["waiters"]]
+
+
 def read_responses(sock: socket.socket, count: int, timeout: float = 10.0) -> list:
     """Reads `count` HTTP responses with Content-Length bodies: [(status, body text)]."""
     sock.settimeout(timeout)
@@ -564,14 +578,7 @@ def test_many_waits_hold_no_threads(cell):
     assert call(cell, 0, "POST", f"/v1/locks/{quote(lock)}:acquire",
                 {"session": holder})["granted"] is True
     waiters = [session(cell) for _ in range(count)]
-    sockets = []
-    for s in waiters:
-        sock = raw_socket(cell, replica)
-        body = json.dumps({"session": s, "wait_ms": 60_000}).encode()
-        sock.sendall((f"POST /v1/locks/{quote(lock)}:acquire HTTP/1.1\r\nHost: x\r\n"
-                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
-                     .encode() + body)
-        sockets.append(sock)
+    sockets = [raw_wait(cell, replica, lock, s) for s in waiters]
     try:
         wait_until(lambda: call(cell, replica, "GET", "/v1/cluster")["api"]["waiters"] >= count,
                    timeout=30, what=f"{count} waiters")
@@ -596,14 +603,9 @@ def test_a_waiter_that_hangs_up_has_its_wait_withdrawn(cell, at):
     holder, waiter = session(cell), session(cell)
     assert call(cell, 0, "POST", f"/v1/locks/{quote(lock)}:acquire",
                 {"session": holder})["granted"] is True
-    sock = raw_socket(cell, replica)
-    body = json.dumps({"session": waiter, "wait_ms": 60_000}).encode()
-    sock.sendall((f"POST /v1/locks/{quote(lock)}:acquire HTTP/1.1\r\nHost: x\r\n"
-                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
-                 .encode() + body)
-    wait_until(lambda: [w["session"] for w in call(cell, 0, "GET",
-                                                      f"/v1/locks/{quote(lock)}")["waiters"]]
-               == [waiter], timeout=10, what="the waiter in line")
+    sock = raw_wait(cell, replica, lock, waiter)
+    wait_until(lambda: waiting_sessions(cell, lock) == [waiter], timeout=10,
+               what="the waiter in line")
     sock.close()
     wait_until(lambda: call(cell, 0, "GET", f"/v1/locks/{quote(lock)}")["waiters"] == [],
                timeout=10, what="the wait withdrawn")
@@ -834,3 +836,41 @@ def test_a_leader_that_stopped_answering_is_down_as_seen_from_a_follower():
                        what=f"the stopped leader r{leader} down at r{follower}")
         finally:
             os.kill(pid, signal.SIGCONT)
+
+
+def test_a_hung_up_wait_is_withdrawn_without_taking_back_a_grant_made_meanwhile():
+    """A client waits for a lock at a follower, hangs up, and at once asks again at another
+    replica, which tells it that it holds the lock: the holder released it meanwhile. The
+    follower hears everything 400 ms late, so it sees the hang-up after the grant. Withdrawing
+    the wait must leave the grant alone: the client was told it holds the lock (the withdrawal
+    was a Release before, and the lock went free while its client held it)."""
+    # 400 ms of delay is below a view-change timeout of 1.5 s: the follower stays in the cell.
+    with Cell(replicas=3, config_extra={"view_change_timeout_ticks": 150}) as c:
+        leader = c.wait_for_leader()
+        slow, other = [r for r in range(3) if r != leader]
+        lock = fresh("hung-up")
+        at = f"/v1/locks/{quote(lock)}"
+        holder, waiter = session(c, leader, 60_000), session(c, leader, 60_000)
+        assert call(c, leader, "POST", f"{at}:acquire", {"session": holder})["granted"] is True
+        sock = raw_wait(c, slow, lock, waiter)
+        wait_until(lambda: waiting_sessions(c, lock) == [waiter], timeout=10,
+                   what="the waiter in line")
+        c.netem(slow, "delay 400ms", direction="in")
+        try:
+            sock.close()
+            assert call(c, leader, "POST", f"{at}:release", {"session": holder}).status == 200
+            again = call(c, other, "POST", f"{at}:acquire", {"session": waiter})
+            assert again.status == 200 and again["granted"] is True, again
+            # Sent through the slow follower after its client hung up, so proposed after the
+            # withdrawal (a follower's Requests reach the leader in order).
+            put = call(c, slow, "PUT", f"/v1/kv/{fresh('after')}", {"value": "x"}, timeout=30)
+            assert put.status == 200, put
+        finally:
+            c.heal()
+        got = call(c, leader, "GET", at)
+        assert [h["session"] for h in got["holders"]] == [waiter], got
+        assert got["generation"] == again["sequencer"]["generation"], (got, again)
+        wait_until(lambda: call(c, slow, "GET", "/v1/cluster")["api"]["withdrawals_too_late"]
+                   >= 1, timeout=10, what="the withdrawal found the wait over")
+        third = call(c, leader, "POST", f"{at}:acquire", {"session": session(c, leader)})
+        assert_error(third, 409, "lock_busy")

@@ -222,6 +222,8 @@ TEST_CASE("golden bytes: every op type")
          "d4dbe280ee360000000000"},
         {AuthOp{RevokeToken{.id = "090a0b0c0d0e0f10"}},
          "0e06100030393061306230633064306530663130"},
+        {WithdrawWait{.lock = "db/primary", .session = 77},
+         "0f0a0064622f7072696d6172794d00000000000000"},
     };
     for (const auto& [op, hex] : golden) {
         CAPTURE(op_code_name(op_code(op)));
@@ -284,6 +286,8 @@ TEST_CASE("golden bytes: every result type")
         {OpError{.op = OpCode::auth, .code = ErrorCode::already_exists, .revision = 30,
                  .detail = static_cast<uint64_t>(AuthTable::token)},
          "0e0e1e000000000000000300000000000000"},
+        {WithdrawWaitResult{.revision = 30, .withdrawn = true, .granted = 2},
+         "0f001e000000000000000102000000"},
     };
     for (const auto& [result, hex] : golden) {
         CAPTURE(op_code_name(result_op_code(result)));

@@ -508,6 +508,36 @@ TEST_CASE("lock machine: release by a waiter withdraws its wait; by anyone else 
     CHECK(!h.state().locks.contains("L"));  // idle locks are forgotten
 }
 
+TEST_CASE("lock machine: WithdrawWait takes a waiter out of line and never releases a grant")
+{
+    // What a replica proposes when its waiting client hung up: the client may have asked again
+    // at another replica and been told of a grant there, so a grant must stay.
+    Machine h;
+    const SessionId a = h.session();
+    const SessionId b = h.session();
+    const SessionId c = h.session();
+    h.granted("L", a);
+    h.waits("L", b, 60'000);
+    h.waits("L", c, 60'000);
+    h.events();
+    const auto withdrawn = h.ok<WithdrawWaitResult>(WithdrawWait{.lock = "L", .session = b});
+    CHECK(withdrawn.withdrawn);
+    CHECK(h.waiters("L") == std::vector{c});
+    CHECK(types(h.events()) == std::vector{EventType::lock_cancel});
+
+    CHECK(h.release("L", a).granted == 1);
+    CHECK(h.holders("L") == std::vector{c});
+    h.events();
+    const Revision before = h.state().revision;
+    const auto too_late = h.ok<WithdrawWaitResult>(WithdrawWait{.lock = "L", .session = c});
+    CHECK(!too_late.withdrawn);
+    CHECK(h.holders("L") == std::vector{c});
+    CHECK(h.state().revision == before);
+    CHECK(h.events().empty());
+    CHECK(!h.ok<WithdrawWaitResult>(WithdrawWait{.lock = "nothing", .session = b}).withdrawn);
+    h.fails(WithdrawWait{.lock = "L", .session = 999}, ErrorCode::unknown_session);
+}
+
 // ---- Locks: waits ending -----------------------------------------------------------------------
 
 TEST_CASE("lock machine: a wait past its deadline ends with a timeout event at the next apply")
@@ -1173,7 +1203,7 @@ public:
         const std::string barrier = "barrier/" + std::to_string(below(2));
         const auto mode = below(2) == 0 ? LockMode::exclusive : LockMode::shared;
         const uint32_t wait = below(3) == 0 ? 0 : 1 + below(5'000);
-        switch (below(16)) {
+        switch (below(17)) {
         case 0:
         case 1:
             return CreateSession{.ttl_ms = 1'000 + below(20'000), .lock_delay_ms = below(3) * 1'000,
@@ -1214,6 +1244,7 @@ public:
             return BarrierEnter{.barrier = barrier, .session = session(), .count = 1 + below(3),
                                 .wait_ms = wait};
         case 14: return BarrierLeave{.barrier = barrier, .session = session(), .wait_ms = wait};
+        case 15: return WithdrawWait{.lock = lock, .session = session()};
         default: return ExpireWaiters{};
         }
     }
