@@ -8,6 +8,7 @@ partition, ...) run from the host's namespace, where the cell was built.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import sys
@@ -91,3 +92,13 @@ wait_until = functools.partial(replication.wait_until, interval=0.05)
 def fresh(prefix: str) -> str:
     """A name no other test uses."""
     return f"{prefix}-{os.urandom(4).hex()}"
+
+
+def replica_pid(cell: Cell, index: int) -> int:
+    """The pid of a replica's voltlockd, as the rig recorded it (for SIGSTOP / SIGCONT)."""
+    with open(os.path.join(cell.endpoints["state_dir"], "cell.json")) as f:
+        return json.load(f)["replicas"][index]["process"]["pid"]
+
+
+def replica_index(cell: Cell, url: str) -> int:
+    return next(r["index"] for r in cell.replicas if r["http"] == url)

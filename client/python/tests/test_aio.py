@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from typing import Any, Awaitable, Callable, List, Optional, Tuple
 
 import pytest
 
 import voltlock
-from conftest import fresh
+from conftest import fresh, replica_index, replica_pid
 from voltlock import aio
 
 
@@ -210,6 +212,38 @@ def test_a_leader_kill_with_asyncio(cell):
             watched = [e.revision for e in events]
             assert watched == [start] + sorted(kv.mod_revision for kv in kvs) + [end]
     run(cell, body, timeout=30)
+
+
+def test_a_wait_at_a_stopped_replica_gets_its_grant_within_seconds_with_asyncio(cell):
+    """As the sync client's test_failover: the /healthz checks leave a SIGSTOPped replica."""
+    async def body(client: aio.Client) -> None:
+        name = fresh("waitstop")
+        async with aio.Client(cell.urls(), attempt_timeout=1) as holder_client:
+            async with holder_client.session(ttl=10) as holder, \
+                    client.session(ttl=10) as waiter:
+                held = holder.lock(name)
+                await held.acquire(0)
+                waiting = client._protocol.router.current()  # the leader, after the hint
+                grant = asyncio.ensure_future(waiter.lock(name).acquire(40))
+                await until(lambda: _waiters(holder_client, name), 5, "the wait to start")
+                pid = replica_pid(cell, replica_index(cell, waiting.url))
+                cell.harmed = True
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    await held.release()
+                    released = time.monotonic()
+                    seq = await asyncio.wait_for(grant, 20)
+                    assert time.monotonic() - released < 10  # was the wait + 8 s
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                assert seq.valid and await holder_client.check(seq)
+                info = await holder_client.lock_info(name)
+                assert [h["session"] for h in info["holders"]] == [waiter.id]
+    run(cell, body, timeout=30)
+
+
+async def _waiters(client: aio.Client, name: str) -> List[Any]:
+    return list((await client.lock_info(name))["waiters"])
 
 
 def test_the_cell_saying_the_session_is_gone_makes_it_lost(cell):

@@ -2,7 +2,6 @@
 with its client, no quorum."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -12,7 +11,7 @@ from typing import List, Tuple
 import pytest
 
 import voltlock
-from conftest import fresh, wait_until
+from conftest import fresh, replica_index, replica_pid, wait_until
 
 
 def test_a_leader_kill_keeps_the_session_lock_and_watch_and_applies_each_write_once(cell):
@@ -132,8 +131,7 @@ def test_without_a_quorum_a_call_ends_in_unavailable_in_its_time(cell):
 def test_a_stopped_leader_is_left_behind_and_the_session_survives(cell):
     """SIGSTOP, not a kill: the leader's sockets stay open and say nothing, so only timeouts
     move the client on."""
-    with open(os.path.join(cell.endpoints["state_dir"], "cell.json")) as f:
-        pid = json.load(f)["replicas"][cell.leader]["process"]["pid"]
+    pid = replica_pid(cell, cell.leader)
     client = voltlock.Client(cell.urls(), timeout=20)
     key = fresh("stopped")
     with client.session(ttl=3) as s:
@@ -169,13 +167,44 @@ def test_a_wait_at_a_replica_cut_off_from_the_client_gets_its_grant_within_secon
         thread = threading.Thread(target=lambda: got.append(waiter.lock(name).acquire(40)))
         thread.start()
         wait_until(lambda: holder_client.lock_info(name)["waiters"], 5, "the wait to start")
-        cut = next(r["index"] for r in cell.replicas if r["http"] == waiting.url)
-        cell.partition(cut, peers=["client"])
+        cell.partition(replica_index(cell, waiting.url), peers=["client"])
         held.release()
         released = time.monotonic()
         thread.join(15)
         assert got, "the waiter did not learn of its grant"
         assert time.monotonic() - released < 8  # was the wait + 8 s (48 s)
+        assert got[0].valid and holder_client.check(got[0])
+        assert [h["session"] for h in holder_client.lock_info(name)["holders"]] == [waiter.id]
+    holder_client.close()
+    waiter_client.close()
+
+
+def test_a_wait_at_a_stopped_replica_gets_its_grant_within_seconds(cell):
+    """SIGSTOP: the replica's kernel still answers TCP keepalive, so only the client's /healthz
+    checks see it gone. The wait is left there and asked again elsewhere, where the grant is;
+    its connection stays open, so the replica, running again, withdraws nothing."""
+    name = fresh("waitstop")
+    holder_client = voltlock.Client(cell.urls(), attempt_timeout=1)
+    waiter_client = voltlock.Client(cell.urls())
+    with holder_client.session(ttl=10) as holder, waiter_client.session(ttl=10) as waiter:
+        held = holder.lock(name)
+        held.acquire(0)
+        waiting = waiter_client._protocol.router.current()  # the leader, after the hint
+        got: List[voltlock.Sequencer] = []
+        thread = threading.Thread(target=lambda: got.append(waiter.lock(name).acquire(40)))
+        thread.start()
+        wait_until(lambda: holder_client.lock_info(name)["waiters"], 5, "the wait to start")
+        pid = replica_pid(cell, replica_index(cell, waiting.url))
+        cell.harmed = True
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            held.release()
+            released = time.monotonic()
+            thread.join(20)
+            assert got, "the waiter did not learn of its grant"
+            assert time.monotonic() - released < 10  # was the wait + 8 s (48 s)
+        finally:
+            os.kill(pid, signal.SIGCONT)
         assert got[0].valid and holder_client.check(got[0])
         assert [h["session"] for h in holder_client.lock_info(name)["holders"]] == [waiter.id]
     holder_client.close()

@@ -236,6 +236,26 @@ def test_a_bounded_wait_ends_in_wait_timed_out_and_zero_tries_once(proto, clock)
     assert seen[-1]["wait_ms"] == 0
 
 
+def test_held_requests_share_a_replicas_health_check_and_close_what_they_left_in_time(
+        monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(p.time, "monotonic", lambda: now[0])
+    held: p.HeldRequests[str] = p.HeldRequests()
+    a, b = p.Endpoint("http://a:1", "a", 1), p.Endpoint("http://b:1", "b", 1)
+    assert not held.answered_lately(a)
+    held.answered(a)
+    now[0] += p.HELD_CHECK_INTERVAL_S / 2
+    assert held.answered_lately(a) and not held.answered_lately(b)
+    now[0] += p.HELD_CHECK_INTERVAL_S
+    assert not held.answered_lately(a)  # asked again, not trusted for ever
+    held.leave("soon", 5)
+    held.leave("later", 60)
+    assert held.to_close() == []
+    now[0] += 5
+    assert held.to_close() == ["soon"] and held.to_close() == []
+    assert held.to_close(everything=True) == ["later"] and held.to_close(everything=True) == []
+
+
 @pytest.mark.parametrize("make, exc", [
     (lambda pr: pr.put("", "v", prev_revision=None, sequencer=None, session=None,
                        timeout=None), ValueError),

@@ -21,13 +21,14 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import (Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple,
-                    TypeVar, Union)
+from typing import (Any, Callable, Dict, Generator, Generic, List, Mapping, Optional, Sequence,
+                    Tuple, TypeVar, Union)
 
 from . import errors
 from .models import EXCLUSIVE, SHARED, KeyValue, Sequencer, Value, WatchEvent
 
 T = TypeVar("T")
+ConnectionT = TypeVar("ConnectionT")
 
 # --- the limits of docs/api.md, checked before anything is sent ------------------------------
 
@@ -50,6 +51,55 @@ WATCH_READ_TIMEOUT = 25.0
 #: within seconds, and the same request asked again at the next one finds the wait's outcome.
 HELD_PROBE_INTERVAL_S = 1
 HELD_PROBES = 3
+#: A replica whose process is stopped (SIGSTOP, a frozen VM) still answers those probes from its
+#: kernel. So while nothing arrives the transport also asks the same replica's /healthz, on a
+#: connection of its own, every HELD_CHECK_INTERVAL_S, each given HELD_CHECK_TIMEOUT_S, and leaves
+#: the wait after HELD_CHECK_MISSES unanswered in a row. The left connection is not closed until
+#: the wait would have ended: a replica that saw it close would withdraw the wait, which the
+#: request asked again elsewhere (same identity) has joined.
+HELD_CHECK_INTERVAL_S = 1.0
+HELD_CHECK_TIMEOUT_S = 1.0
+HELD_CHECK_MISSES = 2
+
+
+def stopped_replica(endpoint: Endpoint) -> str:
+    """Why a held request was left (HELD_CHECK_MISSES)."""
+    return (f"{endpoint.url} stopped answering /healthz ({HELD_CHECK_MISSES} checks "
+            f"{HELD_CHECK_INTERVAL_S:g} s apart) while it held the request")
+
+
+class HeldRequests(Generic[ConnectionT]):
+    """A transport's bookkeeping for the requests the cell holds (HELD_CHECK_INTERVAL_S): when
+    each replica last answered a /healthz check, which stands for every wait there for the next
+    interval (a thousand waits at one replica make one check a second, not a thousand); and
+    the connections of requests left at a replica that stopped answering, each kept open until
+    its request would have ended there. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._answered: Dict[Endpoint, float] = {}
+        self._left: List[Tuple[float, ConnectionT]] = []
+        self._mutex = threading.Lock()
+
+    def answered_lately(self, endpoint: Endpoint) -> bool:
+        with self._mutex:
+            at = self._answered.get(endpoint)
+        return at is not None and time.monotonic() - at < HELD_CHECK_INTERVAL_S
+
+    def answered(self, endpoint: Endpoint) -> None:
+        with self._mutex:
+            self._answered[endpoint] = time.monotonic()
+
+    def leave(self, connection: ConnectionT, seconds: float) -> None:
+        with self._mutex:
+            self._left.append((time.monotonic() + seconds, connection))
+
+    def to_close(self, everything: bool = False) -> List[ConnectionT]:
+        """Those whose time is up (all of them with `everything`), no longer kept."""
+        now = time.monotonic()
+        with self._mutex:
+            done = [c for until, c in self._left if everything or until <= now]
+            self._left = [(u, c) for u, c in self._left if not everything and u > now]
+        return done
 
 
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
@@ -174,7 +224,8 @@ class Endpoint:
 class Attempt:
     """Send this request to this replica and answer with a Reply or a Failure. With ``stream``
     the driver hands the body over as it arrives (watches) instead of reading it whole. With
-    ``held`` (a wait) the driver probes the connection while it waits (HELD_PROBE_INTERVAL_S)."""
+    ``held`` (a wait) the driver probes the connection while it waits (HELD_PROBE_INTERVAL_S),
+    and checks that the replica still answers (HELD_CHECK_INTERVAL_S)."""
 
     endpoint: Endpoint
     method: str

@@ -3,6 +3,7 @@ connections (the standard library: no dependency, and the least overhead per req
 from __future__ import annotations
 
 import http.client
+import selectors
 import socket
 import ssl
 import threading
@@ -92,6 +93,7 @@ class HttpTransport:
         self._idle: Dict[p.Endpoint, List[_Connection]] = {}
         self._max_idle = max_idle_per_endpoint
         self._mutex = threading.Lock()
+        self._held: p.HeldRequests[_Connection] = p.HeldRequests()
 
     def _take(self, endpoint: p.Endpoint, attempt: p.Attempt,
               fresh: bool) -> Tuple[_Connection, bool]:
@@ -127,6 +129,9 @@ class HttpTransport:
                 connection.probe(attempt.held)
                 connection.request_in_one_write(attempt.method, attempt.target, attempt.body,
                                                 dict(attempt.headers))
+                if attempt.held and not self._answer_coming(connection, attempt):
+                    self._held.leave(connection, attempt.read_timeout)
+                    return p.Failure(p.stopped_replica(attempt.endpoint))
                 return connection, connection.getresponse()
             except (OSError, http.client.HTTPException) as e:
                 connection.close()
@@ -142,7 +147,49 @@ class HttpTransport:
                 raise
         raise AssertionError("unreachable")
 
+    def _answer_coming(self, connection: _Connection, attempt: p.Attempt) -> bool:
+        """While the cell holds the request: False once its replica failed HELD_CHECK_MISSES
+        /healthz checks in a row with nothing arriving; True as soon as something arrives, or
+        when the read timeout comes first (the read then times out as it would have)."""
+        deadline = time.monotonic() + attempt.read_timeout
+        misses = 0
+        sock = connection.sock
+        assert sock is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(sock, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                    return True
+                if selector.select(min(p.HELD_CHECK_INTERVAL_S, left)):
+                    return True
+                misses = 0 if self._healthy(attempt.endpoint) else misses + 1
+                if misses >= p.HELD_CHECK_MISSES:
+                    return False
+
+    def _healthy(self, endpoint: p.Endpoint) -> bool:
+        if self._held.answered_lately(endpoint):
+            return True
+        check = _Connection(endpoint.host, endpoint.port, timeout=p.HELD_CHECK_TIMEOUT_S)
+        if endpoint.tls:
+            check.tls = self._tls
+        try:
+            check.connect()
+            check.request("GET", "/healthz")
+            response = check.getresponse()
+            response.read()
+            if response.status != 200:
+                return False
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            check.close()
+        self._held.answered(endpoint)
+        return True
+
     def perform(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure]:
+        for left in self._held.to_close():
+            left.close()
         sent = self._send(attempt)
         if isinstance(sent, p.Failure):
             return sent
@@ -183,6 +230,8 @@ class HttpTransport:
         for connections in idle.values():
             for connection in connections:
                 connection.close()
+        for left in self._held.to_close(everything=True):
+            left.close()
 
 
 class Client(ClientBase[HttpTransport]):

@@ -127,6 +127,7 @@ class AsyncTransport:
         self._tls = tls
         self._idle: Dict[p.Endpoint, List[_Connection]] = {}
         self._max_idle = max_idle_per_endpoint
+        self._held: p.HeldRequests[_Connection] = p.HeldRequests()
 
     async def _send(self, attempt: p.Attempt) -> Union[p.Failure,
                                                         Tuple[_Connection, h11.Response]]:
@@ -140,8 +141,14 @@ class AsyncTransport:
                 return p.connect_failure(attempt.endpoint, e)
             try:
                 connection.probe(attempt.held)
-                response = await asyncio.wait_for(connection.send(attempt), attempt.read_timeout)
-                return connection, response
+                if not attempt.held:
+                    return connection, await asyncio.wait_for(connection.send(attempt),
+                                                              attempt.read_timeout)
+                held = await self._held_answer(connection, attempt)
+                if held is None:
+                    self._held.leave(connection, attempt.read_timeout)
+                    return p.Failure(p.stopped_replica(attempt.endpoint))
+                return connection, held
             except _CONNECTION_ERRORS as e:
                 connection.close()
                 # A kept connection the server closed while idle: try a fresh one, same replica.
@@ -152,7 +159,51 @@ class AsyncTransport:
                 raise
         raise AssertionError("unreachable")
 
+    async def _held_answer(self, connection: _Connection,
+                           attempt: p.Attempt) -> Optional[h11.Response]:
+        """The answer to a request the cell holds, or None once its replica failed
+        HELD_CHECK_MISSES /healthz checks in a row while the answer did not come."""
+        answer = asyncio.ensure_future(asyncio.wait_for(connection.send(attempt),
+                                                        attempt.read_timeout))
+        misses = 0
+        try:
+            while True:
+                done, _ = await asyncio.wait({answer}, timeout=p.HELD_CHECK_INTERVAL_S)
+                if done:
+                    return answer.result()
+                misses = 0 if await self._healthy(attempt.endpoint) else misses + 1
+                if misses >= p.HELD_CHECK_MISSES:
+                    answer.cancel()
+                    await asyncio.wait({answer})
+                    return None
+        except BaseException:
+            answer.cancel()
+            raise
+
+    async def _healthy(self, endpoint: p.Endpoint) -> bool:
+        if self._held.answered_lately(endpoint):
+            return True
+
+        async def ask() -> bool:
+            check = await _Connection.open(endpoint, p.HELD_CHECK_TIMEOUT_S, self._tls)
+            try:
+                response = await check.send(p.Attempt(endpoint, "GET", "/healthz", (), None,
+                                                      p.HELD_CHECK_TIMEOUT_S,
+                                                      p.HELD_CHECK_TIMEOUT_S))
+                return response.status_code == 200
+            finally:
+                check.close()
+        try:
+            healthy = await asyncio.wait_for(ask(), p.HELD_CHECK_TIMEOUT_S)
+        except _CONNECTION_ERRORS:
+            return False
+        if healthy:
+            self._held.answered(endpoint)
+        return healthy
+
     async def perform(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure]:
+        for left in self._held.to_close():
+            left.close()
         sent = await self._send(attempt)
         if isinstance(sent, p.Failure):
             return sent
@@ -192,6 +243,8 @@ class AsyncTransport:
         for connections in idle.values():
             for connection in connections:
                 connection.close()
+        for left in self._held.to_close(everything=True):
+            left.close()
 
 
 class Client(ClientBase[AsyncTransport]):
