@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "rig.h"
 
 namespace {
@@ -234,6 +236,46 @@ TEST_CASE("leader stopped (SIGSTOP) mid-call: the call completes elsewhere in ti
     CHECK(vl_session_close(s) == VL_OK);
     vl_client_close(c);
     restore_cell();
+}
+
+TEST_CASE("a wait at a replica cut off from the client gets its grant within seconds")
+{
+    // The kernel's probes give the silent connection up; the same request asked again elsewhere
+    // finds the grant the cell made meanwhile, instead of at the end of the wait (60 s).
+    vl_client* c = rig::open_client(10000);
+    vl_session* holder = nullptr;
+    vl_session* waiter = nullptr;
+    REQUIRE(vl_session_open(c, 10000, nullptr, &holder) == VL_OK);
+    REQUIRE(vl_session_open(c, 10000, nullptr, &waiter) == VL_OK);
+    const std::string lock = rig::unique("cut-off-wait");
+    REQUIRE(vl_lock_acquire(holder, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) == VL_OK);
+    const std::string waiting_at = vl_client_current_endpoint(c);
+    int cut = -1;
+    for (size_t i = 0; i < vl_client_endpoint_count(c); i++)
+        if (waiting_at == vl_client_endpoint(c, i)) cut = int(i);
+    REQUIRE(cut >= 0);
+    std::atomic<int> status{-1};
+    std::thread waiting([&] {
+        status = vl_lock_acquire(waiter, lock.c_str(), VL_LOCK_EXCLUSIVE, 60000, nullptr);
+    });
+    const std::string info = "/v1/locks/" + lock;
+    REQUIRE(rig::eventually(5 * kSecond, [&] {
+        char* text = nullptr;
+        if (vl_info_get(c, info.c_str(), (cut + 1) % 3, &text) != VL_OK) return false;
+        const bool queued = nlohmann::json::parse(text)["waiters"].size() == 1;
+        vl_string_free(text);
+        return queued;
+    }));
+    rig::cell("partition", std::to_string(cut) + " --peers client");
+    REQUIRE(vl_lock_release(holder, lock.c_str()) == VL_OK);  // elsewhere, after 3 s
+    const auto released = std::chrono::steady_clock::now();
+    waiting.join();
+    CHECK(status == VL_OK);
+    CHECK(rig::elapsed_ms(released) < 8000);
+    rig::cell("heal");
+    CHECK(vl_session_close(holder) == VL_OK);
+    CHECK(vl_session_close(waiter) == VL_OK);
+    vl_client_close(c);
 }
 
 TEST_CASE("a client cut off from the cell learns its session is lost, at once and only once")

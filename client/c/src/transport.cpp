@@ -11,11 +11,31 @@
 #include <random>
 #include <thread>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 namespace voltlock::client {
 
 namespace {
+
+// A wait is silent on purpose, for as long as it was asked to be: the kernel probes every
+// connection (TCP keepalive each second, given up after 3 unanswered), so a wait at a replica
+// cut off from the client is left within about 4 s and asked again elsewhere with the same
+// identity, where the cell's grant (or its place in line) is. The kernel gives the connection
+// up without a packet to the replica, which therefore does not withdraw the wait.
+void probe_connection(socket_t sock)
+{
+    const int on = 1;
+    const int seconds = 1;
+    const int probes = 3;
+    ::setsockopt(sock, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    ::setsockopt(sock, IPPROTO_TCP, TCP_KEEPIDLE, &seconds, sizeof seconds);
+    ::setsockopt(sock, IPPROTO_TCP, TCP_KEEPINTVL, &seconds, sizeof seconds);
+    ::setsockopt(sock, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+}
 
 // A request that does not wait at the server and has no answer within this long is sent again
 // elsewhere (same identity): a replica stopped or cut off must not hold the call to its
@@ -234,6 +254,7 @@ std::unique_ptr<httplib::Client> Transport::checkout(size_t index)
     if (!options_.token.empty()) client->set_bearer_token_auth(options_.token);
     client->set_keep_alive(true);
     client->set_tcp_nodelay(true);  // headers and body are separate writes (docs/api.md)
+    client->set_socket_options(probe_connection);
     client->set_url_encode(false);  // paths come encoded from the codec
     return client;
 }
