@@ -208,7 +208,9 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
     if (machine_)
         waits_ = std::make_unique<WaitService>(
             loop, *machine_, progress_, limits_.max_streams,
-            [this](const std::string& lock, SessionId session) { withdraw(lock, session); },
+            [this](const std::string& lock, SessionId session, uint64_t deadline_ms) {
+                withdraw(lock, session, deadline_ms);
+            },
             [this] { return node_.cell_clock_ms(); },
             access_.on() ? WaitService::Authorize([this](Call& call) {
                 return access_.check(call);
@@ -547,7 +549,7 @@ LeaderPath::Relay HttpApi::wait_here(const CallPtr& call, WaitKind kind, std::st
     };
 }
 
-void HttpApi::withdraw(const std::string& lock, SessionId session)
+void HttpApi::withdraw(const std::string& lock, SessionId session, uint64_t deadline_ms)
 {
     // The replica's own request, through the leader like any other, as a VR Request only (it
     // has no HTTP form). WithdrawWait takes the session out of the lock's line; a lock granted
@@ -558,7 +560,8 @@ void HttpApi::withdraw(const std::string& lock, SessionId session)
     call->method = "POST";
     call->endpoint = "withdraw";
     leader_.run_op(
-        call, encode_op(WithdrawWait{.lock = lock, .session = session}), 0,
+        call, encode_op(WithdrawWait{.lock = lock, .session = session, .deadline_ms = deadline_ms}),
+        0,
         [this, lock, session](const ClientIdentity&, Proposed proposed) {
             if (proposed.kind != Proposed::Kind::committed) return;  // the session's end will do
             auto decoded = decode_result(proposed.result);

@@ -102,7 +102,7 @@ private:
     LeaderPath::Relay wait_here(const CallPtr& call, WaitKind kind, std::string name,
                                 SessionId session);
     // A lock waiter's client left: withdraw its wait through the log.
-    void withdraw(const std::string& lock, SessionId session);
+    void withdraw(const std::string& lock, SessionId session, uint64_t deadline_ms);
 
     // Endpoints (loop thread): each answers its call, or returns the error to answer it with.
     Served create_session(const CallPtr& call);

@@ -65,6 +65,7 @@ void WaitService::await_outcome(const CallPtr& call, WaitKind kind, const std::s
               .kind = kind,
               .name = name,
               .session = session,
+              .deadline_ms = deadline_ms,
               .next = after + 1,
               .filter = WatchFilter{.key = name, .prefix = false,
                                     .spaces = static_cast<uint8_t>(kind == WaitKind::lock
@@ -132,7 +133,7 @@ void WaitService::hung_up(uint64_t id)
     // would be granted to a client that is gone.
     if (wait.kind == WaitKind::lock) {
         waits_withdrawn_ += 1;
-        withdraw_(wait.name, wait.session);
+        withdraw_(wait.name, wait.session, wait.deadline_ms);
     }
 }
 

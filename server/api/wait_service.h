@@ -66,7 +66,9 @@ inline constexpr double kHeadroomUnpaced = 0.25;
 
 class WaitService {
 public:
-    using Withdraw = std::function<void(const std::string& lock, SessionId session)>;
+    // The wait's lock, session and deadline (the machine's, which names this wait).
+    using Withdraw =
+        std::function<void(const std::string& lock, SessionId session, uint64_t deadline_ms)>;
     using Clock = std::function<uint64_t()>;
     // Whether a watch's client may still watch: nullopt, or the 401/403 (Access::check).
     using Authorize = std::function<std::optional<ApiError>(Call&)>;
@@ -99,6 +101,7 @@ private:
         WaitKind kind;
         std::string name;
         SessionId session = 0;
+        uint64_t deadline_ms = 0;
         Revision next = 0;
         WatchFilter filter;
     };

@@ -524,10 +524,13 @@ OpResult LockMachine::on_withdraw_wait(const WithdrawWait& o)
         return error(OpCode::withdraw_wait, ErrorCode::unknown_session);
     WithdrawWaitResult result;
     const auto it = state_.locks.find(o.lock);
-    // Granted meanwhile, or not waiting any more: nothing to withdraw, and a grant stays.
-    if (it == state_.locks.end() ||
-        !withdraw_waiter(o.lock, it->second, session->second, o.session))
+    if (it == state_.locks.end()) return result;
+    const auto waiter = find_session(it->second.waiters, o.session);
+    // Granted meanwhile (a grant stays), not waiting any more, or waiting again (another
+    // deadline): nothing to withdraw.
+    if (waiter == it->second.waiters.end() || waiter->deadline_ms != o.deadline_ms)
         return result;
+    withdraw_waiter(o.lock, it->second, session->second, o.session);
     result.withdrawn = true;
     result.granted = serve_queue(o.lock, it->second);
     erase_lock_if_idle(o.lock);

@@ -100,11 +100,16 @@ bool fields(Io& io, R& o)
            io.enumeration(o.mode, known) && io.u32(o.wait_ms);
 }
 
-template <typename Io, typename R>
-    requires codec::MaybeConst<R, Release> || codec::MaybeConst<R, WithdrawWait>
+template <typename Io, codec::MaybeConst<Release> R>
 bool fields(Io& io, R& o)
 {
     return io.template str<uint16_t>(o.lock) && io.u64(o.session);
+}
+
+template <typename Io, codec::MaybeConst<WithdrawWait> R>
+bool fields(Io& io, R& o)
+{
+    return io.template str<uint16_t>(o.lock) && io.u64(o.session) && io.u64(o.deadline_ms);
 }
 
 template <typename Io, codec::MaybeConst<CheckSequencer> R>

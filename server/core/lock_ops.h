@@ -191,13 +191,16 @@ struct BarrierLeave {
     bool operator==(const BarrierLeave&) const = default;
 };
 
-// str lock, u64 session. Proposed by the replica whose client hung up while it waited: takes the
-// session out of the lock's line if it still waits in it, and does nothing else. A lock granted
-// to the session stays granted: the client may have asked again at another replica (keeping its
-// place) and have been told of the grant there, while this replica was stopped or cut off.
+// str lock, u64 session, u64 deadline_ms. Proposed by the replica whose client hung up while it
+// waited: takes the session out of the lock's line if it still waits in it with that deadline
+// (the wait that client made; an Acquire asked again takes a new one), and does nothing else. A
+// lock granted to the session stays granted: the client may have asked again at another replica
+// (keeping its place) and have been told of the grant there, while this replica was stopped or
+// cut off.
 struct WithdrawWait {
     std::string lock;
     SessionId session = 0;
+    uint64_t deadline_ms = 0;
     bool operator==(const WithdrawWait&) const = default;
 };
 

@@ -75,7 +75,6 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
     VL_ASSERT(config.heartbeat_ticks < config.view_change_timeout_ticks,
               "the leader speaks more often than followers lose patience");
     VL_ASSERT(config.retransmit_ticks >= 1 && config.pipeline_ops >= 1, "positive timers");
-    VL_ASSERT(config.client_table_limit >= 1, "the client table keeps the client just executed");
     if (const auto* recovering = std::get_if<StartRecovering>(&start)) {
         status_ = Status::recovering;
         recovery_nonce_base_ = recovering->nonce;
@@ -553,7 +552,7 @@ void Replica::execute(Op op_number, const Entry& entry)
     session.request_crc = request_crc;
     session.result = machine_.apply(op_number, entry);
     VL_ASSERT(!session.result.empty(), "an empty result means a reused request number");
-    note_executed(session);
+    note_executed(entry.client_id, session, entry.timestamp_ms);
     out_->push_back(Executed{.op = op_number, .entry = entry, .result = session.result});
     if (is_leader_now) {
         if (const auto it = requests_in_flight_.find(entry.client_id);
@@ -566,17 +565,37 @@ void Replica::execute(Op op_number, const Entry& entry)
 Replica::ClientSession& Replica::client_session(ClientId client_id)
 {
     auto [it, added] = client_table_.try_emplace(client_id);
-    if (added) it->second.executed_at = execution_order_.insert(execution_order_.end(), client_id);
+    if (added) it->second.executed_at = execution_order_.end();
     return it->second;
 }
 
-void Replica::note_executed(ClientSession& session)
+void Replica::place_client(ClientId client_id, ClientSession& session,
+                           std::optional<uint64_t> executed_ms)
 {
-    execution_order_.splice(execution_order_.end(), execution_order_, session.executed_at);
-    // The session just executed is last, and the limit is at least 1: it stays.
-    while (client_table_.size() > config_.client_table_limit) {
-        client_table_.erase(execution_order_.front());
+    const bool placed = session.executed_at != execution_order_.end();
+    session.executed_ms = executed_ms;
+    if (!executed_ms) {
+        if (placed) execution_order_.erase(session.executed_at);
+        session.executed_at = execution_order_.end();
+    } else if (placed) {
+        execution_order_.splice(execution_order_.end(), execution_order_, session.executed_at);
+    } else {
+        session.executed_at = execution_order_.insert(execution_order_.end(), client_id);
+    }
+}
+
+void Replica::note_executed(ClientId client_id, ClientSession& session, uint64_t now_ms)
+{
+    place_client(client_id, session, now_ms);
+    while (client_table_.size() > config_.client_table_limit && !execution_order_.empty()) {
+        const auto oldest = client_table_.find(execution_order_.front());
+        // Its client may still retry (and the one just executed stays): the table grows past
+        // its limit instead.
+        if (&oldest->second == &session ||
+            *oldest->second.executed_ms + config_.client_min_age_ms > now_ms)
+            break;
         execution_order_.pop_front();
+        client_table_.erase(oldest);
         counters_.clients_forgotten += 1;
     }
 }
@@ -1121,15 +1140,13 @@ bool Replica::restore_snapshot(const ReplicaSnapshot& snapshot)
     if (!machine_.restore(snapshot.machine)) return false;
     client_table_.clear();
     execution_order_.clear();
-    // In the snapshot's order, which is the order their latest requests executed in (in the
-    // clients' ids' order in a snapshot from an earlier version: the same at every replica that
-    // restores it).
+    // In the snapshot's order, which is the order their latest requests executed in.
     for (const ClientTableRecord& client : snapshot.clients) {
         ClientSession& session = client_session(client.client_id);
         session.request_number = client.request_number;
         session.request_crc = client.request_crc;
         session.result = client.result;
-        note_executed(session);
+        place_client(client.client_id, session, client.executed_ms);
     }
     log_.clear();
     log_base_ = snapshot.op;

@@ -75,10 +75,13 @@ struct ReplicaConfig {
     uint64_t leader_lease_ms = 200;
     // The client table keeps the latest request of at most this many clients: past it, the one
     // whose latest request executed longest ago is forgotten, so that a client id per process
-    // (SDKs, lockctl) or per request (a hostile client) cannot grow it for ever. Every replica
-    // executes the same ops, so every replica forgets the same clients; a cell's replicas must
-    // have the same limit. A forgotten client's retry is executed again.
+    // (SDKs, lockctl) or per request (a hostile client) cannot grow it for ever. Never one that
+    // executed less than client_min_age_ms before (by the entries' timestamps): its client may
+    // still retry, and a forgotten client's retry is executed again; the table grows past its
+    // limit instead. Every replica executes the same entries, so every replica forgets the same
+    // clients; a cell's replicas must have the same values.
     uint32_t client_table_limit = 100'000;
+    uint64_t client_min_age_ms = 60'000;
 };
 
 // A replica's snapshot (WriteSnapshot, SnapshotFetched, StartRestored), decoded: the op it
@@ -89,6 +92,10 @@ struct ClientTableRecord {
     RequestNumber request_number = 0;
     std::optional<uint32_t> request_crc;  // nullopt: from a VLS1 snapshot, which had none
     Bytes result;
+    // When the latest request executed (its entry's timestamp); nullopt: from a VLS1 or VLS2
+    // snapshot, which did not say, and then the table never forgets the client.
+    std::optional<uint64_t> executed_ms;
+    bool operator==(const ClientTableRecord&) const = default;
 };
 struct ReplicaSnapshot {
     Op op = 0;
@@ -352,7 +359,10 @@ private:
         RequestNumber request_number = 0;
         std::optional<uint32_t> request_crc;
         Bytes result;
-        std::list<ClientId>::iterator executed_at;  // its place in execution_order_
+        // When it executed (ClientTableRecord::executed_ms), and its place in execution_order_
+        // (end() while that is not known).
+        std::optional<uint64_t> executed_ms;
+        std::list<ClientId>::iterator executed_at;
     };
     struct RequestInFlight {
         RequestNumber request_number = 0;
@@ -428,10 +438,15 @@ private:
     void commit_to(Op commit);
     void execute(Op op, const Entry& entry);
     void reply(ClientId client_id, const ClientSession& session);
-    // The table's entry for `client_id`, new ones last in execution_order_.
+    // The table's entry for `client_id` (a new one is in no place in execution_order_ yet).
     ClientSession& client_session(ClientId client_id);
-    // Moves the client last in execution_order_, and forgets the first ones past the limit.
-    void note_executed(ClientSession& session);
+    // Records when the client's latest request executed: last in execution_order_ if known, out
+    // of it if not.
+    void place_client(ClientId client_id, ClientSession& session,
+                      std::optional<uint64_t> executed_ms);
+    // The client's request executed at `now_ms`: placed last, and the first clients past the
+    // limit that are old enough forgotten.
+    void note_executed(ClientId client_id, ClientSession& session, uint64_t now_ms);
     // The answer to a request number used again for another request: an empty result (no
     // state machine result is empty).
     void reply_reused(ClientId client_id, RequestNumber request_number);
@@ -523,8 +538,9 @@ private:
     std::vector<std::vector<Entry>> released_;
     Op commit_ = 0;
     std::unordered_map<ClientId, ClientSession> client_table_;
-    // The client table's ids, the one whose latest request executed longest ago first (the
-    // order the snapshot keeps them in): who is forgotten past client_table_limit.
+    // The ids of the client table whose latest request's time is known, the one that executed
+    // longest ago first (the order the snapshot keeps them in): who is forgotten past
+    // client_table_limit.
     std::list<ClientId> execution_order_;
 
     // Time, in ticks.

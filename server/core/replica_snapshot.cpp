@@ -1,5 +1,6 @@
 #include "core/replica.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -14,7 +15,8 @@ namespace voltlock {
 // ---- The snapshot codec (DESIGN.md §5) ----------------------------------------------------------
 
 namespace {
-constexpr uint32_t kSnapshotMagic = 0x32534C56;                   // "VLS2"
+constexpr uint32_t kSnapshotMagic = 0x33534C56;                    // "VLS3"
+constexpr uint32_t kSnapshotMagicWithoutTimes = 0x32534C56;        // "VLS2": read, not written
 constexpr uint32_t kSnapshotMagicWithoutRequestCrcs = 0x31534C56;  // "VLS1": read, not written
 }  // namespace
 
@@ -23,8 +25,10 @@ template <typename Io, codec::MaybeConst<ClientTableRecord> R>
 bool fields(Io& io, R& r)
 {
     bool has_request_crc = r.request_crc.has_value();
+    bool has_time = r.executed_ms.has_value();
     return io.u64(r.client_id) && io.u64(r.request_number) && io.boolean(has_request_crc) &&
-           io.optional(r.request_crc, has_request_crc) && io.template str<uint32_t>(r.result);
+           io.optional(r.request_crc, has_request_crc) && io.template str<uint32_t>(r.result) &&
+           io.boolean(has_time) && io.optional(r.executed_ms, has_time);
 }
 
 template <typename Io, typename R>
@@ -44,20 +48,26 @@ bool fields(Io& io, R& r)
 
 namespace {
 
-// A VLS1 snapshot: the same, but its client records end at the request number and result, with
-// no request CRC (a retry of a client's last request is then answered whatever its payload).
-bool read_without_request_crcs(codec::Reader& io, ReplicaSnapshot& r)
+// A VLS2 snapshot: the same, but its client records end at the result, and do not say when
+// the request executed (the table then never forgets them). VLS1's have no request CRC either
+// (a retry of a client's last request is then answered whatever its payload).
+bool read_older(codec::Reader& io, ReplicaSnapshot& r)
 {
     uint32_t magic = 0;
     uint64_t clients = 0;
-    if (!(io.u32(magic) && magic == kSnapshotMagicWithoutRequestCrcs && position_fields(io, r) &&
-          io.u64(clients)))
+    if (!(io.u32(magic) &&
+          (magic == kSnapshotMagicWithoutTimes || magic == kSnapshotMagicWithoutRequestCrcs) &&
+          position_fields(io, r) && io.u64(clients)))
         return false;
     for (uint64_t i = 0; i < clients; i++) {
         ClientTableRecord& client = r.clients.emplace_back();
-        if (!(io.u64(client.client_id) && io.u64(client.request_number) &&
-              io.str<uint32_t>(client.result)))
+        bool has_request_crc = false;
+        if (!(io.u64(client.client_id) && io.u64(client.request_number)))
             return false;
+        if (magic == kSnapshotMagicWithoutTimes &&
+            !(io.boolean(has_request_crc) && io.optional(client.request_crc, has_request_crc)))
+            return false;
+        if (!io.str<uint32_t>(client.result)) return false;
     }
     return io.str<uint64_t>(r.machine);
 }
@@ -72,13 +82,20 @@ Bytes Replica::encode_snapshot() const
                              .last_normal_view = last_normal_view_,
                              .fence_view = fence_view_,
                              .machine = machine};
-    // In the order their latest requests executed, which is the same at every replica with the
-    // same state: it says whom the table forgets first (restore_snapshot).
+    // Those whose time is not known first, by id; then the others in the order their latest
+    // requests executed, which is the same at every replica with the same state and says whom
+    // the table forgets first (restore_snapshot).
     snapshot.clients.reserve(client_table_.size());
+    for (const auto& [client_id, session] : client_table_)
+        if (!session.executed_ms)
+            snapshot.clients.push_back({client_id, session.request_number, session.request_crc,
+                                        session.result, std::nullopt});
+    std::sort(snapshot.clients.begin(), snapshot.clients.end(),
+              [](const auto& a, const auto& b) { return a.client_id < b.client_id; });
     for (const ClientId client_id : execution_order_) {
         const ClientSession& session = client_table_.at(client_id);
-        snapshot.clients.push_back(
-            {client_id, session.request_number, session.request_crc, session.result});
+        snapshot.clients.push_back({client_id, session.request_number, session.request_crc,
+                                    session.result, session.executed_ms});
     }
 
     codec::Counter size;
@@ -102,9 +119,9 @@ std::optional<ReplicaSnapshot> decode_replica_snapshot(std::string_view bytes)
     codec::Reader r(body);
     ReplicaSnapshot snapshot;
     if (!fields(r, snapshot) || !r.done()) {
-        codec::Reader v1(body);
+        codec::Reader older(body);
         snapshot = ReplicaSnapshot{};
-        if (!read_without_request_crcs(v1, snapshot) || !v1.done()) return std::nullopt;
+        if (!read_older(older, snapshot) || !older.done()) return std::nullopt;
     }
     if (snapshot.last_normal_view > snapshot.view) return std::nullopt;
     return snapshot;

@@ -610,6 +610,17 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
 
 bool Node::note_request(const Request& request, const sockaddr_in& from, bool from_replica)
 {
+    // Only the leader answers a Request (§4.1): elsewhere the core drops it, and the sender's
+    // address is not needed.
+    if (!replica_.is_leader()) return false;
+    // An address is kept until the Reply leaves; a Request that never gets one (one the core
+    // dropped) leaves its entry behind. Past this many they all go: a sender still waiting for
+    // its Reply sends the Request again.
+    constexpr size_t kMaxClientAddresses = 65'536;
+    if (clients_.size() >= kMaxClientAddresses) {
+        clients_.clear();
+        forwarded_arrivals_.clear();
+    }
     clients_[request.client_id] = from;
     if (!from_replica) return false;
     if (request_taker_ && request_taker_(request)) return true;

@@ -103,15 +103,24 @@ TEST_CASE("a request number in the pipeline sent with another payload is answere
     CHECK(leader.effects_of<SendReply>().at(0).reply.result == first_result);
 }
 
+// An entry of `client`'s request `number`, stamped `at_ms` by the leader.
+Entry stamped(ClientId client, RequestNumber number, Bytes payload, uint64_t at_ms)
+{
+    Entry e = entry(client, number, std::move(payload));
+    e.timestamp_ms = at_ms;
+    return e;
+}
+
 TEST_CASE("past client_table_limit, the client that executed longest ago is forgotten")
 {
-    // Every replica executes the same ops, so every replica forgets the same clients.
+    // Every replica executes the same entries, so every replica forgets the same clients.
     ReplicaConfig config = test_config(1, 3);
     config.client_table_limit = 2;
+    config.client_min_age_ms = 1'000;
     TestReplica follower(config);
     follower.receive(Prepare{.view = 0, .replica = 0, .op = 4, .commit = 4,
-                             .entries = {entry(1, 1, "Wa"), entry(2, 1, "Wb"),
-                                         entry(1, 2, "Wc"), entry(3, 1, "Wd")}});
+                             .entries = {stamped(1, 1, "Wa", 0), stamped(2, 1, "Wb", 0),
+                                         stamped(1, 2, "Wc", 500), stamped(3, 1, "Wd", 2'000)}});
     REQUIRE(follower.effects_of<Executed>().size() == 4);
     CHECK(follower->client_table_size() == 2);
     CHECK(follower->counters().clients_forgotten == 1);
@@ -120,8 +129,31 @@ TEST_CASE("past client_table_limit, the client that executed longest ago is forg
     CHECK(follower->latest_request(3) == 1);
     // The table cannot tell a forgotten client's retry from a new request: it executes again.
     follower.receive(Prepare{.view = 0, .replica = 0, .op = 5, .commit = 5,
-                             .entries = {entry(2, 1, "Wb")}});
+                             .entries = {stamped(2, 1, "Wb", 2'100)}});
     CHECK(follower.effects_of<Executed>().size() == 1);
     CHECK(follower.machine().version() == 5);
-    CHECK_FALSE(follower->latest_request(1));
+    CHECK_FALSE(follower->latest_request(1));  // executed at 500, 1.6 s before
+}
+
+TEST_CASE("the client table never forgets a client that executed within client_min_age_ms")
+{
+    // A flood of new client ids grows the table past its limit instead of forgetting a client
+    // that may still retry.
+    ReplicaConfig config = test_config(1, 3);
+    config.client_table_limit = 2;
+    config.client_min_age_ms = 1'000;
+    TestReplica follower(config);
+    std::vector<Entry> flood;
+    for (ClientId c = 1; c <= 5; c++) flood.push_back(stamped(c, 1, "W", 100 * c));
+    follower.receive(Prepare{.view = 0, .replica = 0, .op = 5, .commit = 5, .entries = flood});
+    CHECK(follower->client_table_size() == 5);
+    CHECK(follower->counters().clients_forgotten == 0);
+    // Once they are old enough, the next execution brings the table back to its limit: the
+    // clients that executed at 100 to 400 go; 5's, at 500, is younger than 1 s but within it.
+    follower.receive(Prepare{.view = 0, .replica = 0, .op = 6, .commit = 6,
+                             .entries = {stamped(6, 1, "W", 1'450)}});
+    CHECK(follower->client_table_size() == 2);
+    CHECK(follower->counters().clients_forgotten == 4);
+    CHECK(follower->latest_request(5) == 1);
+    CHECK(follower->latest_request(6) == 1);
 }

@@ -517,24 +517,35 @@ TEST_CASE("lock machine: WithdrawWait takes a waiter out of line and never relea
     const SessionId b = h.session();
     const SessionId c = h.session();
     h.granted("L", a);
-    h.waits("L", b, 60'000);
-    h.waits("L", c, 60'000);
+    const uint64_t b_deadline = h.waits("L", b, 60'000).deadline_ms;
+    const uint64_t c_deadline = h.waits("L", c, 60'000).deadline_ms;
     h.events();
-    const auto withdrawn = h.ok<WithdrawWaitResult>(WithdrawWait{.lock = "L", .session = b});
-    CHECK(withdrawn.withdrawn);
+    const auto withdraw = [&](SessionId s, uint64_t deadline_ms, const std::string& lock = "L") {
+        return h.ok<WithdrawWaitResult>(
+            WithdrawWait{.lock = lock, .session = s, .deadline_ms = deadline_ms});
+    };
+    CHECK(withdraw(b, b_deadline).withdrawn);
     CHECK(h.waiters("L") == std::vector{c});
     CHECK(types(h.events()) == std::vector{EventType::lock_cancel});
+
+    // The wait c asked again (another deadline) is not the one withdrawn.
+    h.now += 1'000;
+    const uint64_t c_again = h.waits("L", c, 60'000).deadline_ms;
+    REQUIRE(c_again != c_deadline);
+    h.events();
+    CHECK(!withdraw(c, c_deadline).withdrawn);
+    CHECK(h.waiters("L") == std::vector{c});
+    CHECK(h.events().empty());
 
     CHECK(h.release("L", a).granted == 1);
     CHECK(h.holders("L") == std::vector{c});
     h.events();
     const Revision before = h.state().revision;
-    const auto too_late = h.ok<WithdrawWaitResult>(WithdrawWait{.lock = "L", .session = c});
-    CHECK(!too_late.withdrawn);
+    CHECK(!withdraw(c, c_again).withdrawn);  // granted: the grant stays
     CHECK(h.holders("L") == std::vector{c});
     CHECK(h.state().revision == before);
     CHECK(h.events().empty());
-    CHECK(!h.ok<WithdrawWaitResult>(WithdrawWait{.lock = "nothing", .session = b}).withdrawn);
+    CHECK(!withdraw(b, b_deadline, "nothing").withdrawn);
     h.fails(WithdrawWait{.lock = "L", .session = 999}, ErrorCode::unknown_session);
 }
 
@@ -1244,7 +1255,8 @@ public:
             return BarrierEnter{.barrier = barrier, .session = session(), .count = 1 + below(3),
                                 .wait_ms = wait};
         case 14: return BarrierLeave{.barrier = barrier, .session = session(), .wait_ms = wait};
-        case 15: return WithdrawWait{.lock = lock, .session = session()};
+        case 15:
+            return WithdrawWait{.lock = lock, .session = session(), .deadline_ms = below(5'000)};
         default: return ExpireWaiters{};
         }
     }

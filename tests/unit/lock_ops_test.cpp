@@ -61,7 +61,7 @@ std::vector<LockOp> sample_ops()
         BarrierEnter{.barrier = "phase/1", .session = 6, .count = 3, .wait_ms = 1000},
         BarrierLeave{.barrier = "phase/1", .session = 6, .wait_ms = 0},
         ExpireWaiters{},
-        WithdrawWait{.lock = "jobs/ä/üñí", .session = 4},
+        WithdrawWait{.lock = "jobs/ä/üñí", .session = 4, .deadline_ms = 1'700'000'000'000},
         AuthOp{PutRole{.role = "reader",
                        .grants = {RoleGrant{.permissions = 9, .scope = GrantScope::key,
                                             .prefix = "app/"}}}},

@@ -150,21 +150,25 @@ class HttpTransport:
     def _answer_coming(self, connection: _Connection, attempt: p.Attempt) -> bool:
         """While the cell holds the request: False once its replica failed HELD_CHECK_MISSES
         /healthz checks in a row with nothing arriving; True as soon as something arrives, or
-        when the read timeout comes first (the read then times out as it would have)."""
+        at the read timeout, with the socket's timeout set to what is left of it."""
         deadline = time.monotonic() + attempt.read_timeout
         misses = 0
         sock = connection.sock
         assert sock is not None
         with selectors.DefaultSelector() as selector:
             selector.register(sock, selectors.EVENT_READ)
+
+            def arrived(wait: float) -> bool:
+                return bool((isinstance(sock, ssl.SSLSocket) and sock.pending()) or
+                            selector.select(wait))
             while True:
                 left = deadline - time.monotonic()
-                if left <= 0 or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
-                    return True
-                if selector.select(min(p.HELD_CHECK_INTERVAL_S, left)):
+                if left <= 0 or arrived(min(p.HELD_CHECK_INTERVAL_S, left)):
+                    sock.settimeout(max(0.001, deadline - time.monotonic()))
                     return True
                 misses = 0 if self._healthy(attempt.endpoint) else misses + 1
-                if misses >= p.HELD_CHECK_MISSES:
+                # An answer may have come during the check.
+                if misses >= p.HELD_CHECK_MISSES and not arrived(0):
                     return False
 
     def _healthy(self, endpoint: p.Endpoint) -> bool:

@@ -172,10 +172,13 @@ class AsyncTransport:
                 if done:
                     return answer.result()
                 misses = 0 if await self._healthy(attempt.endpoint) else misses + 1
-                if misses >= p.HELD_CHECK_MISSES:
+                # An answer may have come during the check.
+                if misses >= p.HELD_CHECK_MISSES and not answer.done():
                     answer.cancel()
                     await asyncio.wait({answer})
-                    return None
+                    if answer.cancelled() or answer.exception() is not None:
+                        return None
+                    return answer.result()
         except BaseException:
             answer.cancel()
             raise
