@@ -530,6 +530,7 @@ void Replica::execute(Op op_number, const Entry& entry)
     if (entry.client_id == kCellClientId) {  // the restart fence: nobody waits for a reply
         machine_.skip_past_lost_writes();
         fence_view_ = entry.request_number;
+        clients_timed_ = true;
         // Committed on top of our state: the restart that selected it went through.
         state_unconfirmed_ = false;
         out_->push_back(Executed{.op = op_number, .entry = entry, .result = {}});
@@ -586,13 +587,15 @@ void Replica::place_client(ClientId client_id, ClientSession& session,
 
 void Replica::note_executed(ClientId client_id, ClientSession& session, uint64_t now_ms)
 {
-    place_client(client_id, session, now_ms);
+    place_client(client_id, session,
+                 clients_timed_ ? std::optional<uint64_t>(now_ms) : std::nullopt);
     while (client_table_.size() > config_.client_table_limit && !execution_order_.empty()) {
         const auto oldest = client_table_.find(execution_order_.front());
         // Its client may still retry (and the one just executed stays): the table grows past
         // its limit instead.
-        if (&oldest->second == &session ||
-            *oldest->second.executed_ms + config_.client_min_age_ms > now_ms)
+        const uint64_t executed_ms = *oldest->second.executed_ms;
+        if (&oldest->second == &session || executed_ms > now_ms ||
+            now_ms - executed_ms < config_.client_min_age_ms)
             break;
         execution_order_.pop_front();
         client_table_.erase(oldest);
@@ -1140,6 +1143,7 @@ bool Replica::restore_snapshot(const ReplicaSnapshot& snapshot)
     if (!machine_.restore(snapshot.machine)) return false;
     client_table_.clear();
     execution_order_.clear();
+    clients_timed_ = snapshot.clients_timed;
     // In the snapshot's order, which is the order their latest requests executed in.
     for (const ClientTableRecord& client : snapshot.clients) {
         ClientSession& session = client_session(client.client_id);
@@ -1161,6 +1165,7 @@ void Replica::discard_state()
     machine_.reset();
     client_table_.clear();
     execution_order_.clear();
+    clients_timed_ = true;
     log_.clear();
     log_base_ = 0;
     commit_ = 0;

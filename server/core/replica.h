@@ -102,6 +102,9 @@ struct ReplicaSnapshot {
     View view = 0;
     View last_normal_view = 0;
     View fence_view = 0;
+    // Whether executions give the client table's rows their time (Replica::clients_timed_);
+    // false from a VLS2 or VLS1 snapshot.
+    bool clients_timed = true;
     std::vector<ClientTableRecord> clients;
     std::string_view machine;  // into the bytes decoded
 };
@@ -542,6 +545,13 @@ private:
     // longest ago first (the order the snapshot keeps them in): who is forgotten past
     // client_table_limit.
     std::list<ClientId> execution_order_;
+    // Whether an execution gives its client's row a time (and so may have it forgotten). Not
+    // after restoring a VLS2 or VLS1 snapshot, whose rows have none: the replicas of a cell that
+    // ran an earlier version restore their own snapshots, taken at different ops, so a row one
+    // of them times while replaying is one another restored without a time. Every replica of
+    // such a cell executes its first restart fence at the same op, and times rows from there on
+    // (rows it has by then stay untimed, never forgotten). Replicated with the state.
+    bool clients_timed_ = true;
 
     // Time, in ticks.
     uint64_t tick_ = 0;

@@ -43,7 +43,8 @@ bool fields(Io& io, R& r)
 {
     uint32_t magic = kSnapshotMagic;
     return io.u32(magic) && magic == kSnapshotMagic && position_fields(io, r) &&
-           io.template sequence<uint64_t>(r.clients) && io.template str<uint64_t>(r.machine);
+           io.boolean(r.clients_timed) && io.template sequence<uint64_t>(r.clients) &&
+           io.template str<uint64_t>(r.machine);
 }
 
 namespace {
@@ -59,6 +60,7 @@ bool read_older(codec::Reader& io, ReplicaSnapshot& r)
           (magic == kSnapshotMagicWithoutTimes || magic == kSnapshotMagicWithoutRequestCrcs) &&
           position_fields(io, r) && io.u64(clients)))
         return false;
+    r.clients_timed = false;
     for (uint64_t i = 0; i < clients; i++) {
         ClientTableRecord& client = r.clients.emplace_back();
         bool has_request_crc = false;
@@ -81,6 +83,7 @@ Bytes Replica::encode_snapshot() const
                              .view = view_,
                              .last_normal_view = last_normal_view_,
                              .fence_view = fence_view_,
+                             .clients_timed = clients_timed_,
                              .machine = machine};
     // Those whose time is not known first, by id; then the others in the order their latest
     // requests executed, which is the same at every replica with the same state and says whom

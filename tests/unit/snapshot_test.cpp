@@ -282,6 +282,45 @@ TEST_CASE("a snapshot keeps the clients in the order they executed, with when, f
           snapshot->clients);
 }
 
+TEST_CASE("after a snapshot without execution times, no client is timed until a restart fence")
+{
+    // Replicas of a cell that ran an earlier version restore their own VLS2/VLS1 snapshots,
+    // taken at different ops: a row one would time while replaying is one another restored
+    // untimed. So none is timed (nor forgotten) until the fence all of them execute at one op.
+    CompactedLeader c;
+    TestReplica follower(snapshot_config(2, 0));
+    follower.receive(Commit{.view = 0, .replica = 0, .commit = 5});
+    c.leader.receive(follower.sent_to<GetState>(0).at(0));
+    follower.receive(c.leader.sent_to<SnapshotOffer>(2).at(0));
+    const Bytes machine(decode_replica_snapshot(c.snapshot)->machine);
+    const Bytes older = snapshot_with_machine(3, machine);
+    follower.step(SnapshotFetched{older});
+    REQUIRE(follower->counters().snapshots_installed == 1);
+    c.leader.receive(GetState{.view = 0, .replica = 2, .op = 3});
+    follower.receive(c.leader.sent_to<NewState>(2).at(0));
+    REQUIRE(follower->commit() == 5);
+    auto state = decode_replica_snapshot(follower->encode_snapshot());
+    REQUIRE(state);
+    CHECK_FALSE(state->clients_timed);
+    REQUIRE(state->clients.size() == 2);  // the clients of ops 4 and 5
+    for (const ClientTableRecord& client : state->clients) CHECK_FALSE(client.executed_ms);
+
+    Entry fence{.client_id = kCellClientId, .request_number = 0};
+    Entry after = entry(200, 1, "Wz");
+    after.timestamp_ms = 7'000;
+    follower.receive(Prepare{.view = 0, .replica = 0, .op = 7, .commit = 7,
+                             .entries = {fence, after}});
+    REQUIRE(follower->commit() == 7);
+    state = decode_replica_snapshot(follower->encode_snapshot());
+    REQUIRE(state);
+    CHECK(state->clients_timed);
+    REQUIRE(state->clients.size() == 3);
+    CHECK_FALSE(state->clients[0].executed_ms);  // untimed first, for good
+    CHECK_FALSE(state->clients[1].executed_ms);
+    CHECK(state->clients[2].client_id == 200);
+    CHECK(state->clients[2].executed_ms == 7'000);
+}
+
 TEST_CASE("DESIGN.md §5: a flipped byte, a cut or a trailing byte makes a snapshot no snapshot")
 {
     TestReplica leader(snapshot_config(0, 3));
