@@ -129,10 +129,14 @@ class HttpTransport:
                 connection.probe(attempt.held)
                 connection.request_in_one_write(attempt.method, attempt.target, attempt.body,
                                                 dict(attempt.headers))
-                if attempt.held and not self._answer_coming(connection, attempt):
+                if not attempt.held:
+                    return connection, connection.getresponse()
+                if not self._answer_coming(connection, attempt):
                     self._held.leave(connection, attempt.read_timeout)
                     return p.Failure(p.stopped_replica(attempt.endpoint))
-                return connection, connection.getresponse()
+                response = connection.getresponse()
+                connection.sock.settimeout(attempt.read_timeout)  # for the body
+                return connection, response
             except (OSError, http.client.HTTPException) as e:
                 connection.close()
                 # A kept connection the server closed while idle fails at once: try a fresh one

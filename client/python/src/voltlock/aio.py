@@ -176,9 +176,9 @@ class AsyncTransport:
                 if misses >= p.HELD_CHECK_MISSES and not answer.done():
                     answer.cancel()
                     await asyncio.wait({answer})
-                    if answer.cancelled() or answer.exception() is not None:
+                    if answer.cancelled():
                         return None
-                    return answer.result()
+                    return answer.result()  # came meanwhile, or failed by itself (raises)
         except BaseException:
             answer.cancel()
             raise
