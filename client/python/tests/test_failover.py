@@ -6,7 +6,7 @@ import os
 import signal
 import threading
 import time
-from typing import List, Tuple
+from typing import Callable, List, Tuple
 
 import pytest
 
@@ -152,63 +152,54 @@ def test_a_stopped_leader_is_left_behind_and_the_session_survives(cell):
     client.close()
 
 
-def test_a_wait_at_a_replica_cut_off_from_the_client_gets_its_grant_within_seconds(cell):
-    """The cell grants the lock to a waiter whose replica can no longer reach it: the silent
-    connection is given up within seconds (its probes unanswered) and the same request, asked
-    again at another replica, finds the grant, the waiter's place in line kept."""
-    name = fresh("waitcut")
+def check_a_waiter_gets_its_grant(cell, ttl: float, harm: Callable[[int], None],
+                                  undo: Callable[[int], None], within: float) -> None:
+    """A waiter waits at the replica its client talks to (the leader, after the hint); `harm`
+    (given that replica's index) cuts it off or stops it; the holder releases: the waiter learns
+    of its grant within `within` s, its place in line kept, and the cell says it holds it."""
+    name = fresh("harmed-wait")
     holder_client = voltlock.Client(cell.urls(), attempt_timeout=1)
     waiter_client = voltlock.Client(cell.urls())
-    with holder_client.session(ttl=5) as holder, waiter_client.session(ttl=5) as waiter:
+    with holder_client.session(ttl=ttl) as holder, waiter_client.session(ttl=ttl) as waiter:
         held = holder.lock(name)
         held.acquire(0)
-        waiting = waiter_client._protocol.router.current()  # the leader, after the hint
+        waiting = replica_index(cell, waiter_client._protocol.router.current().url)
         got: List[voltlock.Sequencer] = []
         thread = threading.Thread(target=lambda: got.append(waiter.lock(name).acquire(40)))
         thread.start()
         wait_until(lambda: holder_client.lock_info(name)["waiters"], 5, "the wait to start")
-        cell.partition(replica_index(cell, waiting.url), peers=["client"])
-        held.release()
-        released = time.monotonic()
-        thread.join(15)
-        assert got, "the waiter did not learn of its grant"
-        assert time.monotonic() - released < 8  # was the wait + 8 s (48 s)
+        harm(waiting)
+        try:
+            held.release()
+            released = time.monotonic()
+            thread.join(within + 10)
+            assert got, "the waiter did not learn of its grant"
+            assert time.monotonic() - released < within  # was the wait + 8 s (48 s)
+        finally:
+            undo(waiting)
         assert got[0].valid and holder_client.check(got[0])
         assert [h["session"] for h in holder_client.lock_info(name)["holders"]] == [waiter.id]
     holder_client.close()
     waiter_client.close()
+
+
+def test_a_wait_at_a_replica_cut_off_from_the_client_gets_its_grant_within_seconds(cell):
+    """The cell grants the lock to a waiter whose replica can no longer reach it: the silent
+    connection is given up within seconds (its probes unanswered) and the same request, asked
+    again at another replica, finds the grant."""
+    check_a_waiter_gets_its_grant(cell, 5, lambda r: cell.partition(r, peers=["client"]),
+                                  lambda r: None, within=8)
 
 
 def test_a_wait_at_a_stopped_replica_gets_its_grant_within_seconds(cell):
     """SIGSTOP: the replica's kernel still answers TCP keepalive, so only the client's /healthz
     checks see it gone. The wait is left there and asked again elsewhere, where the grant is;
     its connection stays open, so the replica, running again, withdraws nothing."""
-    name = fresh("waitstop")
-    holder_client = voltlock.Client(cell.urls(), attempt_timeout=1)
-    waiter_client = voltlock.Client(cell.urls())
-    with holder_client.session(ttl=10) as holder, waiter_client.session(ttl=10) as waiter:
-        held = holder.lock(name)
-        held.acquire(0)
-        waiting = waiter_client._protocol.router.current()  # the leader, after the hint
-        got: List[voltlock.Sequencer] = []
-        thread = threading.Thread(target=lambda: got.append(waiter.lock(name).acquire(40)))
-        thread.start()
-        wait_until(lambda: holder_client.lock_info(name)["waiters"], 5, "the wait to start")
-        pid = replica_pid(cell, replica_index(cell, waiting.url))
+    def stop(replica: int) -> None:
         cell.harmed = True
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            held.release()
-            released = time.monotonic()
-            thread.join(20)
-            assert got, "the waiter did not learn of its grant"
-            assert time.monotonic() - released < 10  # was the wait + 8 s (48 s)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        assert got[0].valid and holder_client.check(got[0])
-        assert [h["session"] for h in holder_client.lock_info(name)["holders"]] == [waiter.id]
-    holder_client.close()
-    waiter_client.close()
+        os.kill(replica_pid(cell, replica), signal.SIGSTOP)
+    check_a_waiter_gets_its_grant(
+        cell, 10, stop, lambda r: os.kill(replica_pid(cell, r), signal.SIGCONT), within=10)
 
 
 def test_a_client_given_one_replica_fails_over_to_the_replicas_it_learned(cell):
