@@ -18,7 +18,8 @@ import re
 import shutil
 import time
 
-from .util import (CellError, ip, kill_pids, netns_list, netns_pids, run, say, write_sysctl)
+from .util import (CellError, ip, kill_pids, netns_list, netns_pids, own_lineage, run, say,
+                   write_sysctl)
 
 SUBNET_PREFIX = 24
 CLIENT_IP = "10.77.0.100"
@@ -87,10 +88,11 @@ def destroy(name: str) -> None:
     # An interrupted `up` may leave an `ip netns add` running that finishes after the first
     # look: look again for a moment until nothing is left.
     deadline = time.monotonic() + 3
+    spared = own_lineage()
     while True:
         namespaces = existing_namespaces(name)
         for ns in namespaces:
-            pids = netns_pids(ns)
+            pids = [pid for pid in netns_pids(ns) if pid not in spared]
             if pids:
                 say(f"{ns}: killing leftover processes {', '.join(map(str, pids))}")
                 kill_pids(pids)

@@ -103,8 +103,8 @@ def entered_netns_fd(fd: int):
     stay there), then brings the thread home."""
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        _setns(fd)
         try:
+            _setns(fd)  # inside the try: an interrupt just after it still brings the thread home
             yield
         finally:
             _setns(home)
@@ -135,7 +135,7 @@ def write_sysctl(ns: str, key: str, value: str) -> bool:
     """Sets net.* sysctl `key` inside ns; /proc/sys/net follows the opener's namespace.
     Returns False when the kernel has no such setting."""
     path = "/proc/sys/" + key.replace(".", "/")
-    with entered_netns(ns):
+    with signals_held(), entered_netns(ns):  # see NamespacedConnection.connect
         try:
             with open(path, "w") as f:
                 f.write(value)
@@ -164,8 +164,19 @@ class NamespacedConnection(http.client.HTTPConnection):
             self.tls.load_cert_chain(certfile, keyfile)
 
     def connect(self):
-        with entered_netns(self.namespace):
-            self.sock = socket.create_connection((self.host, self.port), self.timeout)
+        # Only the socket's making happens in the namespace (it connects from there wherever
+        # the thread is), and with interrupts held: Python may raise one between any two steps
+        # of entered_netns's way home, and a rig left in a cell's namespace is one of the
+        # "leftover processes" its cleanup kills.
+        with signals_held(), entered_netns(self.namespace):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect((self.host, self.port))
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
         # http.client sends headers and body in two writes: without this, Nagle and the
         # server's delayed ACK add 40 ms to every request after the first on a kept connection.
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -246,6 +257,22 @@ def process_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def own_lineage() -> set[int]:
+    """This process and its ancestors: a caller that entered a cell's namespace (a test inside
+    entered_netns running `scripts/cell down`) shows up among that namespace's processes."""
+    lineage = set()
+    pid = os.getpid()
+    while pid > 0 and pid not in lineage:
+        lineage.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+    return lineage
+
+
 def _reap(pid: int) -> None:
     """Collects the exit status if pid happens to be our own child (started by this command)."""
     try:
@@ -321,12 +348,13 @@ def raise_if_interrupted() -> None:
 def signals_held():
     """Defers Ctrl-C, SIGTERM and SIGHUP over the body: used while starting a process and
     recording it, and while cleaning up, so an interrupt cannot leave half of either behind.
-    A process started inside must pass preexec_fn=unblock_signals (the mask is inherited)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    A process started inside must pass preexec_fn=unblock_signals (the mask is inherited).
+    Nests: the mask before it comes back, so an inner hold does not end an outer one."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def unblock_signals() -> None:

@@ -267,6 +267,21 @@ def test_cleanup_happens_after_an_exception_inside_with():
     assert not os.path.exists(c.endpoints["state_dir"])
 
 
+def test_down_from_inside_the_cells_namespace_does_not_kill_itself():
+    """The cleanup kills what runs in the cell's namespaces, but never the command itself or
+    its caller (a test inside entered_netns, or a rig that an interrupt left there)."""
+    before = netns_names()
+    for place in ("bridge", "client"):
+        with Cell(start=False, keep_logs_on_error=False) as c:
+            sleeper = c.exec(place, "sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!")
+            inside = subprocess.run(["ip", "netns", "exec", c.namespaces()[0], SCRIPT, "down",
+                                     "--name", c.name], capture_output=True, text=True,
+                                    timeout=60)
+            assert inside.returncode == 0, (place, inside.stderr)
+            assert not pid_alive(int(sleeper.stdout)), place
+            assert netns_names() == before, place
+
+
 def test_failed_up_removes_everything_and_says_why(tmp_path):
     before = netns_names()
     crashing = tmp_path / "crashing-daemon"
