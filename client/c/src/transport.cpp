@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <condition_variable>
 #include <random>
 #include <thread>
 
@@ -36,6 +37,15 @@ void probe_connection(socket_t sock)
     ::setsockopt(sock, IPPROTO_TCP, TCP_KEEPINTVL, &seconds, sizeof seconds);
     ::setsockopt(sock, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
 }
+
+// A replica's process can stop (SIGSTOP, a hung host) while its kernel still answers those
+// probes. So while the cell holds a request, its replica is asked for /healthz every
+// kHeldCheckInterval of silence, each check given kHeldCheckTimeout; after kHeldCheckMisses
+// unanswered in a row the request is left there and asked again elsewhere (same identity). One
+// answer stands for every wait at that replica for the next interval.
+constexpr milliseconds kHeldCheckInterval{1000};
+constexpr milliseconds kHeldCheckTimeout{1000};
+constexpr int kHeldCheckMisses = 2;
 
 // A request that does not wait at the server and has no answer within this long is sent again
 // elsewhere (same identity): a replica stopped or cut off must not hold the call to its
@@ -204,6 +214,7 @@ Transport::Transport(std::vector<Endpoint> endpoints, TransportOptions options)
     : endpoints_(std::move(endpoints)),
       options_(options),
       idle_(endpoints_.size()),
+      healthz_answered_(endpoints_.size()),
       next_client_id_(options.client_id_seed ? options.client_id_seed : random_client_id())
 {
 }
@@ -241,6 +252,11 @@ std::unique_ptr<httplib::Client> Transport::checkout(size_t index)
             return client;
         }
     }
+    return connect(index);
+}
+
+std::unique_ptr<httplib::Client> Transport::connect(size_t index)
+{
     const Endpoint& endpoint = endpoints_[index];
     auto client = endpoint.tls ? std::make_unique<httplib::Client>(
                                      endpoint.url, options_.cert_file, options_.key_file)
@@ -271,6 +287,26 @@ void Transport::note_failure(size_t index)
     std::vector<std::unique_ptr<httplib::Client>> dropped;
     std::lock_guard lock(pool_mutex_);
     dropped.swap(idle_[index]);
+}
+
+bool Transport::answers_healthz(size_t index)
+{
+    {
+        std::lock_guard lock(health_mutex_);
+        const auto& at = healthz_answered_[index];
+        if (at && Clock::now() - *at < kHeldCheckInterval) return true;
+    }
+    // A connection of its own: a pooled one the replica closed while idle would count as a miss.
+    auto check = connect(index);
+    check->set_keep_alive(false);
+    check->set_connection_timeout(kHeldCheckTimeout);
+    check->set_read_timeout(kHeldCheckTimeout);
+    check->set_write_timeout(kHeldCheckTimeout);
+    auto result = check->Get("/healthz");
+    if (!result || result->status != 200) return false;
+    std::lock_guard lock(health_mutex_);
+    healthz_answered_[index] = Clock::now();
+    return true;
 }
 
 void Transport::learn_members(size_t index)
@@ -340,6 +376,78 @@ httplib::Result send_once(httplib::Client& client, const Request& request,
 
 }  // namespace
 
+// One attempt of a request the cell holds, sent on a thread of its own so that the caller can
+// check its replica meanwhile, and leave the attempt there without closing its connection: a
+// replica that sees the connection close withdraws the wait, which the request asked again
+// elsewhere (same identity) has joined. A left attempt is ended (its connection closed) when
+// the call ends: by then the wait has been granted, has ended, or is given up by the caller.
+// It keeps the client entered in `cancel` (a cancel stops it too) until then.
+class HeldAttempt {
+public:
+    HeldAttempt(std::unique_ptr<httplib::Client> client, const Request& request,
+                const httplib::Headers& headers, CancelToken* cancel)
+        : client_(std::move(client)), cancel_(cancel)
+    {
+        try {
+            thread_ = std::thread([this, &request, &headers] {
+                httplib::Result result = send_once(*client_, request, headers);
+                std::lock_guard lock(mutex_);
+                result_.emplace(std::move(result));
+                answered_ = true;
+                answer_.notify_all();
+            });
+        } catch (...) {
+            if (cancel_) cancel_->leave(client_.get());
+            throw;
+        }
+    }
+    HeldAttempt(const HeldAttempt&) = delete;
+    HeldAttempt& operator=(const HeldAttempt&) = delete;
+    ~HeldAttempt()
+    {
+        if (!client_) return;  // handed out by outcome()
+        if (cancel_) cancel_->leave(client_.get());
+        client_->stop();  // wakes the thread if it still waits; the replica sees the hang-up
+        thread_.join();
+    }
+
+    // True once the attempt has its outcome (an answer, or the transport's failure).
+    bool wait_for(milliseconds wait)
+    {
+        std::unique_lock lock(mutex_);
+        return answer_.wait_for(lock, wait, [this] { return answered_; });
+    }
+
+    // After wait_for said true: the outcome, and the connection for the pool.
+    httplib::Result outcome(std::unique_ptr<httplib::Client>* client)
+    {
+        thread_.join();
+        if (cancel_) cancel_->leave(client_.get());
+        *client = std::move(client_);
+        return std::move(*result_);
+    }
+
+private:
+    std::unique_ptr<httplib::Client> client_;
+    CancelToken* const cancel_;
+    std::mutex mutex_;
+    std::condition_variable answer_;
+    bool answered_ = false;
+    std::optional<httplib::Result> result_;
+    std::thread thread_;
+};
+
+bool Transport::held_answer_comes(HeldAttempt& held, size_t index)
+{
+    int misses = 0;
+    while (!held.wait_for(kHeldCheckInterval)) {
+        misses = answers_healthz(index) ? 0 : misses + 1;
+        // An answer may have come during the check.
+        if (misses >= kHeldCheckMisses && !held.wait_for(milliseconds(0))) return false;
+    }
+    return true;
+}
+
 Outcome Transport::call(const Request& request, Clock::time_point deadline, CancelToken* cancel)
 {
     std::optional<Identity> identity;
@@ -357,6 +465,9 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
     bool answered = false;
     size_t attempts = 0;
     const uint64_t since = cancel ? cancel->interrupts() : 0;
+    // Attempts left at replicas that stopped answering while they held the request (declared
+    // after `headers`, which they use, so that they end first).
+    std::vector<std::unique_ptr<HeldAttempt>> left;
     while (!answered) {
         if (auto stop = stopped_outcome(cancel, since)) {
             last = std::move(*stop);
@@ -372,15 +483,26 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
         client->set_read_timeout(attempt);
         client->set_write_timeout(attempt);
         if (cancel && !cancel->enter(client.get(), since)) continue;  // the loop says why
-        httplib::Result result = send_once(*client, request, headers);
-        if (cancel) cancel->leave(client.get());
+        std::optional<httplib::Result> sent;  // none: left at its replica
+        if (request.waits && !pinned) {
+            auto held = std::make_unique<HeldAttempt>(std::move(client), request, headers, cancel);
+            if (held_answer_comes(*held, index)) sent.emplace(held->outcome(&client));
+            else left.push_back(std::move(held));
+        } else {
+            sent.emplace(send_once(*client, request, headers));
+            if (cancel) cancel->leave(client.get());
+        }
         attempts++;
         std::optional<int> leader_hint;
-        if (!result) {
+        if (!sent) {
             last = {VL_ERR_TRANSPORT,
-                    endpoint.url + ": " + httplib::to_string(result.error()), {}};
+                    endpoint.url + ": stopped answering /healthz while it held the request", {}};
+            note_failure(index);
+        } else if (!*sent) {
+            last = {VL_ERR_TRANSPORT, endpoint.url + ": " + httplib::to_string(sent->error()), {}};
             note_failure(index);
         } else {
+            const httplib::Result& result = *sent;
             Answer answer{result->status, result->body, std::nullopt};
             if (result->has_header("X-Voltlock-Leader"))
                 answer.leader_hint = parse_int(result->get_header_value("X-Voltlock-Leader"));
@@ -420,6 +542,7 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
                                                                        until - Clock::now()));
         }
     }
+    left.clear();
     if (identity) give_back_identity(*identity);
     const bool stopped = last.status == VL_ERR_SESSION_LOST || last.status == VL_ERR_CLOSED;
     if (!answered && !pinned && !stopped && Clock::now() >= deadline)

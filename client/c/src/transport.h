@@ -21,6 +21,8 @@ class Client;
 
 namespace voltlock::client {
 
+class HeldAttempt;
+
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -126,6 +128,8 @@ public:
 
     // A connection to endpoint `index` from the pool (or a new one), set up for one request.
     std::unique_ptr<httplib::Client> checkout(size_t index);
+    // A new connection to endpoint `index`, set up for one request.
+    std::unique_ptr<httplib::Client> connect(size_t index);
     // Back to the pool if it is still usable.
     void checkin(size_t index, std::unique_ptr<httplib::Client> client);
     // The answering endpoint becomes the preferred one; a leader hint moves it to the leader.
@@ -140,6 +144,10 @@ private:
     Identity take_identity();
     void give_back_identity(Identity identity);
     void learn_members(size_t index);
+    // Whether endpoint `index` answered /healthz within the last check interval, or does now.
+    bool answers_healthz(size_t index);
+    // False once the attempt's replica stopped answering /healthz while it held the attempt.
+    bool held_answer_comes(HeldAttempt& held, size_t index);
 
     const std::vector<Endpoint> endpoints_;
     const TransportOptions options_;
@@ -147,6 +155,9 @@ private:
 
     std::mutex pool_mutex_;
     std::vector<std::vector<std::unique_ptr<httplib::Client>>> idle_;  // per endpoint
+
+    std::mutex health_mutex_;
+    std::vector<std::optional<Clock::time_point>> healthz_answered_;  // per endpoint
 
     std::mutex identity_mutex_;
     std::vector<Identity> idle_identities_;
