@@ -16,8 +16,12 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 CLONE_NEWNET = 0x40000000
 NETNS_RUN_DIR = "/run/netns"
@@ -112,6 +116,29 @@ def entered_netns_fd(fd: int):
         os.close(home)
 
 
+def run_in_netns(ns: str | None, work: Callable[[], T]) -> T:
+    """work() on a thread of its own inside namespace ns (None: here); its result, or its
+    exception. The rig's own visits go this way: Python raises a KeyboardInterrupt only in the
+    main thread, where it could land between entered_netns's steps and leave the rig in a
+    cell's namespace, among the "leftover processes" that the cleanup kills."""
+    if ns is None:
+        return work()
+    outcome: dict = {}
+
+    def visit() -> None:
+        try:
+            with entered_netns(ns):
+                outcome["result"] = work()
+        except BaseException as e:  # handed to the caller
+            outcome["error"] = e
+    thread = threading.Thread(target=visit, name=f"in {ns}")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
 @contextlib.contextmanager
 def entered_netns(ns: str | None):
     """Runs the body with this thread in namespace ns. Sockets created inside stay in ns after
@@ -135,13 +162,14 @@ def write_sysctl(ns: str, key: str, value: str) -> bool:
     """Sets net.* sysctl `key` inside ns; /proc/sys/net follows the opener's namespace.
     Returns False when the kernel has no such setting."""
     path = "/proc/sys/" + key.replace(".", "/")
-    with signals_held(), entered_netns(ns):  # see NamespacedConnection.connect
+    def write() -> bool:
         try:
             with open(path, "w") as f:
                 f.write(value)
         except FileNotFoundError:
             return False
-    return True
+        return True
+    return run_in_netns(ns, write)
 
 
 # --- HTTP ---------------------------------------------------------------------------------------
@@ -164,19 +192,8 @@ class NamespacedConnection(http.client.HTTPConnection):
             self.tls.load_cert_chain(certfile, keyfile)
 
     def connect(self):
-        # Only the socket's making happens in the namespace (it connects from there wherever
-        # the thread is), and with interrupts held: Python may raise one between any two steps
-        # of entered_netns's way home, and a rig left in a cell's namespace is one of the
-        # "leftover processes" its cleanup kills.
-        with signals_held(), entered_netns(self.namespace):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect((self.host, self.port))
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+        self.sock = run_in_netns(self.namespace, lambda: socket.create_connection(
+            (self.host, self.port), self.timeout))
         # http.client sends headers and body in two writes: without this, Nagle and the
         # server's delayed ACK add 40 ms to every request after the first on a kept connection.
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -350,8 +367,11 @@ def signals_held():
     recording it, and while cleaning up, so an interrupt cannot leave half of either behind.
     A process started inside must pass preexec_fn=unblock_signals (the mask is inherited).
     Nests: the mask before it comes back, so an inner hold does not end an outer one."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    # Blocking inside the try: Python runs a handler for a signal that came just before the
+    # block when pthread_sigmask returns, and the mask must come back then too.
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)

@@ -269,15 +269,17 @@ def test_cleanup_happens_after_an_exception_inside_with():
 
 def test_down_from_inside_the_cells_namespace_does_not_kill_itself():
     """The cleanup kills what runs in the cell's namespaces, but never the command itself or
-    its caller (a test inside entered_netns, or a rig that an interrupt left there)."""
+    its callers (a shell here; a test inside entered_netns, or a rig an interrupt left there)."""
     before = netns_names()
     for place in ("bridge", "client"):
         with Cell(start=False, keep_logs_on_error=False) as c:
             sleeper = c.exec(place, "sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!")
-            inside = subprocess.run(["ip", "netns", "exec", c.namespaces()[0], SCRIPT, "down",
-                                     "--name", c.name], capture_output=True, text=True,
-                                    timeout=60)
-            assert inside.returncode == 0, (place, inside.stderr)
+            inside = subprocess.run(
+                ["ip", "netns", "exec", c.endpoints[f"{place}_namespace"], "sh", "-c",
+                 '"$0" down --name "$1"; echo "down exited $?"', SCRIPT, c.name],
+                capture_output=True, text=True, timeout=60)
+            assert inside.returncode == 0 and "down exited 0" in inside.stdout, (place,
+                                                                                 inside.stderr)
             assert not pid_alive(int(sleeper.stdout)), place
             assert netns_names() == before, place
 
