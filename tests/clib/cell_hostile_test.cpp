@@ -263,21 +263,23 @@ void check_a_waiter_gets_its_grant(const std::string& what, const std::function<
     REQUIRE(harmed >= 0);
     const int elsewhere = (harmed + 1) % 3;
     std::atomic<int> status{-1};
-    std::thread waiting([&] {
+    std::jthread waiting([&] {
         status = vl_lock_acquire(waiter, lock.c_str(), VL_LOCK_EXCLUSIVE, 60000, nullptr);
     });
-    const std::string info = "/v1/locks/" + lock;
-    auto lock_state = [&] {
+    const auto info = [&](const std::string& path, int replica) {
         char* text = nullptr;
-        if (vl_info_get(c, info.c_str(), elsewhere, &text) != VL_OK) return nlohmann::json();
+        if (vl_info_get(c, path.c_str(), replica, &text) != VL_OK) return nlohmann::json();
         const nlohmann::json state = nlohmann::json::parse(text);
         vl_string_free(text);
         return state;
     };
+    const auto lock_state = [&] { return info("/v1/locks/" + lock, elsewhere); };
     REQUIRE(rig::eventually(5 * kSecond, [&] {
         const nlohmann::json state = lock_state();
         return state.is_object() && state["waiters"].size() == 1;
     }));
+    // The wait is held at the replica to be harmed (not elsewhere already).
+    REQUIRE(info("/v1/cluster", harmed)["api"]["waiters"].get<int>() >= 1);
     harm(harmed);
     std::unique_ptr<int, std::function<void(int*)>> undone(&harmed, [&](int* replica) {
         undo(*replica);  // also when a check below fails, for the tests after this one
@@ -314,8 +316,9 @@ TEST_CASE("a wait at a replica cut off from the client gets its grant within sec
 TEST_CASE("a wait at a stopped replica gets its grant within seconds")
 {
     // SIGSTOP: the replica's kernel still answers the probes, so only the client's /healthz
-    // checks see it gone. The wait is left there, its connection open (the replica, running
-    // again, withdraws nothing), and asked again elsewhere, where the grant is.
+    // checks see it gone. The wait is left there, its connection open while the request asked
+    // again elsewhere waits for the grant (a replica that saw it close would withdraw the wait
+    // the retry joined); closed once the call ends, when a withdrawal finds the grant made.
     check_a_waiter_gets_its_grant(
         "stopped-wait", [](int replica) { ::kill(rig::pid(replica), SIGSTOP); },
         [](int replica) { ::kill(rig::pid(replica), SIGCONT); }, 10000);

@@ -46,6 +46,9 @@ void probe_connection(socket_t sock)
 constexpr milliseconds kHeldCheckInterval{1000};
 constexpr milliseconds kHeldCheckTimeout{1000};
 constexpr int kHeldCheckMisses = 2;
+// How often a held attempt looks for a cancel or interrupt whose stop came too early to end it
+// (before its request was sent).
+constexpr milliseconds kStopPoll{100};
 
 // A request that does not wait at the server and has no answer within this long is sent again
 // elsewhere (same identity): a replica stopped or cut off must not hold the call to its
@@ -63,6 +66,29 @@ std::optional<int> parse_int(std::string_view text)
     if (error != std::errc{} || end != text.data() + text.size()) return std::nullopt;
     return value;
 }
+
+// While alive, a client entered in a CancelToken (none: nothing to do), so that a cancel or an
+// interrupt stops it; it leaves the token once ended, and never later than its own end.
+class Entered {
+public:
+    Entered(CancelToken* cancel, httplib::Client* client) : cancel_(cancel), client_(client) {}
+    Entered(Entered&& other) noexcept
+        : cancel_(std::exchange(other.cancel_, nullptr)), client_(other.client_)
+    {
+    }
+    Entered& operator=(Entered&&) = delete;
+    ~Entered() { end(); }
+
+    void end()
+    {
+        if (cancel_) cancel_->leave(client_);
+        cancel_ = nullptr;
+    }
+
+private:
+    CancelToken* cancel_;
+    httplib::Client* client_;
+};
 
 uint64_t random_client_id()
 {
@@ -289,7 +315,7 @@ void Transport::note_failure(size_t index)
     dropped.swap(idle_[index]);
 }
 
-bool Transport::answers_healthz(size_t index)
+bool Transport::answers_healthz(size_t index, CancelToken* cancel, uint64_t since)
 {
     {
         std::lock_guard lock(health_mutex_);
@@ -302,6 +328,8 @@ bool Transport::answers_healthz(size_t index)
     check->set_connection_timeout(kHeldCheckTimeout);
     check->set_read_timeout(kHeldCheckTimeout);
     check->set_write_timeout(kHeldCheckTimeout);
+    if (cancel && !cancel->enter(check.get(), since)) return true;  // the caller sees the cancel
+    Entered entered(cancel, check.get());
     auto result = check->Get("/healthz");
     if (!result || result->status != 200) return false;
     std::lock_guard lock(health_mutex_);
@@ -374,79 +402,116 @@ httplib::Result send_once(httplib::Client& client, const Request& request,
     return client.Delete(request.path, headers, request.body, "application/json");
 }
 
-}  // namespace
-
 // One attempt of a request the cell holds, sent on a thread of its own so that the caller can
 // check its replica meanwhile, and leave the attempt there without closing its connection: a
 // replica that sees the connection close withdraws the wait, which the request asked again
 // elsewhere (same identity) has joined. A left attempt is ended (its connection closed) when
 // the call ends: by then the wait has been granted, has ended, or is given up by the caller.
-// It keeps the client entered in `cancel` (a cancel stops it too) until then.
 class HeldAttempt {
 public:
-    HeldAttempt(std::unique_ptr<httplib::Client> client, const Request& request,
-                const httplib::Headers& headers, CancelToken* cancel)
-        : client_(std::move(client)), cancel_(cancel)
+    HeldAttempt(size_t endpoint, std::unique_ptr<httplib::Client> client, Entered entered,
+                const Request& request, const httplib::Headers& headers)
+        : endpoint_(endpoint), client_(std::move(client)), entered_(std::move(entered))
     {
-        try {
-            thread_ = std::thread([this, &request, &headers] {
-                httplib::Result result = send_once(*client_, request, headers);
-                std::lock_guard lock(mutex_);
-                result_.emplace(std::move(result));
-                answered_ = true;
-                answer_.notify_all();
-            });
-        } catch (...) {
-            if (cancel_) cancel_->leave(client_.get());
-            throw;
-        }
+        thread_ = std::thread([this, &request, &headers] {
+            std::optional<httplib::Result> result;
+            try {
+                result.emplace(send_once(*client_, request, headers));
+            } catch (...) {  // as the C API lets no exception out, none leaves this thread
+                result.emplace(nullptr, httplib::Error::Unknown);
+            }
+            std::lock_guard lock(mutex_);
+            result_ = std::move(result);
+            answer_.notify_all();
+        });
     }
     HeldAttempt(const HeldAttempt&) = delete;
     HeldAttempt& operator=(const HeldAttempt&) = delete;
     ~HeldAttempt()
     {
         if (!client_) return;  // handed out by outcome()
-        if (cancel_) cancel_->leave(client_.get());
-        client_->stop();  // wakes the thread if it still waits; the replica sees the hang-up
+        client_->stop();       // wakes the thread if it still waits; the replica sees the hang-up
         thread_.join();
+        entered_.end();
     }
+
+    size_t endpoint() const { return endpoint_; }
+    void stop() { client_->stop(); }
 
     // True once the attempt has its outcome (an answer, or the transport's failure).
     bool wait_for(milliseconds wait)
     {
         std::unique_lock lock(mutex_);
-        return answer_.wait_for(lock, wait, [this] { return answered_; });
+        return answer_.wait_for(lock, wait, [this] { return result_.has_value(); });
     }
 
     // After wait_for said true: the outcome, and the connection for the pool.
     httplib::Result outcome(std::unique_ptr<httplib::Client>* client)
     {
         thread_.join();
-        if (cancel_) cancel_->leave(client_.get());
+        entered_.end();
         *client = std::move(client_);
         return std::move(*result_);
     }
 
 private:
+    const size_t endpoint_;
     std::unique_ptr<httplib::Client> client_;
-    CancelToken* const cancel_;
+    Entered entered_;
     std::mutex mutex_;
     std::condition_variable answer_;
-    bool answered_ = false;
     std::optional<httplib::Result> result_;
     std::thread thread_;
 };
 
-bool Transport::held_answer_comes(HeldAttempt& held, size_t index)
+// False once the attempt's replica stopped answering /healthz while it held the attempt.
+bool held_answer_comes(Transport& transport, HeldAttempt& held, CancelToken* cancel,
+                       uint64_t since)
 {
+    const auto stopping = [&] { return cancel && cancel->stop_reason(since) != VL_OK; };
     int misses = 0;
-    while (!held.wait_for(kHeldCheckInterval)) {
-        misses = answers_healthz(index) ? 0 : misses + 1;
-        // An answer may have come during the check.
-        if (misses >= kHeldCheckMisses && !held.wait_for(milliseconds(0))) return false;
+    auto next_check = Clock::now() + kHeldCheckInterval;
+    while (!held.wait_for(kStopPoll)) {
+        if (stopping()) {
+            held.stop();  // again: a stop that came before the request was sent did nothing
+            continue;
+        }
+        if (Clock::now() < next_check) continue;
+        misses = transport.answers_healthz(held.endpoint(), cancel, since) ? 0 : misses + 1;
+        next_check = Clock::now() + kHeldCheckInterval;
+        // An answer, or a cancel, may have come during the check.
+        if (misses >= kHeldCheckMisses && !held.wait_for(milliseconds(0)) && !stopping())
+            return false;
     }
     return true;
 }
+
+// One attempt at endpoint `index` on `client`, which the caller entered in `cancel`: its result,
+// or none when a request the cell holds was left at a replica that stopped answering (in `left`
+// until the call ends), or not sent to one where this call left it before and that still does
+// not answer.
+std::optional<httplib::Result> send_attempt(Transport& transport, size_t index,
+                                            std::unique_ptr<httplib::Client>& client,
+                                            const Request& request,
+                                            const httplib::Headers& headers, CancelToken* cancel,
+                                            uint64_t since,
+                                            std::vector<std::unique_ptr<HeldAttempt>>& left)
+{
+    Entered entered(cancel, client.get());  // the caller entered it; left before it is pooled
+    if (!request.waits || request.endpoint_index >= 0) return send_once(*client, request, headers);
+    const bool left_there_before = std::any_of(left.begin(), left.end(), [&](const auto& held) {
+        return held->endpoint() == index;
+    });
+    if (left_there_before && !transport.answers_healthz(index, cancel, since))
+        return std::nullopt;
+    auto held = std::make_unique<HeldAttempt>(index, std::move(client), std::move(entered),
+                                              request, headers);
+    if (held_answer_comes(transport, *held, cancel, since)) return held->outcome(&client);
+    left.push_back(std::move(held));
+    return std::nullopt;
+}
+
+}  // namespace
 
 Outcome Transport::call(const Request& request, Clock::time_point deadline, CancelToken* cancel)
 {
@@ -465,8 +530,7 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
     bool answered = false;
     size_t attempts = 0;
     const uint64_t since = cancel ? cancel->interrupts() : 0;
-    // Attempts left at replicas that stopped answering while they held the request (declared
-    // after `headers`, which they use, so that they end first).
+    // Attempts left at stopped replicas, ended with the call (after `headers`, which they use).
     std::vector<std::unique_ptr<HeldAttempt>> left;
     while (!answered) {
         if (auto stop = stopped_outcome(cancel, since)) {
@@ -483,20 +547,12 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
         client->set_read_timeout(attempt);
         client->set_write_timeout(attempt);
         if (cancel && !cancel->enter(client.get(), since)) continue;  // the loop says why
-        std::optional<httplib::Result> sent;  // none: left at its replica
-        if (request.waits && !pinned) {
-            auto held = std::make_unique<HeldAttempt>(std::move(client), request, headers, cancel);
-            if (held_answer_comes(*held, index)) sent.emplace(held->outcome(&client));
-            else left.push_back(std::move(held));
-        } else {
-            sent.emplace(send_once(*client, request, headers));
-            if (cancel) cancel->leave(client.get());
-        }
+        const std::optional<httplib::Result> sent =
+            send_attempt(*this, index, client, request, headers, cancel, since, left);
         attempts++;
         std::optional<int> leader_hint;
         if (!sent) {
-            last = {VL_ERR_TRANSPORT,
-                    endpoint.url + ": stopped answering /healthz while it held the request", {}};
+            last = {VL_ERR_TRANSPORT, endpoint.url + ": stopped answering /healthz", {}};
             note_failure(index);
         } else if (!*sent) {
             last = {VL_ERR_TRANSPORT, endpoint.url + ": " + httplib::to_string(sent->error()), {}};

@@ -21,8 +21,6 @@ class Client;
 
 namespace voltlock::client {
 
-class HeldAttempt;
-
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -135,6 +133,9 @@ public:
     // The answering endpoint becomes the preferred one; a leader hint moves it to the leader.
     void note_answer(size_t index, std::optional<int> leader_hint);
     void note_failure(size_t index);
+    // Whether endpoint `index` answered /healthz within the last check interval, or does now
+    // (on a connection of its own, stopped by `cancel`: then true, the caller sees why).
+    bool answers_healthz(size_t index, CancelToken* cancel, uint64_t since);
 
 private:
     struct Identity {
@@ -144,11 +145,6 @@ private:
     Identity take_identity();
     void give_back_identity(Identity identity);
     void learn_members(size_t index);
-    // Whether endpoint `index` answered /healthz within the last check interval, or does now.
-    bool answers_healthz(size_t index);
-    // False once the attempt's replica stopped answering /healthz while it held the attempt.
-    bool held_answer_comes(HeldAttempt& held, size_t index);
-
     const std::vector<Endpoint> endpoints_;
     const TransportOptions options_;
     std::atomic<size_t> preferred_{0};
