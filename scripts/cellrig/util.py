@@ -131,6 +131,7 @@ def run_in_netns(ns: str | None, work: Callable[[], T]) -> T:
                 outcome["result"] = work()
         except BaseException as e:  # handed to the caller
             outcome["error"] = e
+
     thread = threading.Thread(target=visit, name=f"in {ns}")
     thread.start()
     thread.join()
@@ -162,6 +163,7 @@ def write_sysctl(ns: str, key: str, value: str) -> bool:
     """Sets net.* sysctl `key` inside ns; /proc/sys/net follows the opener's namespace.
     Returns False when the kernel has no such setting."""
     path = "/proc/sys/" + key.replace(".", "/")
+
     def write() -> bool:
         try:
             with open(path, "w") as f:
@@ -169,6 +171,7 @@ def write_sysctl(ns: str, key: str, value: str) -> bool:
         except FileNotFoundError:
             return False
         return True
+
     return run_in_netns(ns, write)
 
 

@@ -145,6 +145,7 @@ private:
     Identity take_identity();
     void give_back_identity(Identity identity);
     void learn_members(size_t index);
+
     const std::vector<Endpoint> endpoints_;
     const TransportOptions options_;
     std::atomic<size_t> preferred_{0};
