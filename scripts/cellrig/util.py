@@ -264,15 +264,20 @@ class ProcessRef:
         return ProcessRef(data["pid"], data["start_ticks"]) if data else None
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of a live process (field 22 of /proc/PID/stat); None if gone or a zombie."""
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields from the third (the state) on; None if the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = stat[stat.rindex(")") + 2:].split()  # the command name may contain spaces
-    if fields[0] in ("Z", "X"):
+    return stat[stat.rindex(")") + 2:].split()  # the command name may contain spaces
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of a live process (field 22 of /proc/PID/stat); None if gone or a zombie."""
+    fields = stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
 
@@ -284,12 +289,10 @@ def own_lineage() -> set[int]:
     pid = os.getpid()
     while pid > 0 and pid not in lineage:
         lineage.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except (FileNotFoundError, ProcessLookupError):
+        fields = stat_fields(pid)
+        if fields is None:
             break
-        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+        pid = int(fields[1])  # the parent
     return lineage
 
 
