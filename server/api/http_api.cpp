@@ -32,6 +32,14 @@ bool adds_records(const LockOp& op)
            std::holds_alternative<Acquire>(op) || std::holds_alternative<BarrierEnter>(op);
 }
 
+// A withdrawal's result: whether the wait was still there to withdraw.
+bool withdrawn(const OpResult& result)
+{
+    if (const auto* lock = std::get_if<WithdrawWaitResult>(&result)) return lock->withdrawn;
+    if (const auto* barrier = std::get_if<WithdrawEnterResult>(&result)) return barrier->withdrawn;
+    return false;
+}
+
 ApiError quota_exceeded(uint64_t stored_bytes, uint64_t quota_bytes)
 {
     return ApiError{507, "quota_exceeded",
@@ -208,9 +216,8 @@ HttpApi::HttpApi(EventLoop& loop, Node& node, LockMachine* machine)
     if (machine_)
         waits_ = std::make_unique<WaitService>(
             loop, *machine_, progress_, limits_.max_streams,
-            [this](const std::string& lock, SessionId session, uint64_t deadline_ms) {
-                withdraw(lock, session, deadline_ms);
-            },
+            [this](WaitKind kind, const std::string& name, SessionId session,
+                   uint64_t deadline_ms) { withdraw(kind, name, session, deadline_ms); },
             [this] { return node_.cell_clock_ms(); },
             access_.on() ? WaitService::Authorize([this](Call& call) {
                 return access_.check(call);
@@ -549,29 +556,34 @@ LeaderPath::Relay HttpApi::wait_here(const CallPtr& call, WaitKind kind, std::st
     };
 }
 
-void HttpApi::withdraw(const std::string& lock, SessionId session, uint64_t deadline_ms)
+void HttpApi::withdraw(WaitKind kind, const std::string& name, SessionId session,
+                       uint64_t deadline_ms)
 {
     // The replica's own request, through the leader like any other, as a VR Request only (it
-    // has no HTTP form). WithdrawWait takes the session out of the lock's line; a lock granted
-    // to it meanwhile stays granted, as the client may have asked again elsewhere and been told.
-    spdlog::info("r{}: the client waiting for lock '{}' as session {} left: withdrawing the wait",
-                 node_.config().replica, lock, session);
+    // has no HTTP form). WithdrawWait takes the session out of the lock's line, WithdrawEnter out
+    // of the barrier; a lock granted or a barrier passed meanwhile stays so, as the client may
+    // have asked again elsewhere and been told.
+    const bool lock = kind == WaitKind::lock;
+    const char* what = lock ? "lock" : "barrier";
+    spdlog::info("r{}: the client waiting for {} '{}' as session {} left: withdrawing the wait",
+                 node_.config().replica, what, name, session);
     auto call = std::make_shared<Call>();
     call->method = "POST";
     call->endpoint = "withdraw";
+    const Bytes op =
+        lock ? encode_op(WithdrawWait{.lock = name, .session = session, .deadline_ms = deadline_ms})
+             : encode_op(
+                   WithdrawEnter{.barrier = name, .session = session, .deadline_ms = deadline_ms});
     leader_.run_op(
-        call, encode_op(WithdrawWait{.lock = lock, .session = session, .deadline_ms = deadline_ms}),
-        0,
-        [this, lock, session](const ClientIdentity&, Proposed proposed) {
+        call, op, 0,
+        [this, what, name, session](const ClientIdentity&, Proposed proposed) {
             if (proposed.kind != Proposed::Kind::committed) return;  // the session's end will do
             auto decoded = decode_result(proposed.result);
-            const auto* done =
-                decoded.ok() ? std::get_if<WithdrawWaitResult>(&decoded.value()) : nullptr;
-            if (done && done->withdrawn) return;
+            if (decoded.ok() && withdrawn(decoded.value())) return;
             withdrawals_too_late_ += 1;
-            spdlog::info("r{}: session {}'s wait for lock '{}' was over before its withdrawal "
-                         "(granted, timed out, or the session ended): nothing withdrawn",
-                         node_.config().replica, session, lock);
+            spdlog::info("r{}: session {}'s wait for {} '{}' was over before its withdrawal "
+                         "(granted or passed, timed out, or the session ended): nothing withdrawn",
+                         node_.config().replica, session, what, name);
         },
         {}, LeaderPath::Route::replication);
 }

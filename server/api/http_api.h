@@ -101,8 +101,9 @@ private:
     // A wait forwarded to the leader comes back as 202 + X-Voltlock-Waiting: wait here.
     LeaderPath::Relay wait_here(const CallPtr& call, WaitKind kind, std::string name,
                                 SessionId session);
-    // A lock waiter's client left: withdraw its wait through the log.
-    void withdraw(const std::string& lock, SessionId session, uint64_t deadline_ms);
+    // A lock waiter's or a barrier enter's client left: withdraw its wait through the log.
+    void withdraw(WaitKind kind, const std::string& name, SessionId session,
+                  uint64_t deadline_ms);
 
     // Endpoints (loop thread): each answers its call, or returns the error to answer it with.
     Served create_session(const CallPtr& call);

@@ -594,6 +594,9 @@ Json result_json(const OpResult& result, ValueEncoding encoding)
                 return object_of("wait_withdrawn", r.withdrawn, "granted", r.granted, "revision",
                                  r.revision);
             },
+            [](const WithdrawEnterResult& r) {
+                return object_of("wait_withdrawn", r.withdrawn, "revision", r.revision);
+            },
             [](const CheckSequencerResult& r) {
                 return object_of("valid", r.valid, "revision", r.revision);
             },

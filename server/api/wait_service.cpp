@@ -129,11 +129,12 @@ void WaitService::hung_up(uint64_t id)
     if (it == waits_.end()) return;
     Wait wait = std::move(it->second);
     erase_wait(it);
-    // Nobody is waiting for this lock any more: take the session out of its line, or the lock
-    // would be granted to a client that is gone.
-    if (wait.kind == WaitKind::lock) {
+    // Nobody is waiting for this lock or barrier any more: take the session out of the lock's
+    // line or the barrier, or the lock would be granted to a client that is gone, and the
+    // barrier pass with one.
+    if (wait.kind != WaitKind::barrier_leave) {
         waits_withdrawn_ += 1;
-        withdraw_(wait.name, wait.session, wait.deadline_ms);
+        withdraw_(wait.kind, wait.name, wait.session, wait.deadline_ms);
     }
 }
 

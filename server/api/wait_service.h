@@ -4,8 +4,9 @@
 // the applied revision moves (Progress).
 //
 // A wait looks for its outcome event after the result's revision; it answers 503 (retry the same
-// request) if none came by its deadline plus kWaitGraceMs. A lock waiter whose client hangs up
-// has its wait withdrawn through the log (`withdraw`), so the lock is not granted to nobody.
+// request) if none came by its deadline plus kWaitGraceMs. A lock waiter or a barrier enter whose
+// client hangs up has its wait withdrawn through the log (`withdraw`), so the lock is not granted
+// to nobody, and the barrier does not pass with a member that is gone.
 //
 // A watch streams events from its start revision into a bounded buffer (http_stream_buffer_bytes),
 // paced by its reader: while the buffer is full (StreamBuffer: half of it unsent, or a batch
@@ -66,9 +67,10 @@ inline constexpr double kHeadroomUnpaced = 0.25;
 
 class WaitService {
 public:
-    // The wait's lock, session and deadline (the machine's, which names this wait).
-    using Withdraw =
-        std::function<void(const std::string& lock, SessionId session, uint64_t deadline_ms)>;
+    // The wait's kind, lock or barrier, session and deadline (the machine's, which names this
+    // wait): a lock wait or a barrier enter (a leave, once asked, stands).
+    using Withdraw = std::function<void(WaitKind kind, const std::string& name, SessionId session,
+                                        uint64_t deadline_ms)>;
     using Clock = std::function<uint64_t()>;
     // Whether a watch's client may still watch: nullopt, or the 401/403 (Access::check).
     using Authorize = std::function<std::optional<ApiError>(Call&)>;

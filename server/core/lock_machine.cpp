@@ -123,7 +123,7 @@ Bytes LockMachine::apply(Op op, const Entry& entry)
     end_apply();
     const uint8_t code = entry.payload.empty() ? 0 : static_cast<uint8_t>(entry.payload[0]);
     const bool known = code >= static_cast<uint8_t>(OpCode::create_session) &&
-                       code <= static_cast<uint8_t>(OpCode::withdraw_wait);
+                       code <= static_cast<uint8_t>(OpCode::withdraw_enter);
     return encode_result(OpError{.op = known ? static_cast<OpCode>(code) : OpCode::none,
                                  .code = ErrorCode::malformed,
                                  .revision = state_.revision,
@@ -153,6 +153,7 @@ OpResult LockMachine::apply_op(Op op, uint64_t timestamp_ms, const LockOp& lock_
                 [&](const Get& o) { return get(o); },
                 [&](const BarrierEnter& o) { return on_barrier_enter(o); },
                 [&](const BarrierLeave& o) { return on_barrier_leave(o); },
+                [&](const WithdrawEnter& o) { return on_withdraw_enter(o); },
                 [&](const ExpireWaiters&) { return OpResult{ExpireWaitersResult{}}; },
                 [&](const AuthOp& o) -> OpResult {
                     const AuthOutcome done = apply_auth_op(state_.auth, o, state_.now_ms);
@@ -798,8 +799,7 @@ OpResult LockMachine::on_barrier_leave(const BarrierLeave& o)
 
     if (barrier.phase == BarrierPhase::entering) {
         // Leaving before the count is reached withdraws the enter.
-        session->second.barriers.erase(o.barrier);
-        remove_barrier_member(o.barrier, o.session, Cause::request);
+        withdraw_enter(o.barrier, session->second, o.session);
         return BarrierLeaveResult{.status = BarrierStatus::passed};
     }
     if (member->leaving) {
@@ -826,6 +826,28 @@ OpResult LockMachine::on_barrier_leave(const BarrierLeave& o)
     add_timer({member->deadline_ms, TimerKind::barrier_wait, o.barrier, o.session});
     emit(WatchEvent{.type = EventType::barrier_leave, .key = o.barrier, .session = o.session});
     return BarrierLeaveResult{.status = BarrierStatus::waiting, .deadline_ms = member->deadline_ms};
+}
+
+OpResult LockMachine::on_withdraw_enter(const WithdrawEnter& o)
+{
+    const auto session = state_.sessions.find(o.session);
+    if (session == state_.sessions.end())
+        return error(OpCode::withdraw_enter, ErrorCode::unknown_session);
+    WithdrawEnterResult result;
+    const auto it = state_.barriers.find(o.barrier);
+    if (it == state_.barriers.end() || it->second.phase != BarrierPhase::entering) return result;
+    const auto member = find_session(it->second.members, o.session);
+    // Not a member any more, or waiting again (another deadline): nothing to withdraw.
+    if (member == it->second.members.end() || member->deadline_ms != o.deadline_ms) return result;
+    withdraw_enter(o.barrier, session->second, o.session);
+    result.withdrawn = true;
+    return result;
+}
+
+void LockMachine::withdraw_enter(const std::string& name, SessionRecord& session, SessionId id)
+{
+    session.barriers.erase(name);
+    remove_barrier_member(name, id, Cause::request);
 }
 
 // The count is reached: every member passes the enter phase.

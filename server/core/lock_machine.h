@@ -336,6 +336,7 @@ private:
     OpResult on_delete(const Delete& o);
     OpResult on_barrier_enter(const BarrierEnter& o);
     OpResult on_barrier_leave(const BarrierLeave& o);
+    OpResult on_withdraw_enter(const WithdrawEnter& o);
 
     OpError error(OpCode op, ErrorCode code, uint64_t detail = 0) const;
     CloseSessionResult end_session(SessionId session, Cause cause);
@@ -350,6 +351,8 @@ private:
     void release_barrier(const std::string& name, BarrierRecord& barrier);
     void finish_leave(const std::string& name);
     void remove_barrier_member(const std::string& name, SessionId session, Cause cause);
+    // Takes a member out before the count is reached (BarrierLeave, WithdrawEnter).
+    void withdraw_enter(const std::string& name, SessionRecord& session, SessionId id);
 
     // KV.
     void delete_key(const std::string& key, Cause cause);

@@ -15,14 +15,14 @@
 
 namespace voltlock {
 
-static_assert(std::variant_size_v<LockOp> == static_cast<size_t>(OpCode::withdraw_wait),
+static_assert(std::variant_size_v<LockOp> == static_cast<size_t>(OpCode::withdraw_enter),
               "LockOp alternatives are the op codes in order");
 static_assert(std::variant_size_v<OpResult> == std::variant_size_v<LockOp> + 1,
               "one result type per op, plus OpError");
 
 namespace {
 
-constexpr uint8_t kMaxOpCode = static_cast<uint8_t>(OpCode::withdraw_wait);
+constexpr uint8_t kMaxOpCode = static_cast<uint8_t>(OpCode::withdraw_enter);
 constexpr uint8_t kMaxErrorCode = static_cast<uint8_t>(ErrorCode::already_exists);
 
 // Put flags.
@@ -110,6 +110,12 @@ template <typename Io, codec::MaybeConst<WithdrawWait> R>
 bool fields(Io& io, R& o)
 {
     return io.template str<uint16_t>(o.lock) && io.u64(o.session) && io.u64(o.deadline_ms);
+}
+
+template <typename Io, codec::MaybeConst<WithdrawEnter> R>
+bool fields(Io& io, R& o)
+{
+    return io.template str<uint16_t>(o.barrier) && io.u64(o.session) && io.u64(o.deadline_ms);
 }
 
 template <typename Io, codec::MaybeConst<CheckSequencer> R>
@@ -208,6 +214,12 @@ template <typename Io, codec::MaybeConst<WithdrawWaitResult> R>
 bool fields(Io& io, R& r)
 {
     return io.boolean(r.withdrawn) && io.u32(r.granted);
+}
+
+template <typename Io, codec::MaybeConst<WithdrawEnterResult> R>
+bool fields(Io& io, R& r)
+{
+    return io.boolean(r.withdrawn);
 }
 
 template <typename Io, codec::MaybeConst<CheckSequencerResult> R>
@@ -322,6 +334,13 @@ std::optional<Invalid> check_wait(uint32_t wait_ms)
                : std::nullopt;
 }
 
+std::optional<Invalid> check_count(uint32_t count)
+{
+    return count < 1 || count > kMaxBarrierCount
+               ? std::optional<Invalid>(Invalid{Violation::count_out_of_range, "count"})
+               : std::nullopt;
+}
+
 std::optional<Invalid> first_of(std::initializer_list<std::optional<Invalid>> checks)
 {
     for (const auto& c : checks)
@@ -329,10 +348,11 @@ std::optional<Invalid> first_of(std::initializer_list<std::optional<Invalid>> ch
     return std::nullopt;
 }
 
-// A lock's name and a session's id (Release, WithdrawWait).
-std::optional<Invalid> check_lock_and_session(const std::string& lock, SessionId session)
+// A lock's or a barrier's name (`field`) and a session's id (Release, the withdrawals).
+std::optional<Invalid> check_name_and_session(const std::string& name, const char* field,
+                                              SessionId session)
 {
-    return first_of({check(validate_name(lock), "lock"), check_session(session)});
+    return first_of({check(validate_name(name), field), check_session(session)});
 }
 
 std::optional<Invalid> check_sequencer_field(const std::optional<Sequencer>& s)
@@ -364,6 +384,7 @@ const char* op_code_name(OpCode code)
     case OpCode::expire_waiters: return "expire_waiters";
     case OpCode::auth: return "auth";
     case OpCode::withdraw_wait: return "withdraw_wait";
+    case OpCode::withdraw_enter: return "withdraw_enter";
     }
     return "unknown";
 }
@@ -521,8 +542,8 @@ std::optional<Invalid> validate(const LockOp& op)
                 return first_of({check(validate_name(o.lock), "lock"), check_session(o.session),
                                  check_wait(o.wait_ms)});
             },
-            [](const Release& o) { return check_lock_and_session(o.lock, o.session); },
-            [](const WithdrawWait& o) { return check_lock_and_session(o.lock, o.session); },
+            [](const Release& o) { return check_name_and_session(o.lock, "lock", o.session); },
+            [](const WithdrawWait& o) { return check_name_and_session(o.lock, "lock", o.session); },
             [](const CheckSequencer& o) { return check_sequencer_field(o.sequencer); },
             [](const Put& o) {
                 return first_of({
@@ -560,15 +581,16 @@ std::optional<Invalid> validate(const LockOp& op)
                 return first_of({
                     check(validate_name(o.barrier), "barrier"),
                     check_session(o.session),
-                    o.count < 1 || o.count > kMaxBarrierCount
-                        ? std::optional<Invalid>(Invalid{Violation::count_out_of_range, "count"})
-                        : std::nullopt,
+                    check_count(o.count),
                     check_wait(o.wait_ms),
                 });
             },
             [](const BarrierLeave& o) {
                 return first_of({check(validate_name(o.barrier), "barrier"),
                                  check_session(o.session), check_wait(o.wait_ms)});
+            },
+            [](const WithdrawEnter& o) {
+                return check_name_and_session(o.barrier, "barrier", o.session);
             },
             [](const ExpireWaiters&) { return std::optional<Invalid>{}; },
             [](const AuthOp& o) { return validate_auth_op(o); },

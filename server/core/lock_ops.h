@@ -70,6 +70,7 @@ enum class OpCode : uint8_t {
     expire_waiters = 13,
     auth = 14,  // users, roles, tokens: core/auth_ops.h
     withdraw_wait = 15,
+    withdraw_enter = 16,
 };
 const char* op_code_name(OpCode code);  // "unknown" outside the enum
 
@@ -204,6 +205,18 @@ struct WithdrawWait {
     bool operator==(const WithdrawWait&) const = default;
 };
 
+// str barrier, u64 session, u64 deadline_ms. Proposed by the replica whose client hung up while
+// it waited to enter a barrier: takes the session out of the barrier if it still waits to enter
+// with that deadline (as that deadline would have; an enter asked again takes a new one), and does
+// nothing else. A barrier that passed meanwhile stays passed, and a leave, once asked, stands: a
+// client that hangs up while it waits for the others to leave holds nobody up.
+struct WithdrawEnter {
+    std::string barrier;
+    SessionId session = 0;
+    uint64_t deadline_ms = 0;
+    bool operator==(const WithdrawEnter&) const = default;
+};
+
 // No fields. Proposed by the leader when a deadline (LockMachine::next_deadline_ms) has passed:
 // every op first processes the deadlines up to its timestamp, and this op does nothing else.
 struct ExpireWaiters {
@@ -213,7 +226,7 @@ struct ExpireWaiters {
 // Alternatives in OpCode order: index + 1 is the op code.
 using LockOp = std::variant<CreateSession, KeepAlive, CloseSession, ExpireSession, Acquire,
                             Release, CheckSequencer, Put, Delete, Get, BarrierEnter, BarrierLeave,
-                            ExpireWaiters, AuthOp, WithdrawWait>;
+                            ExpireWaiters, AuthOp, WithdrawWait, WithdrawEnter>;
 OpCode op_code(const LockOp& op);
 
 // ---- Results ---------------------------------------------------------------------------------
@@ -392,6 +405,13 @@ struct WithdrawWaitResult {
     bool operator==(const WithdrawWaitResult&) const = default;
 };
 
+// u8 withdrawn.
+struct WithdrawEnterResult {
+    Revision revision = 0;
+    bool withdrawn = false;  // the session was waiting to enter and is no longer a member
+    bool operator==(const WithdrawEnterResult&) const = default;
+};
+
 // No fields.
 struct ExpireWaitersResult {
     Revision revision = 0;
@@ -402,7 +422,7 @@ using OpResult = std::variant<OpError, CreateSessionResult, KeepAliveResult, Clo
                               ExpireSessionResult, AcquireResult, ReleaseResult,
                               CheckSequencerResult, PutResult, DeleteResult, GetResult,
                               BarrierEnterResult, BarrierLeaveResult, ExpireWaitersResult,
-                              AuthResult, WithdrawWaitResult>;
+                              AuthResult, WithdrawWaitResult, WithdrawEnterResult>;
 // The op a result answers.
 OpCode result_op_code(const OpResult& result);
 // The revision a result carries (every result carries one).

@@ -47,6 +47,7 @@ std::vector<std::pair<std::string, LockOp>> sample_ops()
         {"barrier_leave", BarrierLeave{.barrier = "app/b", .session = 1}},
         {"release", Release{.lock = "app/s", .session = 1}},
         {"withdraw_wait", WithdrawWait{.lock = "app/s", .session = 1, .deadline_ms = 60'000}},
+        {"withdraw_enter", WithdrawEnter{.barrier = "app/b", .session = 1, .deadline_ms = 60'000}},
         {"delete", Delete{.key = "app/k", .prev_revision = 6}},
         {"delete_prefix", Delete{.key = "app/", .prefix = true}},
         {"expire_session", ExpireSession{.session = 2, .lease_epoch = 1}},

@@ -62,14 +62,20 @@ def raw_socket(c: Cell, replica: int, timeout: float = 10.0) -> socket.socket:
     return sock
 
 
-def raw_wait(c: Cell, replica: int, lock: str, session_id: int) -> socket.socket:
-    """A connection waiting (up to a minute) for `lock` as `session_id`, answer left unread."""
+def raw_post(c: Cell, replica: int, path: str, fields: dict) -> socket.socket:
+    """A connection that sent POST `path` with `fields`, its answer left unread."""
     sock = raw_socket(c, replica)
-    body = json.dumps({"session": session_id, "wait_ms": 60_000}).encode()
-    sock.sendall((f"POST /v1/locks/{quote(lock)}:acquire HTTP/1.1\r\nHost: x\r\n"
+    body = json.dumps(fields).encode()
+    sock.sendall((f"POST {path} HTTP/1.1\r\nHost: x\r\n"
                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
                  .encode() + body)
     return sock
+
+
+def raw_wait(c: Cell, replica: int, lock: str, session_id: int) -> socket.socket:
+    """A connection waiting (up to a minute) for `lock` as `session_id`, answer left unread."""
+    return raw_post(c, replica, f"/v1/locks/{quote(lock)}:acquire",
+                    {"session": session_id, "wait_ms": 60_000})
 
 
 def waiting_sessions(c: Cell, lock: str) -> list:
@@ -612,6 +618,23 @@ def test_a_waiter_that_hangs_up_has_its_wait_withdrawn(cell, at):
     assert call(cell, 0, "POST", f"/v1/locks/{quote(lock)}:release",
                 {"session": holder}).status == 200
     assert call(cell, 0, "GET", f"/v1/locks/{quote(lock)}")["holders"] == []
+    assert call(cell, replica, "GET", "/v1/cluster")["api"]["waits_withdrawn"] >= 1
+
+
+@pytest.mark.parametrize("at", ["leader", "follower"])
+def test_a_barrier_enter_that_hangs_up_is_withdrawn(cell, at):
+    # Else the barrier would pass with a member whose client is gone.
+    replica = cell.leader if at == "leader" else (cell.leader + 1) % 3
+    path = f"/v1/barriers/{quote(fresh('rendezvous'))}"
+    gone, late = session(cell), session(cell)
+    sock = raw_post(cell, replica, f"{path}:enter", {"session": gone, "count": 2, "wait_ms": 60_000})
+    wait_until(lambda: call(cell, 0, "GET", path).status == 200, timeout=10,
+               what="the member waiting to enter")
+    sock.close()
+    wait_until(lambda: call(cell, 0, "GET", path).status == 404, timeout=10,
+               what="the enter withdrawn (the barrier gone with its only member)")
+    r = call(cell, 0, "POST", f"{path}:enter", {"session": late, "count": 2})
+    assert r.status == 409 and r["code"] == "barrier_not_ready", r
     assert call(cell, replica, "GET", "/v1/cluster")["api"]["waits_withdrawn"] >= 1
 
 

@@ -224,6 +224,8 @@ TEST_CASE("golden bytes: every op type")
          "0e06100030393061306230633064306530663130"},
         {WithdrawWait{.lock = "db/primary", .session = 77, .deadline_ms = 0x0102030405},
          "0f0a0064622f7072696d6172794d000000000000000504030201000000"},
+        {WithdrawEnter{.barrier = "phase/1", .session = 77, .deadline_ms = 0x0102030405},
+         "10070070686173652f314d000000000000000504030201000000"},
     };
     for (const auto& [op, hex] : golden) {
         CAPTURE(op_code_name(op_code(op)));
@@ -288,6 +290,7 @@ TEST_CASE("golden bytes: every result type")
          "0e0e1e000000000000000300000000000000"},
         {WithdrawWaitResult{.revision = 30, .withdrawn = true, .granted = 2},
          "0f001e000000000000000102000000"},
+        {WithdrawEnterResult{.revision = 31, .withdrawn = true}, "10001f0000000000000001"},
     };
     for (const auto& [result, hex] : golden) {
         CAPTURE(op_code_name(result_op_code(result)));

@@ -1014,6 +1014,50 @@ TEST_CASE("lock machine: leaving before the count is reached withdraws the enter
     CHECK(types(h.events()).back() == EventType::barrier_cancel);
 }
 
+TEST_CASE("lock machine: WithdrawEnter takes a waiting member out, never undoes a pass or leave")
+{
+    // What a replica proposes when its client hung up while it waited to enter: the barrier
+    // must not pass with a member that is gone. A pass it missed, or a leave, stays.
+    Machine h;
+    const SessionId a = h.session();
+    const SessionId b = h.session();
+    const SessionId c = h.session();
+    const uint64_t a_deadline = h.ok<BarrierEnterResult>(enter("B", a, 3)).deadline_ms;
+    const uint64_t b_deadline = h.ok<BarrierEnterResult>(enter("B", b, 3)).deadline_ms;
+    h.events();
+    const auto withdraw = [&](SessionId s, uint64_t deadline_ms, const std::string& name = "B") {
+        return h.ok<WithdrawEnterResult>(
+            WithdrawEnter{.barrier = name, .session = s, .deadline_ms = deadline_ms});
+    };
+    CHECK(withdraw(a, a_deadline).withdrawn);
+    CHECK(h.state().barriers.at("B").members.size() == 1);
+    CHECK(h.state().sessions.at(a).barriers.empty());
+    CHECK(types(h.events()) == std::vector{EventType::barrier_cancel});
+    // c's enter does not complete the barrier: a is no longer in it.
+    CHECK(h.ok<BarrierEnterResult>(enter("B", c, 3)).status == BarrierStatus::waiting);
+
+    // The enter b asked again (another deadline) is not the one withdrawn.
+    h.now += 1'000;
+    const uint64_t b_again = h.ok<BarrierEnterResult>(enter("B", b, 3)).deadline_ms;
+    REQUIRE(b_again != b_deadline);
+    h.events();
+    CHECK(!withdraw(b, b_deadline).withdrawn);
+    CHECK(h.state().barriers.at("B").members.size() == 2);
+    CHECK(h.events().empty());
+
+    // Passed: the pass stays, and so does a leave.
+    CHECK(h.ok<BarrierEnterResult>(enter("B", a, 3)).status == BarrierStatus::passed);
+    const Revision passed = h.state().revision;
+    CHECK(!withdraw(b, b_again).withdrawn);
+    CHECK(h.state().barriers.at("B").members.size() == 3);
+    const uint64_t c_leave = h.ok<BarrierLeaveResult>(leave("B", c)).deadline_ms;
+    CHECK(!withdraw(c, c_leave).withdrawn);
+    CHECK(h.state().barriers.at("B").members[1].leaving);
+    CHECK(h.state().revision == passed + 1);  // the leave; the withdrawals changed nothing
+    CHECK(!withdraw(a, a_deadline, "nothing").withdrawn);
+    h.fails(WithdrawEnter{.barrier = "B", .session = 999}, ErrorCode::unknown_session);
+}
+
 TEST_CASE("lock machine: a session that ends leaves its barriers, which may end a leave phase")
 {
     Machine h;
@@ -1214,7 +1258,7 @@ public:
         const std::string barrier = "barrier/" + std::to_string(below(2));
         const auto mode = below(2) == 0 ? LockMode::exclusive : LockMode::shared;
         const uint32_t wait = below(3) == 0 ? 0 : 1 + below(5'000);
-        switch (below(17)) {
+        switch (below(18)) {
         case 0:
         case 1:
             return CreateSession{.ttl_ms = 1'000 + below(20'000), .lock_delay_ms = below(3) * 1'000,
@@ -1257,6 +1301,9 @@ public:
         case 14: return BarrierLeave{.barrier = barrier, .session = session(), .wait_ms = wait};
         case 15:
             return WithdrawWait{.lock = lock, .session = session(), .deadline_ms = below(5'000)};
+        case 16:
+            return WithdrawEnter{.barrier = barrier, .session = session(),
+                                 .deadline_ms = below(5'000)};
         default: return ExpireWaiters{};
         }
     }

@@ -62,6 +62,7 @@ std::vector<LockOp> sample_ops()
         BarrierLeave{.barrier = "phase/1", .session = 6, .wait_ms = 0},
         ExpireWaiters{},
         WithdrawWait{.lock = "jobs/ä/üñí", .session = 4, .deadline_ms = 1'700'000'000'000},
+        WithdrawEnter{.barrier = "phase/ä", .session = 6, .deadline_ms = 1'700'000'000'000},
         AuthOp{PutRole{.role = "reader",
                        .grants = {RoleGrant{.permissions = 9, .scope = GrantScope::key,
                                             .prefix = "app/"}}}},
@@ -103,6 +104,8 @@ std::vector<OpResult> sample_results()
         AuthResult{.revision = 17, .auth_revision = 3},
         WithdrawWaitResult{.revision = 18, .withdrawn = true, .granted = 1},
         WithdrawWaitResult{.revision = 18, .withdrawn = false, .granted = 0},
+        WithdrawEnterResult{.revision = 19, .withdrawn = true},
+        WithdrawEnterResult{.revision = 19, .withdrawn = false},
     };
 }
 
@@ -170,7 +173,7 @@ TEST_CASE("lock ops: the layout is little-endian fields after a one-byte op code
 TEST_CASE("lock ops: an empty payload and unknown op codes are rejected")
 {
     CHECK(decode_op("").error() == OpDecodeError::empty);
-    for (const int code : {0, 16, 0x7F, 0xFF})
+    for (const int code : {0, 17, 0x7F, 0xFF})
         CHECK(decode_op(Bytes(1, static_cast<char>(code))).error() == OpDecodeError::unknown_op);
 }
 
@@ -237,7 +240,7 @@ TEST_CASE("lock ops: a string length beyond the buffer is truncated, not read")
 TEST_CASE("lock ops: malformed results are rejected with their reason")
 {
     CHECK(decode_result("").error() == OpDecodeError::empty);
-    CHECK(decode_result(Bytes(1, '\x10')).error() == OpDecodeError::unknown_op);
+    CHECK(decode_result(Bytes(1, '\x11')).error() == OpDecodeError::unknown_op);
 
     for (const OpResult& result : sample_results()) {
         const Bytes bytes = encode_result(result);
@@ -372,6 +375,8 @@ TEST_CASE("lock ops: validation names the rule and the field each op breaks")
          Violation::wait_out_of_range, "wait_ms"},
         {Release{.lock = "L\x01", .session = 1}, Violation::name_control_character, "lock"},
         {WithdrawWait{.lock = "L", .session = 0}, Violation::session_missing, "session"},
+        {WithdrawEnter{.barrier = "", .session = 1}, Violation::name_empty, "barrier"},
+        {WithdrawEnter{.barrier = "B", .session = 0}, Violation::session_missing, "session"},
         {CheckSequencer{.sequencer = {.lock = ""}}, Violation::name_empty, "sequencer.lock"},
         {Put{.key = "", .value = "v"}, Violation::name_empty, "key"},
         {Put{.key = "k", .value = Bytes(kMaxValueBytes + 1, 'v')}, Violation::value_too_long,
