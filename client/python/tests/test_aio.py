@@ -319,3 +319,38 @@ def test_a_watch_entered_with_async_with_sees_the_change_made_right_after(cell):
             event = await asyncio.wait_for(watch.__anext__(), 10)
         assert event.revision == rev
     run(cell, body)
+
+
+def test_a_watch_at_a_stopped_replica_moves_on_and_its_close_ends_it_at_once_with_asyncio(cell):
+    """As the sync client's test_failover: `async with` places the watch at the next replica
+    after attempt_timeout, and close() from another task ends a stream still opening."""
+    follower = next(r["index"] for r in cell.replicas if r["index"] != cell.leader)
+    others = [r["index"] for r in cell.replicas if r["index"] != follower]
+
+    async def body(client: aio.Client) -> None:
+        key = fresh("watched")
+        pid = replica_pid(cell, follower)
+        cell.harmed = True
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            async with client.watch(key) as watch:
+                assert time.monotonic() - started < 5 and watch.next_revision is not None
+                rev = await client.put(key, "1")
+                assert (await asyncio.wait_for(watch.__anext__(), 10)).revision == rev
+
+            async with aio.Client(cell.urls(follower, *others)) as stuck:
+                opening = stuck.watch(key, start_revision=rev)
+                reader = asyncio.ensure_future(_every_event(opening))
+                await until(lambda: opening._opening is not None, 5, "the stream to be opening")
+                closed_at = time.monotonic()
+                opening.close()
+                await asyncio.wait_for(reader, 5)
+                assert time.monotonic() - closed_at < 1
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    run(cell, body, follower, *others)  # the stopped one first
+
+
+async def _every_event(watch: aio.Watch) -> List[voltlock.WatchEvent]:
+    return [event async for event in watch]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import math
 import os
 import shutil
 import socket
@@ -13,7 +14,7 @@ import ssl
 import subprocess
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Union
 
 import pytest
 
@@ -28,11 +29,19 @@ SEQUENCER = {"lock": "x", "mode": "exclusive", "generation": 4, "session": 5}
 
 class ScriptedCell:
     """Answers a client's attempts as a cell of one session (id 5) would; `reachable` False
-    makes every attempt fail as a cut-off cell's do."""
+    makes every attempt fail as a cut-off cell's do. A lock in `busy` is another session's: a
+    wait for it is held (`waiting` is set) until a session is ended, and then answered
+    unknown_session, as the cell answers the waits of a session it ended;
+    `before_answering_close` runs when a session is ended, before its close hears back (the
+    cell's answers to the close and to the session's wait may come in either order)."""
 
     def __init__(self) -> None:
         self.reachable = True
         self.sent: List[str] = []
+        self.busy: Set[str] = set()
+        self.waiting = threading.Event()
+        self.ended = threading.Event()
+        self.before_answering_close: Callable[[], Any] = lambda: None
         self._mutex = threading.Lock()
 
     def answer(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure]:
@@ -45,22 +54,68 @@ class ScriptedCell:
             body = {"session": 5 + sum(t == "POST /v1/sessions" for t in self.sent) - 1}
         elif attempt.target == "/v1/cluster":
             body = {"members": []}
+        elif self.closes(attempt):
+            self.ended.set()
+        elif self.lock_of(attempt) in self.busy:
+            if self.ended.is_set():
+                return p.Reply(404, {}, json.dumps({"code": "unknown_session",
+                                                    "message": "no session 5"}).encode())
+            return p.Reply(409, {}, json.dumps({"code": "lock_busy",
+                                                "message": "held"}).encode())
         elif attempt.target.endswith(":acquire"):
             body = {"granted": True, "revision": 3, "sequencer": SEQUENCER}
         return p.Reply(200, {}, json.dumps(body).encode())
 
+    @staticmethod
+    def lock_of(attempt: p.Attempt) -> Optional[str]:
+        """The lock an acquire is for, else None."""
+        path = attempt.target.partition("?")[0]
+        if path.startswith("/v1/locks/") and path.endswith(":acquire"):
+            return path[len("/v1/locks/"):-len(":acquire")]
+        return None
+
+    def holds(self, attempt: p.Attempt) -> bool:
+        held = attempt.held and self.lock_of(attempt) in self.busy
+        if held:
+            self.waiting.set()
+        return held
+
+    @staticmethod
+    def closes(attempt: p.Attempt) -> bool:
+        return attempt.method == "DELETE" and attempt.target.startswith("/v1/sessions/")
+
     # The transport's interface, for the sync client.
     def perform(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure]:
-        return self.answer(attempt)
+        if self.holds(attempt):
+            self.ended.wait(10)
+        answer = self.answer(attempt)
+        if self.closes(attempt):
+            self.before_answering_close()
+        return answer
 
     def close(self) -> None:
         pass
 
 
 class AsyncScriptedCell(ScriptedCell):
+    """`before_answering_close` is awaited."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        async def nothing() -> None:
+            pass
+        self.before_answering_close = nothing
+
     async def perform(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure]:  # type: ignore
         await asyncio.sleep(0)
-        return self.answer(attempt)
+        if self.holds(attempt):
+            while not self.ended.is_set():
+                await asyncio.sleep(0.01)
+        answer = self.answer(attempt)
+        if self.closes(attempt):
+            await self.before_answering_close()
+        return answer
 
 
 @pytest.fixture
@@ -87,6 +142,61 @@ def test_a_closed_session_is_closed_not_lost(scripted):
         s.lock("y").acquire()
     s.close()  # again: nothing more to do
     assert cell.sent.count("DELETE /v1/sessions/5") == 1
+    with pytest.raises(RuntimeError, match="session 5 is closed: a session is opened only once"):
+        s.open()
+    again = client.session(ttl=3).open()
+    with pytest.raises(RuntimeError, match="already open"):
+        again.open()
+    again.close()
+
+
+@pytest.mark.parametrize("closer", ["session", "client"])
+def test_closing_a_session_while_a_call_on_it_waits_does_not_lose_it(scripted, closer):
+    """The cell ends the waits of the session it was told to end (unknown_session), and may say
+    so to the waiter before the close hears back: the session is closed all the same."""
+    client, cell = scripted
+    client._protocol.timeout = 30
+    told: List[str] = []
+    s = client.session(ttl=30, on_lost=lambda _: told.append("lost")).open()
+    cell.busy.add("x")
+    waited: List[Exception] = []
+
+    def wait_for_x() -> None:
+        try:
+            s.lock("x").acquire(30)
+        except voltlock.Error as e:
+            waited.append(e)
+    waiter = threading.Thread(target=wait_for_x)
+    waiter.start()
+    wait_until(cell.waiting.is_set, 5, "the wait to be held")
+    cell.before_answering_close = lambda: waiter.join(5)  # the waiter hears first
+    s.close() if closer == "session" else client.close()
+    assert not waiter.is_alive()
+    assert s.state == voltlock.CLOSED and not s.lost.is_set() and told == []
+    assert isinstance(waited[0], voltlock.SessionExpired) and "is closed" in str(waited[0])
+
+
+def test_closing_an_asyncio_session_while_a_call_on_it_waits_does_not_lose_it():
+    async def main() -> None:
+        client = aio.Client(EPS, timeout=30, attempt_timeout=0.2)
+        cell = AsyncScriptedCell()
+        client._transport = cell  # type: ignore[assignment]
+        told: List[str] = []
+        s = await client.session(ttl=30, on_lost=lambda _: told.append("lost")).open()
+        cell.busy.add("x")
+        waiter = asyncio.ensure_future(s.lock("x").acquire(30))
+        while not cell.waiting.is_set():
+            await asyncio.sleep(0.01)
+
+        async def waiter_hears_first() -> None:
+            await asyncio.wait({waiter}, timeout=5)
+        cell.before_answering_close = waiter_hears_first
+        await s.close()
+        assert s.state == voltlock.CLOSED and not s.lost.is_set() and told == []
+        with pytest.raises(voltlock.SessionExpired, match="is closed"):
+            await waiter
+        await client.close()
+    asyncio.run(main())
 
 
 def test_lock_objects_of_one_session_for_one_name_share_the_grant(scripted):
@@ -181,8 +291,27 @@ def test_bad_client_arguments_are_refused():
         s.lock("x", shared="no")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         client.get("k", stale="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="^ttl must be a finite number"):
+        client.session(ttl=math.inf)
+    with pytest.raises(ValueError, match="^grace must be a finite number"):
+        aio.Client(EPS).session(grace=math.nan)
+    # A wait of inf is a wait for ever, as None is (the scripted cell grants at once).
+    assert s.lock("x", timeout=math.inf).acquire().generation == SEQUENCER["generation"]
     s.close()
     client.close()
+
+
+def test_a_barrier_call_has_a_time_of_its_own_beside_its_wait(scripted):
+    client, cell = scripted
+    client._protocol.timeout = 30
+    s = client.session(ttl=30).open()
+    cell.reachable = False
+    started = time.monotonic()
+    with pytest.raises(voltlock.Unavailable):
+        s.barrier("b", 2).enter(0, call_timeout=0.3)
+    with pytest.raises(voltlock.Unavailable):
+        s.barrier("b", 2).leave(0, call_timeout=0.3)
+    assert time.monotonic() - started < 2  # not the client's 30 s
 
 
 # --- the transports over local sockets ---------------------------------------------------------

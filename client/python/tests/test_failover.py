@@ -211,3 +211,57 @@ def test_a_client_given_one_replica_fails_over_to_the_replicas_it_learned(cell):
     cell.kill(follower)
     assert client.put(key, "2") > 0 and client.get(key).value == "2"
     client.close()
+
+
+def test_a_watch_at_a_stopped_replica_moves_on_and_its_close_ends_it_at_once(cell):
+    """SIGSTOP: the replica's kernel accepts the connection and nothing answers. The cell sends
+    a watch's headers at once, so the replica gets attempt_timeout (3 s) and the watch is
+    placed at the next one (it was 25 s, and then not placed); and close() from another thread
+    ends an iteration whose stream is still being opened there (it waited for the headers)."""
+    follower = next(r["index"] for r in cell.replicas if r["index"] != cell.leader)
+    others = [r["index"] for r in cell.replicas if r["index"] != follower]
+    pid = replica_pid(cell, follower)
+    client = voltlock.Client(cell.urls(follower, *others))  # the stopped one first
+    stuck = voltlock.Client(cell.urls(follower, *others))
+    key = fresh("watched")
+    cell.harmed = True
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with client.watch(key) as watch:
+            assert time.monotonic() - started < 5 and watch.next_revision is not None
+            rev = client.put(key, "1")
+            assert next(watch).revision == rev  # placed before the put: the change is seen
+
+        opening = stuck.watch(key, start_revision=rev)  # opened by the first next()
+        reader = threading.Thread(target=lambda: list(opening))
+        reader.start()
+        wait_until(lambda: opening._connection is not None, 5, "the stream to be opening")
+        closed_at = time.monotonic()
+        opening.close()
+        reader.join(10)
+        assert not reader.is_alive() and time.monotonic() - closed_at < 1
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    client.close()
+    stuck.close()
+
+
+def test_a_short_session_survives_its_leader_cut_off_from_everything(cell):
+    """TTL 3 s: a keepalive gives up within a third of the TTL, so the one sent to the cut-off
+    leader is left in time for the next to reach the replica the cell makes leader (in about
+    1.5 s): the session is not lost, and its lock stands. (Its lease may lapse for a moment on
+    a loaded machine, so `seq.valid` is checked only at the end.)"""
+    client = voltlock.Client(cell.urls(), timeout=20)
+    lost = threading.Event()
+    with client.session(ttl=3, on_lost=lambda _: lost.set()) as s:
+        seq = s.lock(fresh("lock")).acquire()
+        assert client._protocol.router.current().url == cell.urls(cell.leader)[0]
+        cell.partition(cell.leader)
+        # Three TTLs: the session would be lost long before (its grace is one TTL).
+        assert not lost.wait(3 * s.ttl)
+        wait_until(lambda: s.state == voltlock.CONNECTED and seq.valid, 10, "the lease renewed")
+        assert client.check(seq)
+        holders = client.lock_info(seq.lock)["holders"]
+        assert [(h["session"], h["generation"]) for h in holders] == [(s.id, seq.generation)]
+    client.close()

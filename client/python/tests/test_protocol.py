@@ -3,6 +3,7 @@ a fake clock, so every retry, failover and parsing rule is checked without a soc
 from __future__ import annotations
 
 import json
+import math
 import random
 import ssl
 from typing import Any, Callable, List, Optional
@@ -70,6 +71,9 @@ def proto(clock: FakeClock) -> p.Protocol:
     assert made.router.take_member_question()
     made.router.learn_members(CLUSTER)
     return made
+
+
+SEQUENCER_JSON = {"lock": "x", "mode": "exclusive", "generation": 3, "session": 1}
 
 
 def headers_of(attempt: p.Attempt) -> dict:
@@ -236,6 +240,65 @@ def test_a_bounded_wait_ends_in_wait_timed_out_and_zero_tries_once(proto, clock)
     assert seen[-1]["wait_ms"] == 0
 
 
+def test_a_wait_of_inf_waits_for_ever_as_none_does(proto, clock):
+    waits: List[int] = []
+
+    def cell(a: p.Attempt) -> p.Reply:
+        waits.append(json.loads(a.body)["wait_ms"])
+        clock.now += 3600
+        return error(408, "wait_timed_out") if len(waits) < 3 else reply(200, {
+            "granted": True, "revision": 5, "sequencer": SEQUENCER_JSON})
+    assert drive(proto.acquire("x", 1, False, math.inf, None), cell, clock)["generation"] == 3
+    assert waits == [p.MAX_WAIT_MS] * 3
+    core = p.SessionCore(3, None, clock, lambda: None)
+    assert p.LockCore(core, "x", shared=False, timeout=math.inf, on_lost=None).timeout is None
+    for what, make in [("ttl", lambda: p.SessionCore(math.inf, None, clock, lambda: None)),
+                       ("grace", lambda: p.SessionCore(3, math.inf, clock, lambda: None)),
+                       ("timeout", lambda: p.Protocol(EPS, timeout=math.inf)),
+                       ("connect_timeout", lambda: p.Protocol(EPS, connect_timeout=math.inf)),
+                       ("attempt_timeout", lambda: p.Protocol(EPS, attempt_timeout=math.nan))]:
+        with pytest.raises(ValueError, match=f"^{what} must be a finite number"):
+            make()
+
+
+@pytest.mark.parametrize("wait", [0, 2])
+def test_a_wait_nothing_holds_ends_in_its_time_and_the_margin_is_only_for_a_held_one(
+        proto, clock, wait):
+    """With no replica reachable, a try-once (0) or a wait that never reached the cell ends
+    after the wait and the call's timeout, not WAIT_OUTCOME_MARGIN later; a wait the cell
+    holds may be answered up to the margin past that."""
+    for call in (lambda: proto.acquire("x", 1, False, wait, 3),
+                 lambda: proto.barrier_enter("b", 1, 2, wait, 3)):
+        start = clock.now
+        with pytest.raises(voltlock.Unavailable):
+            drive(call(), lambda a: p.Failure("connect: ConnectionRefusedError"), clock)
+        assert wait + 3 <= clock.now - start < wait + 3.2
+    attempts: List[p.Attempt] = []
+    grant = reply(200, {"granted": True, "revision": 5, "sequencer": SEQUENCER_JSON})
+    drive(proto.acquire("x", 1, False, wait, 3), lambda a: grant, clock, attempts, per_attempt=0)
+    if wait:  # the cell may still say how the wait ended up to the margin past the call's time
+        assert attempts[0].held and attempts[0].read_timeout == wait + 3 + p.WAIT_OUTCOME_MARGIN
+    else:
+        assert not attempts[0].held and attempts[0].read_timeout == 3.0
+
+
+def test_a_wait_whose_outcome_the_cell_did_not_see_in_time_is_asked_again(proto, clock):
+    """The cell answers a held wait 503 wait_outcome_unknown up to 5 s past its end (a leader
+    change): the same request again, within the margin, finds how the wait ended."""
+    answers = iter([(p.WAIT_OUTCOME_MARGIN + 2,
+                     reply(503, {"code": "wait_outcome_unknown", "message": "ask again",
+                                 "details": {}})),
+                    (0.01, reply(200, {"granted": True, "revision": 5,
+                                       "sequencer": SEQUENCER_JSON}))])
+
+    def respond(attempt: p.Attempt) -> p.Outcome:
+        took, answer = next(answers)
+        clock.now += took
+        return answer
+
+    assert drive(proto.acquire("x", 1, False, 2, 1), respond, clock) == SEQUENCER_JSON
+
+
 def test_held_requests_share_a_replicas_health_check_and_close_what_they_left_in_time(
         monkeypatch):
     now = [100.0]
@@ -292,6 +355,19 @@ def test_held_requests_share_a_replicas_health_check_and_close_what_they_left_in
     (lambda pr: pr.create_token("u", 1.5, None), ValueError),
     (lambda pr: pr.delete("k", prefix="no", prev_revision=None, sequencer=None, timeout=None),
      TypeError),
+    # A falsy thing where a Sequencer goes is no sequencer, not an unfenced delete.
+    *[(lambda pr, falsy=falsy: pr.delete("k", prefix=False, prev_revision=None,
+                                         sequencer=falsy, timeout=None), TypeError)
+      for falsy in ("", 0, False, [], {})],
+    # No time is infinite or NaN, except a wait's (for ever, as None).
+    (lambda pr: pr.create_session(math.inf, 0, "", None), ValueError),
+    (lambda pr: pr.create_session(math.nan, 0, "", None), ValueError),
+    (lambda pr: pr.create_session(10, math.inf, "", None), ValueError),
+    (lambda pr: pr.get("k", math.inf), ValueError),
+    (lambda pr: pr.get("k", math.nan), ValueError),
+    (lambda pr: pr.acquire("x", 1, False, math.nan, None), ValueError),
+    (lambda pr: pr.acquire("x", 1, False, None, math.inf), ValueError),
+    (lambda pr: pr.create_token("u", math.inf, None), ValueError),
 ])
 def test_bad_arguments_raise_before_anything_is_sent(proto, clock, make, exc):
     sent: List[p.Attempt] = []
@@ -320,9 +396,9 @@ def test_only_a_wait_asks_for_its_connection_to_be_probed(proto, clock):
     grant = reply(200, {"granted": True, "revision": 5, "sequencer": {
         "lock": "a", "mode": "exclusive", "generation": 3, "session": 2}})
     drive(proto.acquire("a", 2, False, 40, None), lambda a: grant, clock, attempts)
-    drive(proto.acquire("a", 2, False, 0, None), lambda a: grant, clock, attempts)
+    drive(proto.acquire("a", 2, False, 0, None), lambda a: grant, clock, attempts)  # try once
     drive(proto.release("a", 2, None), lambda a: reply(200, {}), clock, attempts)
-    assert [a.held for a in attempts] == [True, True, False]
+    assert [a.held for a in attempts] == [True, False, False]
 
 
 def test_a_tls_failure_that_no_retry_cures_is_raised_at_once(proto, clock):

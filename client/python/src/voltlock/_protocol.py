@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import re
 import ssl
@@ -141,22 +142,30 @@ def check_bool(value: object, what: str) -> bool:
     return value
 
 
-def check_seconds(value: object, what: str, *, allow_none: bool = False) -> Optional[float]:
-    if value is None and allow_none:
-        return None
+def check_seconds(value: object, what: str) -> float:
+    """A length of time: a finite number of seconds >= 0 (NaN and infinity are refused: they
+    are no time a request, a lease or a pause can be given)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if value < 0 or value != value:
-        raise ValueError(f"{what} must be >= 0 seconds, not {value}")
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{what} must be a finite number of seconds >= 0, not {value}")
     return float(value)
 
 
 def check_positive_seconds(value: object, what: str) -> float:
     """A time that must pass before anything can happen (a call's, a connection's): > 0."""
-    seconds = check_seconds(value, what) or 0.0
+    seconds = check_seconds(value, what)
     if seconds <= 0:
         raise ValueError(f"{what} must be > 0 seconds, not {value}")
     return seconds
+
+
+def check_wait(value: object, what: str = "timeout") -> Optional[float]:
+    """How long a lock or barrier waits: None waits for ever, and so does math.inf (the same
+    wait, spelled as a number); 0 tries once."""
+    if value is None or value == math.inf:
+        return None
+    return check_seconds(value, what)
 
 
 def check_sequencer(seq: object) -> Sequencer:
@@ -223,7 +232,8 @@ class Endpoint:
 @dataclass(frozen=True)
 class Attempt:
     """Send this request to this replica and answer with a Reply or a Failure. With ``stream``
-    the driver hands the body over as it arrives (watches) instead of reading it whole. With
+    the driver hands the body over as it arrives (watches) instead of reading it whole, and
+    ``read_timeout`` is for the headers only (the body's silence: WATCH_READ_TIMEOUT). With
     ``held`` (a wait) the driver probes the connection while it waits (HELD_PROBE_INTERVAL_S),
     and checks that the replica still answers (HELD_CHECK_INTERVAL_S)."""
 
@@ -401,7 +411,8 @@ class IdentityPool:
 class Call:
     """One API request. ``write``: it changes state, so it carries an idempotency pair and is
     retried with the same pair. ``budget``: seconds for the whole call, retries included.
-    ``hold``: seconds the cell may hold the request on purpose (a wait)."""
+    ``hold``: seconds the cell holds the request on purpose (a wait); the answer to an attempt
+    it holds may come up to WAIT_OUTCOME_MARGIN later, even past the budget."""
 
     method: str
     path: str
@@ -458,6 +469,8 @@ class Protocol:
             headers += [("X-Voltlock-Client-Id", str(identity[0])),
                         ("X-Voltlock-Request-Number", str(identity[1]))]
         target = quote_target(call.path, call.query)
+        margin = WAIT_OUTCOME_MARGIN if call.hold > 0 else 0.0
+        margin_given = False
         failures = 0
         last_problem = "no attempt"
         try:
@@ -475,7 +488,9 @@ class Protocol:
                     connect_timeout=min(self.connect_timeout, remaining),
                     # A replica that says nothing for this long (stopped, cut off, or
                     # retrying a view change) is left for the next one, with the same pair.
-                    read_timeout=min(remaining, self.attempt_timeout + call.hold),
+                    # Only a wait the cell holds gets the margin, in which the cell may still
+                    # say how the wait ended: a call nothing holds ends at its deadline.
+                    read_timeout=min(remaining, self.attempt_timeout + call.hold) + margin,
                     held=call.hold > 0)
                 if isinstance(outcome, Reply) and outcome.status != 503:
                     leader = outcome.headers.get("x-voltlock-leader")
@@ -488,6 +503,12 @@ class Protocol:
                     raise error_from_reply(outcome)
                 if isinstance(outcome, Reply):
                     last_problem = f"{endpoint.url}: {error_from_reply(outcome)}"
+                    if margin and not margin_given:
+                        # A replica held the wait and said 503 at its end (no outcome seen in
+                        # time: a leader change): the same request again finds the outcome,
+                        # so the call has the margin's time for that, once.
+                        deadline = max(deadline, self.clock() + margin)
+                        margin_given = True
                 elif outcome is not None and outcome.permanent is not None and \
                         endpoint in self.router.given:
                     # A learned address (the cell lists IPs) may fail where the names given
@@ -565,7 +586,7 @@ class Protocol:
                      timeout: Optional[float]) -> Plan[Dict[str, Any]]:
         body: Dict[str, Any] = {"user": user}
         if ttl is not None:
-            seconds = check_seconds(ttl, "ttl") or 0.0
+            seconds = check_seconds(ttl, "ttl")
             if seconds < 1 or not seconds.is_integer():
                 raise ValueError(f"ttl is {ttl} s; it must be a whole number of seconds, >= 1")
             body["ttl_s"] = int(seconds)
@@ -601,14 +622,13 @@ class Protocol:
                        timeout: Optional[float]) -> Plan[Any]:
         """A wait of any length as server-sized waits (at most an hour each): ``wait`` None
         is for ever, 0 is once without waiting. A step that times out with time left asks again."""
-        wait = check_seconds(wait, "timeout", allow_none=True)
+        wait = check_wait(wait)
         end = None if wait is None else self.clock() + wait
         while True:
             left = MAX_WAIT_MS / 1000 if end is None else max(0.0, end - self.clock())
             step_ms = 0 if wait == 0 else max(1, min(MAX_WAIT_MS, int(left * 1000)))
             call = Call("POST", path, body={**body, "wait_ms": step_ms}, write=True,
-                        budget=step_ms / 1000 + WAIT_OUTCOME_MARGIN + self.budget(timeout),
-                        hold=step_ms / 1000 + WAIT_OUTCOME_MARGIN)
+                        budget=step_ms / 1000 + self.budget(timeout), hold=step_ms / 1000)
             try:
                 return (yield from self.exchange(call))
             except errors.WaitTimedOut:
@@ -655,7 +675,8 @@ class Protocol:
             query["prefix"] = "true"
         if prev_revision is not None:
             query["prev_revision"] = str(check_int(prev_revision, "prev_revision", 0))
-        body = {"sequencer": check_sequencer(sequencer).to_json()} if sequencer else None
+        body = {"sequencer": check_sequencer(sequencer).to_json()} \
+            if sequencer is not None else None
         answer = yield from self.exchange(Call("DELETE", f"/v1/kv/{quote_name(key)}",
                                                query=query, body=body, write=True,
                                                budget=self.budget(timeout)))
@@ -681,7 +702,7 @@ class Protocol:
 
 
 def seconds_to_ms(value: object, what: str, low_ms: int, high_ms: int) -> int:
-    seconds = check_seconds(value, what) or 0.0
+    seconds = check_seconds(value, what)
     ms = int(round(seconds * 1000))
     if not low_ms <= ms <= high_ms:
         raise ValueError(f"{what} is {seconds:g} s; it must be {low_ms / 1000:g} to "
@@ -866,17 +887,22 @@ class WatchStream:
         # reopens it at once, from next_revision, which loses nothing.
         self.cut = False
 
-    def attempt(self) -> Attempt:
-        """The request that opens (or reopens) the stream."""
+    def attempt(self, seconds: Optional[float] = None) -> Attempt:
+        """The request that opens (or reopens) the stream, given at most `seconds` if said.
+        The cell answers a watch's headers at once, so a replica that has not within
+        attempt_timeout (stopped, cut off) is left for the next, as for any call; the stream
+        itself may then be quiet for up to WATCH_READ_TIMEOUT."""
         self._reset()
         query = dict(self._query)
         if self.next_revision is not None:
             query["start_revision"] = str(self.next_revision)
         self._endpoint = self._protocol.router.current()
+        answer_within = self._protocol.attempt_timeout if seconds is None else \
+            min(self._protocol.attempt_timeout, seconds)
         return Attempt(self._endpoint, "GET", quote_target(self._path, query),
                        (("Accept", "text/event-stream"), *self._protocol.auth_headers), None,
-                       connect_timeout=self._protocol.connect_timeout,
-                       read_timeout=WATCH_READ_TIMEOUT, stream=True)
+                       connect_timeout=min(self._protocol.connect_timeout, answer_within),
+                       read_timeout=answer_within, stream=True)
 
     def refused(self, reply: Reply) -> float:
         """The stream did not open: raises the error (410 compacted, 400, ...), or for a 503
@@ -951,7 +977,7 @@ class SessionCore:
                  announce: Callable[[], None]) -> None:
         seconds_to_ms(ttl, "ttl", MIN_TTL_MS, MAX_TTL_MS)
         self.ttl = float(ttl)
-        self.grace = self.ttl if grace is None else check_seconds(grace, "grace") or 0.0
+        self.grace = self.ttl if grace is None else check_seconds(grace, "grace")
         self.id = 0
         self._clock, self._announce = clock, announce
         self._lease: Optional[Lease] = None
@@ -959,12 +985,27 @@ class SessionCore:
         self._grants: Dict[str, Sequencer] = {}  # lock name -> the grant held
         self._holders: Dict[str, List["LockCore"]] = {}  # lock name -> the objects that got it
         self._ended = False
+        # Its owner is closing it: the cell's unknown_session from then on is that close's.
+        self._closing = False
         self._mutex = threading.Lock()
+
+    def check_openable(self) -> None:
+        """RuntimeError unless the session was never opened: a session opens once."""
+        with self._mutex:
+            self._check_openable()
+
+    def _check_openable(self) -> None:
+        if self._lease is None:
+            return
+        state = self._lease.poll(self._clock())
+        if state in (LOST, CLOSED):
+            raise RuntimeError(f"session {self.id} is {state}: a session is opened only once "
+                               "(client.session(...) makes a new one)")
+        raise RuntimeError("this session is already open")
 
     def opened(self, session_id: int, sent_at: float) -> None:
         with self._mutex:
-            if self._lease is not None:
-                raise RuntimeError("this session is already open")
+            self._check_openable()
             self.id = session_id
             self._lease = Lease(self.ttl, self.grace, sent_at)
 
@@ -1019,6 +1060,11 @@ class SessionCore:
             lock.session_lost(seq)
         for callback in callbacks:
             _run_callback(callback, f"on_lost callback of session {self.id}")
+
+    def closing(self) -> None:
+        """Its owner is about to ask the cell to end the session: a call on it that the cell
+        then answers with unknown_session is told the session is closed, and nothing is lost."""
+        self._closing = True
 
     def close(self) -> None:
         """The session was closed on purpose: the locks it still held are told, not its
@@ -1090,9 +1136,15 @@ class SessionCore:
             raise errors.SessionExpired(f"session {self.id} is {self.state()}: {self.reason}")
 
     def expired(self, unknown: errors.UnknownSession) -> errors.SessionExpired:
-        """The cell said it does not know the session: it is lost."""
-        self.lose(f"the cell no longer knows session {self.id}")
-        return errors.SessionExpired(f"session {self.id} is lost: {unknown.message}",
+        """The cell said it does not know the session: it is lost, unless its owner is closing
+        it (the cell ended it on the owner's word, and may say so to a call under way before
+        the close itself has heard back)."""
+        if self._closing:
+            ended = "closed"
+        else:
+            self.lose(f"the cell no longer knows session {self.id}")
+            ended = "lost"
+        return errors.SessionExpired(f"session {self.id} is {ended}: {unknown.message}",
                                      details=unknown.details, status=unknown.status)
 
 
@@ -1131,7 +1183,7 @@ class LockCore:
                  ) -> None:
         self.name = check_name(name, "lock name")
         self.shared = check_bool(shared, "shared")
-        self.timeout = check_seconds(timeout, "timeout", allow_none=True)
+        self.timeout = check_wait(timeout)
         self.session = session
         self._on_lost = on_lost
 

@@ -153,10 +153,6 @@ class SessionBase(Generic[ClientT]):
         self.lost.set()
         self._stop.set()
 
-    def _check_open(self) -> None:
-        if self._core.is_open:
-            raise RuntimeError("this session is already open")
-
     def _keepalive_done(self, sent: float, error: Optional[errors.Error]) -> bool:
         """Takes in how the keepalive sent at `sent` went (`error` None: it got through);
         False once the session is gone for good and keepalives end."""
@@ -176,9 +172,13 @@ class SessionBase(Generic[ClientT]):
         self._client._sessions.add(self)
 
     def _closing(self) -> bool:
-        """The client forgets the session; True if the cell is still to be told to end it."""
+        """The client forgets the session; True if the cell is still to be told to end it (the
+        core then knows that the session's end at the cell is its owner's doing)."""
         self._client._sessions.discard(self)
-        return self._core.is_open and not self._core.ended()
+        if not self._core.is_open or self._core.ended():
+            return False
+        self._core.closing()
+        return True
 
     def _close_budget(self, deadline: float) -> float:
         return max(0.1, deadline - self._client._protocol.clock())

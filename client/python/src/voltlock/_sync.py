@@ -116,13 +116,18 @@ class HttpTransport:
                 return
         connection.close()
 
-    def _send(self, attempt: p.Attempt) -> Union[p.Failure, Tuple[_Connection,
-                                                                   http.client.HTTPResponse]]:
+    def _send(self, attempt: p.Attempt,
+              connected: Optional[Callable[[_Connection], None]] = None
+              ) -> Union[p.Failure, Tuple[_Connection, http.client.HTTPResponse]]:
+        """Sends the request and reads the answer's headers; `connected` is told each
+        connection the request goes on, before it is sent."""
         for fresh in (False, True):
             try:
                 connection, reused = self._take(attempt.endpoint, attempt, fresh)
             except OSError as e:
                 return p.connect_failure(attempt.endpoint, e)
+            if connected is not None:
+                connected(connection)
             try:
                 assert connection.sock is not None
                 connection.sock.settimeout(attempt.read_timeout)
@@ -217,12 +222,19 @@ class HttpTransport:
             self._give_back(attempt.endpoint, connection)
         return p.Reply(response.status, headers, body)
 
-    def open_stream(self, attempt: p.Attempt) -> Union[p.Reply, p.Failure, _Stream]:
-        sent = self._send(attempt)
+    def open_stream(self, attempt: p.Attempt, connected: Callable[[_Connection], None]
+                    ) -> Union[p.Reply, p.Failure, _Stream]:
+        """Opens a watch's stream; `connected` is told the connection it is being opened on
+        (for a close() from another thread to hang up)."""
+        sent = self._send(attempt, connected)
         if isinstance(sent, p.Failure):
             return sent
         connection, response = sent
         if response.status == 200:
+            # The headers had the attempt's time; the stream's silence has its own limit (the
+            # cell sends a comment every 10 s).
+            assert connection.sock is not None
+            connection.sock.settimeout(p.WATCH_READ_TIMEOUT)
             return _Stream(connection, response)
         try:
             body = response.read()
@@ -247,7 +259,8 @@ class Client(ClientBase[HttpTransport]):
 
     ``endpoints``: the replicas, ``["http://10.77.0.10:7480", ...]`` (or a comma-separated
     string); None reads ``VOLTLOCK_ENDPOINTS``. ``timeout``: seconds any call may take, retries
-    and failover included, unless the call says otherwise (every method takes ``timeout=``).
+    and failover included, unless the call says otherwise (every call that talks to the cell
+    takes ``timeout=``, or ``call_timeout=`` where ``timeout`` is a wait).
     ``connect_timeout``, ``attempt_timeout``: how long one replica may take to accept a
     connection, and to answer (plus any wait asked for), before the call tries the next.
     https:// endpoints: ``cacert`` (the cell CA's PEM file; default the system's CAs),
@@ -353,13 +366,17 @@ class Client(ClientBase[HttpTransport]):
         return self._run(self._protocol.check(sequencer, timeout))
 
     def watch(self, key: str, *, prefix: bool = False, start_revision: Optional[int] = None,
-              spaces: Optional[Sequence[str]] = None) -> "Watch":
+              spaces: Optional[Sequence[str]] = None,
+              timeout: Optional[float] = None) -> "Watch":
         """The changes to `key` (or under it), from `start_revision` (default: the next change
         after this call) on, for as long as it is iterated; it reconnects by itself.
-        ``close()`` ends it."""
+        ``close()`` ends it. Without `start_revision` it returns once the cell has said where
+        the watch starts: the replicas are tried in turn, each for ``attempt_timeout``, for up
+        to ``timeout`` (the client's by default); if none answered, the watch starts where its
+        stream first opens."""
         watch = Watch(self, p.WatchStream(self._protocol, key, prefix=prefix,
                                           start_revision=start_revision, spaces=spaces))
-        watch._place(self._protocol.attempt_timeout)
+        watch._place(self._protocol.budget(timeout))
         return watch
 
     # --- reading the cell's state ---------------------------------------------------------------
@@ -444,7 +461,7 @@ class Session(SessionBase[Client]):
 
     def open(self) -> "Session":
         """Creates the session in the cell and starts its keepalives."""
-        self._check_open()
+        self._core.check_openable()
         ttl, lock_delay, name, timeout = self._settings
         sent = self._client._protocol.clock()
         created = self._client._run(self._client._protocol.create_session(
@@ -505,7 +522,8 @@ class Session(SessionBase[Client]):
     def lock(self, name: str, *, shared: bool = False, timeout: Optional[float] = None,
              on_lost: Optional[Callable[[Sequencer], None]] = None) -> "Lock":
         """A lock of this session (``with s.lock(name) as seq:``, or ``.acquire()``).
-        ``timeout``: None waits for ever, 0 tries once (LockBusy), else WaitTimedOut."""
+        ``timeout``: None (or math.inf) waits for ever, 0 tries once (LockBusy), else
+        WaitTimedOut."""
         return Lock(self, name, shared=shared, timeout=timeout, on_lost=on_lost)
 
     def barrier(self, name: str, count: int) -> "Barrier":
@@ -563,16 +581,19 @@ class Barrier(BarrierBase[Session]):
     """A double barrier: ``enter()`` returns once `count` sessions have entered, ``leave()``
     once all of them have left."""
 
-    def enter(self, timeout: Optional[float] = None) -> int:
+    def enter(self, timeout: Optional[float] = None, *,
+              call_timeout: Optional[float] = None) -> int:
         """Waits for the barrier to fill; returns the revision. None waits for ever, 0 does not
-        wait (BarrierNotReady), else WaitTimedOut."""
+        wait (BarrierNotReady), else WaitTimedOut. ``call_timeout``: the call's own time on top
+        of the wait (the client's by default), as for ``Lock.acquire``."""
         return self._session._call(self._session._client._protocol.barrier_enter(
-            self.name, self._session.id, self.count, timeout, None))
+            self.name, self._session.id, self.count, timeout, call_timeout))
 
-    def leave(self, timeout: Optional[float] = None) -> int:
+    def leave(self, timeout: Optional[float] = None, *,
+              call_timeout: Optional[float] = None) -> int:
         """Waits for every member to leave; returns the revision."""
         return self._session._call(self._session._client._protocol.barrier_leave(
-            self.name, self._session.id, timeout, None))
+            self.name, self._session.id, timeout, call_timeout))
 
 
 class Election:
@@ -626,6 +647,8 @@ class Watch(WatchBase[Client]):
     def __init__(self, client: Client, stream: p.WatchStream) -> None:
         super().__init__(client, stream)
         self._stream: Optional[_Stream] = None
+        # The connection of the stream, open or being opened: what close() hangs up.
+        self._connection: Optional[_Connection] = None
         self._closed = threading.Event()
 
     def __iter__(self) -> "Watch":
@@ -639,9 +662,9 @@ class Watch(WatchBase[Client]):
 
     def close(self) -> None:
         self._closed.set()
-        stream = self._stream
-        if stream is not None:
-            stream.close()
+        connection = self._connection
+        if connection is not None:
+            _hang_up(connection)
 
     def __next__(self) -> WatchEvent:
         while not self._ready:
@@ -655,14 +678,17 @@ class Watch(WatchBase[Client]):
         "from the next change" sees every change after watch() returned, not only those after
         the first next(). A cell that cannot be reached in `seconds` leaves that to next()."""
         deadline = time.monotonic() + seconds
-        while self._state.next_revision is None and not self._closed.is_set() \
-                and time.monotonic() < deadline:
-            self._step()
+        while self._state.next_revision is None and not self._closed.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._step(left)
 
-    def _step(self) -> None:
-        """Opens the stream, or takes its next chunk; reopens it after a drop or a cut."""
+    def _step(self, seconds: Optional[float] = None) -> None:
+        """Opens the stream (within `seconds`, if given), or takes its next chunk; reopens it
+        after a drop or a cut."""
         if self._stream is None:
-            self._open()
+            self._open(seconds)
             return
         try:
             chunk = self._stream.read_chunk()
@@ -681,14 +707,23 @@ class Watch(WatchBase[Client]):
             self._stream.close()
             self._stream = None
 
-    def _open(self) -> None:
-        opened = self._client._transport.open_stream(self._state.attempt())
-        if isinstance(opened, p.Failure):
+    def _open(self, seconds: Optional[float]) -> None:
+        opened = self._client._transport.open_stream(self._state.attempt(seconds),
+                                                     self._connected)
+        if self._closed.is_set():
+            # close() hung the stream up while it opened (or came right after): the replica
+            # failed at nothing.
+            if isinstance(opened, _Stream):
+                opened.close()
+        elif isinstance(opened, p.Failure):
             self._closed.wait(self._state.unreached(opened))
         elif isinstance(opened, p.Reply):
             self._closed.wait(self._state.refused(opened))
         else:
             self._state.opened()
             self._stream = opened
-            if self._closed.is_set():
-                opened.close()
+
+    def _connected(self, connection: _Connection) -> None:
+        self._connection = connection
+        if self._closed.is_set():  # close() came before it could see this connection
+            _hang_up(connection)

@@ -339,10 +339,13 @@ class Client(ClientBase[AsyncTransport]):
         return await self._run(self._protocol.check(sequencer, timeout))
 
     def watch(self, key: str, *, prefix: bool = False, start_revision: Optional[int] = None,
-              spaces: Optional[Sequence[str]] = None) -> "Watch":
-        """``async for ev in client.watch(...)``; ``close()`` ends it."""
+              spaces: Optional[Sequence[str]] = None,
+              timeout: Optional[float] = None) -> "Watch":
+        """``async for ev in client.watch(...)``; ``close()`` ends it. ``async with`` places it
+        first, as :meth:`voltlock.Client.watch` does, within ``timeout``."""
         return Watch(self, p.WatchStream(self._protocol, key, prefix=prefix,
-                                         start_revision=start_revision, spaces=spaces))
+                                         start_revision=start_revision, spaces=spaces),
+                     self._protocol.budget(timeout))
 
     async def lock_info(self, name: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         p.check_name(name, "lock name")
@@ -417,7 +420,7 @@ class Session(SessionBase[Client]):
     _task: Optional["asyncio.Task[None]"] = None
 
     async def open(self) -> "Session":
-        self._check_open()
+        self._core.check_openable()
         ttl, lock_delay, name, timeout = self._settings
         sent = self._client._protocol.clock()
         created = await self._client._run(self._client._protocol.create_session(
@@ -526,13 +529,15 @@ class Lock(LockBase[Session]):
 class Barrier(BarrierBase[Session]):
     """As :class:`voltlock.Barrier`, awaited."""
 
-    async def enter(self, timeout: Optional[float] = None) -> int:
+    async def enter(self, timeout: Optional[float] = None, *,
+                    call_timeout: Optional[float] = None) -> int:
         return await self._session._call(self._session._client._protocol.barrier_enter(
-            self.name, self._session.id, self.count, timeout, None))
+            self.name, self._session.id, self.count, timeout, call_timeout))
 
-    async def leave(self, timeout: Optional[float] = None) -> int:
+    async def leave(self, timeout: Optional[float] = None, *,
+                    call_timeout: Optional[float] = None) -> int:
         return await self._session._call(self._session._client._protocol.barrier_leave(
-            self.name, self._session.id, timeout, None))
+            self.name, self._session.id, timeout, call_timeout))
 
 
 class Election:
@@ -575,10 +580,13 @@ class Election:
 class Watch(WatchBase[Client]):
     """As :class:`voltlock.Watch`: ``async for ev in watch``; ``close()`` ends it."""
 
-    def __init__(self, client: Client, stream: p.WatchStream) -> None:
+    def __init__(self, client: Client, stream: p.WatchStream, place_within: float) -> None:
         super().__init__(client, stream)
         self._stream: Optional[_Connection] = None
+        # The stream being opened, for close() to end.
+        self._opening: Optional["asyncio.Task[Union[p.Reply, p.Failure, _Connection]]"] = None
         self._closed = asyncio.Event()
+        self._place_within = place_within
 
     def __aiter__(self) -> "Watch":
         return self
@@ -586,11 +594,13 @@ class Watch(WatchBase[Client]):
     async def __aenter__(self) -> "Watch":
         """Opens the stream and reads until the cell says where it starts, so that a watch
         "from the next change" sees every change after ``async with`` entered (a cell that
-        cannot be reached within the attempt timeout leaves that to the first event)."""
-        deadline = time.monotonic() + self._client._protocol.attempt_timeout
-        while self._state.next_revision is None and not self._closed.is_set() \
-                and time.monotonic() < deadline:
-            await self._step()
+        cannot be reached within the watch's timeout leaves that to the first event)."""
+        deadline = time.monotonic() + self._place_within
+        while self._state.next_revision is None and not self._closed.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await self._step(left)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -598,6 +608,8 @@ class Watch(WatchBase[Client]):
 
     def close(self) -> None:
         self._closed.set()
+        if self._opening is not None:
+            self._opening.cancel()
         if self._stream is not None:
             self._stream.close()
 
@@ -614,10 +626,11 @@ class Watch(WatchBase[Client]):
             await self._step()
         return self._ready.popleft()
 
-    async def _step(self) -> None:
-        """Opens the stream, or takes its next chunk; reopens it after a drop or a cut."""
+    async def _step(self, seconds: Optional[float] = None) -> None:
+        """Opens the stream (within `seconds`, if given), or takes its next chunk; reopens it
+        after a drop or a cut."""
         if self._stream is None:
-            await self._open()
+            await self._open(seconds)
             return
         try:
             chunk = await asyncio.wait_for(self._stream.read_some(), p.WATCH_READ_TIMEOUT)
@@ -632,14 +645,27 @@ class Watch(WatchBase[Client]):
             self._stream.close()
             self._stream = None
 
-    async def _open(self) -> None:
-        opened = await self._client._transport.open_stream(self._state.attempt())
-        if isinstance(opened, p.Failure):
+    async def _open(self, seconds: Optional[float]) -> None:
+        opening = self._opening = asyncio.ensure_future(
+            self._client._transport.open_stream(self._state.attempt(seconds)))
+        try:
+            # Not awaited itself: its cancellation by close() is not this task's.
+            await asyncio.wait({opening})
+        except BaseException:
+            opening.cancel()
+            raise
+        finally:
+            self._opening = None
+        if opening.cancelled():
+            return  # close() ended it
+        opened = opening.result()
+        if self._closed.is_set():
+            if isinstance(opened, _Connection):
+                opened.close()
+        elif isinstance(opened, p.Failure):
             await self._pause(self._state.unreached(opened))
         elif isinstance(opened, p.Reply):
             await self._pause(self._state.refused(opened))
         else:
             self._state.opened()
             self._stream = opened
-            if self._closed.is_set():
-                opened.close()
