@@ -58,11 +58,13 @@ Usage: lockctl [global flags] COMMAND [args] [flags]
 
 Commands:
   put KEY VALUE [--prev-revision N] [--lease SESSION] [--sequencer SEQ]
-                                   write a key (VALUE '-' reads stdin; any bytes)
+                                   write a key (VALUE '-' reads stdin, any bytes; after
+                                   "--", '-' is the value itself)
   set KEY VALUE                    the same as put
   get KEY [--prefix] [--limit N] [--consistency l|s]
       [--rev-only | --keys-only | --print-value-only]
   del KEY [--prefix] [--prev-revision N]
+                                   print how many keys went (0, exit 0: none were there)
   watch KEY [--prefix] [--rev N]   stream changes until interrupted; resumes across failover
   lock NAME [--shared] [--ttl 10s] [--wait 30s] [--kill-grace 10s] [-- COMMAND ARGS...]
                                    hold a lock while COMMAND runs (its fencing token in
@@ -99,12 +101,14 @@ Global flags:
                            $VOLTLOCK_CERT, $VOLTLOCK_KEY)
   --token TOKEN            a bearer token, for a cell with auth on (else $VOLTLOCK_TOKEN)
   --user NAME:TOKEN        the same, etcdctl's form (the cell knows the user by its token)
-  -w, --write-out FORMAT   simple (default), json (one document per result), table
+  -w, --write-out FORMAT   simple (default), json (one document per result), table; values
+                           in simple are their bytes, each followed by a newline
   -h, --help               this text, or a command's
 
 Durations: 500ms, 10s, 1m, 1h (a bare number is seconds).
 "--" ends the flags: the words after it are positional, so they may start with '-'
-(lockctl put KEY -- -5); for lock, the words after NAME and "--" are COMMAND ARGS.
+(lockctl put KEY -- -5), and a '-' among them is itself, not stdin; for lock, the words after
+NAME and "--" are COMMAND ARGS, which "--" must be followed by.
 
 Exit codes:
   0  success
@@ -139,8 +143,14 @@ const std::set<std::string> kGlobalFlags = {"--endpoints", "--dial-timeout", "--
                                             "--write-out", "--help", "--cacert", "--cert",
                                             "--key", "--token", "--user"};
 
+// Short flags, and the long ones they stand for (-w json, -w=json).
+const std::map<std::string, std::string> kShortFlags = {{"-w", "--write-out"}, {"-h", "--help"}};
+
 struct Args {
     std::vector<std::string> words;            // command and positionals
+    // How many of `words` came before "--": the ones after it are only themselves (a '-' value
+    // is not stdin).
+    size_t words_before_dashes = SIZE_MAX;
     std::map<std::string, std::string> flags;  // given flags (booleans as "true")
     std::vector<std::string> command;          // lock NAME -- COMMAND ARGS...
 
@@ -162,19 +172,23 @@ Args parse_args(int argc, char** argv)
     for (int i = 1; i < argc; i++) {
         std::string word = argv[i];
         if (word == "--") {
+            args.words_before_dashes = args.words.size();
             const bool lock = !args.words.empty() && args.words[0] == "lock";
             if (lock && args.words.size() == 1 && i + 1 < argc) {
-                args.words.emplace_back(argv[++i]);
+                args.words.push_back(argv[++i]);
                 if (i + 1 < argc && std::string(argv[i + 1]) != "--")
                     throw UsageError{"usage: lockctl lock -- NAME -- COMMAND ARGS..."};
-                i++;
+                i++;  // onto the "--" before the command, if there is one
             }
-            if (lock) args.command.assign(argv + std::min(i + 1, argc), argv + argc);
+            if (lock && i == argc) break;  // `lock -- -NAME`: held until interrupted
+            // As flock(1): "--" promises a command (without it, lock holds until interrupted).
+            if (lock && i + 1 == argc)
+                throw UsageError{"lock: no COMMAND after \"--\" (leave \"--\" out to hold the "
+                                 "lock until interrupted)"};
+            if (lock) args.command.assign(argv + i + 1, argv + argc);
             else args.words.insert(args.words.end(), argv + i + 1, argv + argc);
             break;
         }
-        if (word == "-w") word = "--write-out";
-        if (word == "-h") word = "--help";
         if (word.size() > 1 && word[0] == '-' && word != "-") {
             std::string value;
             bool has_value = false;
@@ -183,6 +197,8 @@ Args parse_args(int argc, char** argv)
                 word = word.substr(0, eq);
                 has_value = true;
             }
+            if (const auto long_name = kShortFlags.find(word); long_name != kShortFlags.end())
+                word = long_name->second;
             if (kBoolFlags.count(word)) {
                 if (has_value) throw UsageError{"flag " + word + " takes no value"};
                 args.flags[word] = "true";
@@ -582,9 +598,11 @@ private:
     vl_session* session_ = nullptr;
 };
 
-std::string read_value(const std::string& word)
+// Positional word `index` as a value: '-' before "--" reads stdin.
+std::string read_value(const Args& args, size_t index)
 {
-    if (word != "-") return word;
+    const std::string& word = args.words[index];
+    if (word != "-" || index >= args.words_before_dashes) return word;
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
 
@@ -612,7 +630,7 @@ int cmd_put(Context& ctx)
     const Args& args = ctx.args();
     expect_usage(args, {"--prev-revision", "--lease", "--sequencer"}, 3, 3,
                  "put KEY VALUE [--prev-revision N] [--lease SESSION] [--sequencer SEQ]");
-    const std::string value = read_value(args.words[2]);
+    const std::string value = read_value(args, 2);
     vl_put_options options{};
     if (auto rev = args.get("--prev-revision")) {
         options.check_prev_revision = true;
@@ -761,11 +779,8 @@ int cmd_del(Context& ctx)
         print_table({"DELETED", "REVISION"},
                     {{std::to_string(result.deleted), std::to_string(result.revision)}});
     else std::cout << result.deleted << "\n";
-    // etcdctl: deleting nothing is not an error for a prefix; for one key it is "not found".
-    if (result.deleted == 0 && !options.prefix) {
-        std::cerr << "Error: key_not_found: no key " << args.words[1] << "\n";
-        return kExitFailedCondition;
-    }
+    // As etcdctl's del: deleting nothing (no such key, or none under the prefix) is no error;
+    // the count says so. A failed --prev-revision is (cas_mismatch, exit 1).
     return kExitOk;
 }
 

@@ -219,6 +219,44 @@ TEST_CASE("leader kill -9: the session and its lock survive, a waiting acquire c
     restore_cell(old_leader);
 }
 
+TEST_CASE("leader cut off from everything: a 4 s session and its lock survive the failover")
+{
+    // The keepalive at the silent leader used to wait 3 s for an answer, past the lease: a
+    // TTL under about 4.5 s was lost though a new leader is elected in about 1.5 s.
+    constexpr uint32_t kTtlMs = 4000;
+    vl_client* c = rig::open_client();
+    const std::string lock = rig::unique("cut-leader-lock");
+    LostSignal lost;
+    vl_session* s = open_session_noting_loss(c, kTtlMs, lost);
+    vl_sequencer* seq = nullptr;
+    REQUIRE(vl_lock_acquire(s, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, &seq) == VL_OK);
+    const int old_leader = rig::leader(c);
+    rig::cell("partition", std::to_string(old_leader));
+    const auto cut = std::chrono::steady_clock::now();
+    // The lease runs past cut + TTL only once a keepalive sent after the cut was answered.
+    const auto renewed_after_cut = [&] {
+        return vl_session_status(s) == VL_OK &&
+               rig::elapsed_ms(cut) + static_cast<long long>(vl_session_lease_remaining_ms(s)) >
+                   kTtlMs + 100;
+    };
+    CHECK(rig::eventually(10 * kSecond, renewed_after_cut));
+    CHECK(lost.calls == 0);
+    CHECK(vl_session_status(s) == VL_OK);
+    bool valid = false;
+    REQUIRE(vl_sequencer_check(c, seq, &valid) == VL_OK);
+    CHECK(valid);
+    vl_session* rival = nullptr;
+    REQUIRE(vl_session_open(c, 10000, nullptr, &rival) == VL_OK);
+    CHECK(vl_lock_acquire(rival, lock.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr) ==
+          VL_ERR_LOCK_BUSY);
+    CHECK(vl_lock_release(s, lock.c_str()) == VL_OK);
+    vl_sequencer_free(seq);
+    CHECK(vl_session_close(rival) == VL_OK);
+    CHECK(vl_session_close(s) == VL_OK);
+    vl_client_close(c);
+    restore_cell();
+}
+
 TEST_CASE("leader stopped (SIGSTOP) mid-call: the call completes elsewhere in time")
 {
     vl_client* c = rig::open_client(15000);

@@ -116,6 +116,62 @@ TEST_CASE("kv: put, get, compare-and-set, delete, binary values, paging, stale r
     vl_client_close(c);
 }
 
+TEST_CASE("a value no cell takes is VL_ERR_TOO_LARGE at once, not a timeout")
+{
+    // Over about 786 KB, base64 made the body pass the cell's 1 MiB limit: the cell answered 413
+    // and closed before the body was written, which the client took for a transport failure
+    // and retried at every endpoint until the deadline.
+    vl_client* c = rig::open_client(5000);
+    const std::string key = rig::unique("huge");
+    for (const size_t size : {size_t{800'000}, size_t{20'000'000}}) {
+        CAPTURE(size);
+        const auto start = std::chrono::steady_clock::now();
+        CHECK(put_text(c, key, std::string(size, 'x')) == VL_ERR_TOO_LARGE);
+        CHECK(rig::elapsed_ms(start) < 1000);
+        CHECK(std::string(vl_client_errstr(c)).starts_with("too_large: "));
+    }
+    vl_client_close(c);
+}
+
+TEST_CASE("names that are not UTF-8 are refused before anything is sent")
+{
+    vl_client* c = rig::open_client();
+    vl_session* s = nullptr;
+    REQUIRE(vl_session_open(c, 10000, nullptr, &s) == VL_OK);
+    // Named, not shown: the test's output goes through Python, which wants it UTF-8.
+    const std::pair<const char*, std::string> bad_names[] = {
+        {"a stray byte", "bad\xff"},
+        {"a truncated sequence", "cut\xe2\x82"},
+        {"an overlong '/'", "over\xc0\xaf"},
+        {"a surrogate", "half\xed\xa0\x80"},
+        {"past U+10FFFF", "big\xf4\x90\x80\x80"}};
+    for (const auto& [what, bad] : bad_names) {
+        CAPTURE(what);
+        // The error text is read after the call (an argument's could be read before it).
+        const auto client_why = [&] { return vl_client_errstr(c); };
+        const auto session_why = [&] { return vl_session_errstr(s); };
+        const auto refused_here = [&](vl_status status, const auto& why) {
+            CHECK(status == VL_ERR_INVALID_ARGUMENT);  // the cell's is VL_ERR_SERVER_INVALID_...
+            CHECK(std::string(why()).starts_with("client_invalid_argument: "));
+        };
+        refused_here(put_text(c, bad, "v"), client_why);
+        vl_kv* kv = nullptr;
+        refused_here(vl_get(c, bad.c_str(), 0, &kv), client_why);
+        vl_kv_list* list = nullptr;
+        refused_here(vl_get_prefix(c, bad.c_str(), nullptr, 0, 0, &list), client_why);
+        refused_here(vl_delete(c, bad.c_str(), nullptr, nullptr), client_why);
+        vl_watch* w = nullptr;
+        refused_here(vl_watch_open(c, bad.c_str(), nullptr, &w), client_why);
+        refused_here(vl_lock_acquire(s, bad.c_str(), VL_LOCK_EXCLUSIVE, 0, nullptr), session_why);
+        refused_here(vl_barrier_enter(s, bad.c_str(), 2, 0), session_why);
+    }
+    // Text that is UTF-8 goes through.
+    const std::string key = rig::unique("utf8") + "/\xc3\xbc\xf0\x9f\x94\x91";
+    CHECK(put_text(c, key, "v") == VL_OK);
+    CHECK(vl_session_close(s) == VL_OK);
+    vl_client_close(c);
+}
+
 TEST_CASE("bad arguments are refused before anything is sent")
 {
     vl_client* c = rig::open_client();
@@ -130,6 +186,16 @@ TEST_CASE("bad arguments are refused before anything is sent")
     vl_sequencer* seq = nullptr;
     CHECK(vl_sequencer_parse("{\"lock\":\"l\"}", &seq) == VL_ERR_INVALID_ARGUMENT);
     CHECK(vl_sequencer_parse("not json", &seq) == VL_ERR_INVALID_ARGUMENT);
+    // Exactly the four fields, and a lock name the cell takes.
+    const std::string rest = "\"mode\":\"exclusive\",\"generation\":1,\"session\":1";
+    for (const std::string lock : {"\"\"", "\"a\\nb\"", "7", "null"})
+        CHECK(vl_sequencer_parse(("{\"lock\":" + lock + "," + rest + "}").c_str(), &seq) ==
+              VL_ERR_INVALID_ARGUMENT);
+    CHECK(vl_sequencer_parse(("{\"lock\":\"l\"," + rest + ",\"extra\":1}").c_str(), &seq) ==
+          VL_ERR_INVALID_ARGUMENT);
+    REQUIRE(vl_sequencer_parse(("{\"lock\":\"l\"," + rest + "}").c_str(), &seq) == VL_OK);
+    vl_sequencer_free(seq);
+    seq = nullptr;
     CHECK(seq == nullptr);
     char why[128];
     vl_client* bad = nullptr;

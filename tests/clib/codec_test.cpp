@@ -98,6 +98,14 @@ TEST_CASE("names go percent-encoded, keeping '/' in paths")
     CHECK_FALSE(valid_name("a\nb"));
     CHECK_FALSE(valid_name(std::string(513, 'k').c_str()));
     CHECK(valid_name(std::string(512, 'k').c_str()));
+    // UTF-8 as the cell takes it: text in any script, but no stray or truncated byte, no
+    // overlong form, surrogate or code point past U+10FFFF, and no NUL inside.
+    CHECK(valid_name("\xc3\xbcn\xc3\xaf/\xd0\xba\xd0\xbb/\xf0\x9f\x94\x91"));
+    CHECK(valid_name("\xf4\x8f\xbf\xbf"));  // U+10FFFF
+    for (const char* bad : {"bad\xff", "cut\xe2\x82", "\xc0\xaf", "\xed\xa0\x80",
+                            "\xf4\x90\x80\x80", "\x80"})
+        CHECK_FALSE(valid_name(bad));
+    CHECK_FALSE(valid_name(std::string_view("a\0b", 3)));
 }
 
 TEST_CASE("a key in UTF-8 and in base64")

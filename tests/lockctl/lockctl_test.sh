@@ -45,6 +45,20 @@ expect 0 lockctl version
 contains "$out" "lockctl version: "
 expect 0 lockctl -w json version
 same "$(json_field "$out" '["api"]')" "v1"
+# A short flag takes its value after '=' too, as a long one does.
+expect 0 lockctl -w=json version
+same "$(json_field "$out" '["api"]')" "v1"
+# "--" promises a command: with none after it, a usage error (it held the lock silently).
+expect 2 timeout 10 "$LOCKCTL" lock "$P/nothing" --
+contains "$err" "COMMAND"
+expect 2 timeout 10 "$LOCKCTL" lock -- "-$P/nothing" --
+# Names that are not UTF-8 are refused before anything is sent, like other bad names.
+for command in "put $(printf 'bad\xff') v" "get $(printf 'bad\xff')" \
+    "lock $(printf 'over\xc0\xaf') -- true" "del $(printf 'half\xed\xa0\x80')"; do
+    read -ra words <<<"$command"
+    expect 2 lockctl "${words[@]}"
+    contains "$err" "Error: client_invalid_argument: "
+done
 
 section "TLS files: a mistake is exit 2 at once, naming the flag and the file"
 # Nothing listens at the endpoint: what is refused is refused before any connection.
@@ -95,11 +109,15 @@ expect 0 lockctl lock -- "-$P/lock" -- echo dash-named
 same "$out" "dash-named"
 expect 2 lockctl lock -- "-$P/lock" echo missing-dashes
 expect 2 lockctl put "$P/neg" -- -5 extra
+# After "--", '-' is the value itself, not stdin.
+expect 0 lockctl put "$P/dash" -- - <<<from-stdin
+expect 0 lockctl get "$P/dash" --print-value-only
+same "$out" "-"
 
 section "snapshot save: a replica without a snapshot yet"
 # First, while the new cell is far from its first snapshot (100 ops).
 expect 4 lockctl snapshot save "$work/early.snap"
-contains "$err" "no_snapshot"
+contains "$err" "Error: no_snapshot: this replica has no snapshot to serve yet"
 one_line "$err"
 [ ! -e "$work/early.snap" ] && [ ! -e "$work/early.snap.partial" ] || fail "a file was left behind"
 expect 2 lockctl snapshot save
@@ -147,11 +165,23 @@ expect 1 lockctl put "$P/cfg/new" v --prev-revision 0
 expect 1 lockctl del "$P/cfg/a" --prev-revision 999999
 expect 0 lockctl del "$P/cfg/a"
 same "$out" "1"
-expect 1 lockctl del "$P/cfg/a"
+# A key that is not there: nothing deleted, and no error (etcdctl's del, one key or a prefix).
+expect 0 lockctl del "$P/cfg/a"
+same "$out" "0"
+[ -z "$err" ] || fail "deleting nothing printed an error: $err"
+expect 0 lockctl -w json del "$P/cfg/a"
+same "$(json_field "$out" '["deleted"]')" "0"
 expect 0 lockctl -w json del "$P/cfg/" --prefix
 same "$(json_field "$out" '["deleted"]')" "3"
 expect 4 lockctl put "$P/big" "$(head -c 3000 /dev/zero | tr '\0' x)"
 contains "$err" "too_large"
+# A value no cell takes is too_large at once (it was unavailable after --command-timeout).
+head -c 800000 /dev/zero | tr '\0' x >"$work/huge"
+started_ms=$(date +%s%3N)
+expect 4 lockctl --command-timeout 5s put "$P/huge" - <"$work/huge"
+took_ms=$(($(date +%s%3N) - started_ms))
+[ "$took_ms" -lt 1000 ] || fail "an 800 KB put took $took_ms ms to be refused"
+contains "$err" "Error: too_large: "
 
 section "values from stdin, binary ones included"
 printf 'line one\nline two' | lockctl put "$P/stdin" - >/dev/null || fail "put from stdin"
@@ -165,6 +195,9 @@ lockctl get "$P/bin" | tail -c +$(( ${#P} + 6 )) | head -c 300 >"$work/back"
 cmp -s "$work/binary" "$work/back" || fail "binary value changed on the way"
 expect 0 lockctl -w json get "$P/bin"
 same "$(json_field "$out" '["kvs"][0]["encoding"]')" "base64"
+# --print-value-only adds a newline, as etcdctl does; dropping it gives the exact bytes back.
+lockctl get "$P/bin" --print-value-only | head -c -1 >"$work/exact"
+cmp -s "$work/binary" "$work/exact" || fail "get --print-value-only | head -c -1 changed the value"
 
 section "endpoints: the environment, a dead one first, none alive (exit 3)"
 VOLTLOCK_ENDPOINTS="http://10.77.0.99:7480,$VL_TEST_ENDPOINTS" expect 0 lockctl --dial-timeout 300ms put "$P/env" x
@@ -376,6 +409,31 @@ same "$status" "1"
 [ $((SECONDS - cut_at)) -le 6 ] || fail "the command was stopped $((SECONDS - cut_at)) s after the cut"
 contains "$(cat "$work/lost.err")" "Error: session_lost: "
 alive "$(cat "$work/cmd.pid")" && fail "the command outlived the session"
+
+section "lock -- COMMAND: a 4 s session survives its leader cut off from everything"
+# A new leader is elected in about 1.5 s; the keepalive at the silent old leader used to wait
+# 3 s for an answer, past the 2.7 s left of the lease (exit 1, session_lost).
+"$LOCKCTL" lock "$P/failover" --ttl 4s -- \
+    sh -c "echo \"\$VOLTLOCK_SEQUENCER\" >$work/failover.seq; until [ -e $work/failover.done ]; do
+        sleep 0.1; done" 2>"$work/failover.err" &
+runner=$!
+background+=("$runner")
+until_true 10 test -s "$work/failover.seq" || fail "the command did not start"
+leader=$(lockctl -w json status | python3 -c 'import json,sys; print(json.load(sys.stdin)["leader"])')
+cell partition "$leader"
+cut_ms=$(date +%s%3N)
+# Past two TTLs of the cut, the grant is still current, checked throughout.
+while [ $(($(date +%s%3N) - cut_ms)) -lt 6000 ]; do
+    lockctl --dial-timeout 500ms --command-timeout 20s sequencer check \
+        "$(cat "$work/failover.seq")" >/dev/null ||
+        { fail "the lock's grant ended after the leader was cut off"; break; }
+done
+touch "$work/failover.done"
+wait "$runner"
+same "$?" "0"
+[ -s "$work/failover.err" ] && fail "lockctl said: $(cat "$work/failover.err")"
+cell heal
+cell wait
 
 section "barrier"
 "$LOCKCTL" barrier "$P/b" --count 2 --wait 20s >"$work/b1" &

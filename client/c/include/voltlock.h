@@ -218,9 +218,10 @@ VL_API void vl_sequencer_free(vl_sequencer *seq);
  * {"generation":1,"lock":"db/primary","mode":"exclusive","session":1}. Free with
  * vl_string_free. */
 VL_API vl_status vl_sequencer_format(const vl_sequencer *seq, char **out);
-/* The reverse of vl_sequencer_format (any JSON object with those four fields): generation and
- * session must be JSON integers from 0 to 2^64-1 (not -1, not 1.5), mode "exclusive" or
- * "shared"; anything else is VL_ERR_INVALID_ARGUMENT. */
+/* The reverse of vl_sequencer_format: a JSON object with those four fields and no other; lock
+ * a lock name (1 to 512 bytes of UTF-8 text without control characters), generation and
+ * session JSON integers from 0 to 2^64-1 (not -1, not 1.5), mode "exclusive" or "shared";
+ * anything else is VL_ERR_INVALID_ARGUMENT. */
 VL_API vl_status vl_sequencer_parse(const char *text, vl_sequencer **out);
 /* Asks the cell whether seq is still the lock's current grant: *valid_out true or false. */
 VL_API vl_status vl_sequencer_check(vl_client *c, const vl_sequencer *seq, bool *valid_out);
@@ -288,7 +289,8 @@ typedef struct vl_put_result {
 } vl_put_result;
 
 /* Writes value_len bytes (any bytes; binary goes base64 on the wire). opts and result may be
- * NULL. VL_ERR_CAS_MISMATCH, VL_ERR_SEQUENCER_INVALID, VL_ERR_TOO_LARGE as the API says. */
+ * NULL. VL_ERR_CAS_MISMATCH, VL_ERR_SEQUENCER_INVALID, VL_ERR_TOO_LARGE as the API says; a
+ * value over 65,535 bytes, more than any cell takes, is VL_ERR_TOO_LARGE with nothing sent. */
 VL_API vl_status vl_put(vl_client *c, const char *key, const void *value, size_t value_len,
                         const vl_put_options *opts, vl_put_result *result);
 
@@ -369,7 +371,8 @@ VL_API vl_status vl_info_get(vl_client *c, const char *path, int endpoint_index,
  * and `voltlockd --import-snapshot` reads. A snapshot replaced during the fetch is fetched again
  * from the start. On an error nothing is left at path (an older file there stays). The
  * snapshot's op and size come back through op_out and size_out (either may be NULL). A replica
- * with no snapshot yet answers VL_ERR_SERVER_OTHER with "no_snapshot: ..." in the error text. */
+ * with no snapshot yet answers VL_ERR_SERVER_OTHER, the error text "no_snapshot: ..."; each
+ * error's text ends with the endpoint's URL in parentheses. */
 VL_API vl_status vl_snapshot_save(vl_client *c, int endpoint_index, const char *path,
                                   uint64_t *op_out, uint64_t *size_out);
 /* How many endpoints the client was given, and the i-th (valid until vl_client_close; NULL past

@@ -1,6 +1,7 @@
 #include "codec.h"
 
 #include "core/auth_ops.h"
+#include "core/lock_ops.h"
 #include "error_codes.h"
 
 #include <array>
@@ -121,8 +122,8 @@ bool valid_resource(const char* resource)
     for (const auto& [kind, scope] : kGrantScopeNames) {
         const std::string_view head = kind;
         if (text.size() > head.size() && text.starts_with(head) && text[head.size()] == ':') {
-            const std::string prefix(text.substr(head.size() + 1));
-            return prefix.empty() || (valid_name(prefix.c_str()) && is_utf8(prefix));
+            const std::string_view prefix = text.substr(head.size() + 1);
+            return prefix.empty() || valid_name(prefix);
         }
     }
     return false;
@@ -399,22 +400,22 @@ std::optional<std::string> decode_value(const Json& object)
     return value;
 }
 
-bool valid_name(const char* name)
+bool valid_name(std::string_view name)
 {
-    if (name == nullptr) return false;
-    const size_t length = std::strlen(name);
-    if (length == 0 || length > 512) return false;
-    for (size_t i = 0; i < length; i++) {
-        const auto ch = static_cast<unsigned char>(name[i]);
+    if (name.empty() || name.size() > kMaxNameBytes) return false;
+    for (const char c : name) {
+        const auto ch = static_cast<unsigned char>(c);
         if (ch < 0x20 || ch == 0x7f) return false;
     }
-    return true;
+    return is_utf8(name);
 }
+
+bool valid_name(const char* name) { return name != nullptr && valid_name(std::string_view(name)); }
 
 bool valid_auth_name(const char* name)
 {
     return valid_name(name) && std::strlen(name) <= kMaxAuthNameBytes &&
-           std::strchr(name, '/') == nullptr && is_utf8(name);
+           std::strchr(name, '/') == nullptr;
 }
 
 bool valid_token_id(const char* id)

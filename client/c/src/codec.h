@@ -56,7 +56,10 @@ std::optional<std::string> decode_value(const Json& object);
 
 // Validation of what the API accepts, done before sending so a bad argument changes nothing
 // and costs no round trip.
-bool valid_name(const char* name);  // 1..512 bytes, no control characters
+// A key or a lock or barrier name as the cell takes it: 1..512 bytes of UTF-8 (no overlong
+// form, surrogate or code point past U+10FFFF), no control characters.
+bool valid_name(std::string_view name);
+bool valid_name(const char* name);  // NULL: false
 
 // User and role names as the admin endpoints take them: valid_name's rules, at most 64 bytes,
 // and no '/' (the name is a segment of the path).

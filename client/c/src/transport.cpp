@@ -50,10 +50,6 @@ constexpr int kHeldCheckMisses = 2;
 // (before its request was sent).
 constexpr milliseconds kStopPoll{100};
 
-// A request that does not wait at the server and has no answer within this long is sent again
-// elsewhere (same identity): a replica stopped or cut off must not hold the call to its
-// deadline while the others could answer.
-constexpr milliseconds kAttemptCap{3000};
 // Idle kept-alive connections kept per endpoint.
 constexpr size_t kPoolLimit = 64;
 constexpr milliseconds kRoundBackoffFirst{50};
@@ -540,10 +536,10 @@ Outcome Transport::call(const Request& request, Clock::time_point deadline, Canc
         const auto now = Clock::now();
         if (now >= deadline) break;
         const auto remaining = std::chrono::duration_cast<milliseconds>(deadline - now);
-        const milliseconds attempt = request.waits ? remaining : std::min(remaining, kAttemptCap);
+        const milliseconds attempt = request.attempt_within(remaining);
         const Endpoint& endpoint = endpoints_[index];
         auto client = checkout(index);
-        client->set_connection_timeout(std::min(options_.dial_timeout, remaining));
+        client->set_connection_timeout(std::min(options_.dial_timeout, attempt));
         client->set_read_timeout(attempt);
         client->set_write_timeout(attempt);
         if (cancel && !cancel->enter(client.get(), since)) continue;  // the loop says why

@@ -2,6 +2,7 @@
 // idempotent retries. It moves requests and answers; codec.h says what they mean.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -72,6 +73,11 @@ private:
     std::atomic<uint64_t> interrupts_{0};
 };
 
+// A request that does not wait at the server and has no answer within this long (connecting
+// included) is sent again elsewhere (same identity): a replica stopped or cut off must not hold
+// the call to its deadline while the others could answer.
+inline constexpr milliseconds kAttemptCap{3000};
+
 struct Request {
     const char* method = "GET";  // GET, POST, PUT, DELETE
     std::string path;            // encoded, with its query
@@ -83,6 +89,16 @@ struct Request {
     bool waits = false;
     // -1: any endpoint, failing over; else only that one, once.
     int endpoint_index = -1;
+    // The most one attempt at one endpoint may take when the request does not wait: below
+    // kAttemptCap for a call that must have tried the others by a deadline of its own (a
+    // session's keepalive, within the lease).
+    milliseconds attempt_cap = kAttemptCap;
+
+    // How long the attempt that has `remaining` until the call's deadline may take.
+    milliseconds attempt_within(milliseconds remaining) const
+    {
+        return waits ? remaining : std::min(remaining, attempt_cap);
+    }
 };
 
 struct Outcome {

@@ -23,6 +23,7 @@
 #include "codec.h"
 #include "core/auth_ops.h"
 #include "core/checksum.h"
+#include "core/lock_ops.h"
 #include "transport.h"
 #include "voltlock.h"
 
@@ -72,6 +73,13 @@ vl_status invalid(const ErrorSlots& errors, const std::string& what)
 }
 
 std::string u64(uint64_t n) { return std::to_string(n); }
+
+// What valid_name refuses, as the refusal says it.
+constexpr const char* kKeyRule = "a key is 1 to 512 bytes of UTF-8 text, no control characters";
+constexpr const char* kLockNameRule =
+    "a lock name is 1 to 512 bytes of UTF-8 text, no control characters";
+constexpr const char* kBarrierNameRule =
+    "a barrier name is 1 to 512 bytes of UTF-8 text, no control characters";
 
 // A read's flags are vl_read_flags: another bit is a mistake, refused rather than ignored.
 constexpr const char* kReadFlagsRule = "flags is VL_READ_LINEARIZABLE or VL_READ_STALE";
@@ -150,6 +158,17 @@ vl_status vl_session::after_call(vl_status status)
     return status;
 }
 
+namespace {
+
+// A keepalive is due when a third of the TTL has passed, so a failure may leave it as little as
+// two thirds of the TTL. Its attempt at one replica is cut after an eighth of the TTL: a leader
+// cut off from everything answers nothing, and the attempts at the others must fit in what is
+// left once they have elected a new leader (about 1.5 s), which grants the session a fresh TTL.
+// With the 3 s cut of other calls, a TTL under about 4.5 s ran out at the silent old leader.
+constexpr int kKeepaliveAttemptsPerTtl = 8;
+
+}  // namespace
+
 void vl_session::run_keepalives()
 {
     const milliseconds interval = ttl / 3;
@@ -157,7 +176,8 @@ void vl_session::run_keepalives()
     Clock::time_point next = Clock::now() + interval;
     const Request request{.method = "POST",
                           .path = "/v1/sessions/" + u64(id) + ":keepalive",
-                          .mutating = true};
+                          .mutating = true,
+                          .attempt_cap = std::min(kAttemptCap, ttl / kKeepaliveAttemptsPerTtl)};
     while (true) {
         {
             std::unique_lock lock(mutex);
@@ -612,8 +632,8 @@ std::optional<Json> session_request(const vl_client* c, uint32_t ttl_ms, uint32_
         body["lock_delay_ms"] = lock_delay_ms;
     }
     if (name) {
-        if (std::strlen(name) > 128) {
-            invalid(c->errors, "a session name is at most 128 bytes");
+        if (std::strlen(name) > voltlock::kMaxSessionNameBytes || (*name && !valid_name(name))) {
+            invalid(c->errors, "a session name is at most 128 bytes of UTF-8 text");
             return std::nullopt;
         }
         body["name"] = name;
@@ -655,7 +675,7 @@ SnapshotFetch fetch_snapshot_into(Transport& transport, size_t index, std::FILE*
     client->set_read_timeout(transport.options().command_timeout);
     client->set_write_timeout(transport.options().command_timeout);
     const auto failed = [&](vl_status status, const std::string& text) {
-        return SnapshotFetch{.status = status, .text = endpoint.url + ": " + text};
+        return SnapshotFetch{.status = status, .text = text + " (" + endpoint.url + ")"};
     };
     for (int fetch = 0; fetch < kSnapshotRefetches; fetch++) {
         if (std::fseek(out, 0, SEEK_SET) != 0 || ::ftruncate(fileno(out), 0) != 0)
@@ -882,7 +902,11 @@ vl_status vl_sequencer_parse(const char* text, vl_sequencer** out)
     *out = nullptr;
     try {
         const Json object = Json::parse(text);
-        if (!object.is_object()) return VL_ERR_INVALID_ARGUMENT;
+        // Exactly the four fields vl_sequencer_format writes, naming a lock the cell could hold
+        // (get<std::string> and a missing field throw).
+        if (!object.is_object() || object.size() != 4 ||
+            !valid_name(object.at("lock").get<std::string>()))
+            return VL_ERR_INVALID_ARGUMENT;
         *out = sequencer_from_json(object);
         return *out ? VL_OK : VL_ERR_NO_MEMORY;
     } catch (const std::bad_alloc&) {
@@ -933,7 +957,7 @@ vl_status vl_lock_acquire(vl_session* s, const char* name, vl_lock_mode mode, ui
     if (!s) return VL_ERR_INVALID_ARGUMENT;
     if (seq_out) *seq_out = nullptr;
     return guarded(s->errors, [&] {
-        if (!valid_name(name)) return invalid(s->errors, "a lock name is 1 to 512 bytes of text");
+        if (!valid_name(name)) return invalid(s->errors, kLockNameRule);
         if (mode != VL_LOCK_EXCLUSIVE && mode != VL_LOCK_SHARED)
             return invalid(s->errors, "mode must be VL_LOCK_EXCLUSIVE or VL_LOCK_SHARED");
         Json body;
@@ -956,7 +980,7 @@ vl_status vl_lock_release(vl_session* s, const char* name)
 {
     if (!s) return VL_ERR_INVALID_ARGUMENT;
     return guarded(s->errors, [&] {
-        if (!valid_name(name)) return invalid(s->errors, "a lock name is 1 to 512 bytes of text");
+        if (!valid_name(name)) return invalid(s->errors, kLockNameRule);
         if (s->lost.load() != VL_OK) return s->after_call(VL_OK);
         Json body;
         const vl_status status = s->client->send(
@@ -978,7 +1002,7 @@ vl_status vl_get(vl_client* c, const char* key, int flags, vl_kv** out)
     if (!c) return VL_ERR_INVALID_ARGUMENT;
     if (out) *out = nullptr;
     return guarded(c->errors, [&] {
-        if (!valid_name(key)) return invalid(c->errors, "a key is 1 to 512 bytes of text");
+        if (!valid_name(key)) return invalid(c->errors, kKeyRule);
         if (!out) return invalid(c->errors, "out is NULL");
         if (bad_read_flags(flags)) return invalid(c->errors, kReadFlagsRule);
         std::string path = "/v1/kv/" + encode_path_segment(key) + "?encoding=base64";
@@ -994,7 +1018,7 @@ vl_status vl_get_prefix(vl_client* c, const char* prefix, const char* after, uin
     if (out) *out = nullptr;
     return guarded(c->errors, [&] {
         if (!prefix || std::strlen(prefix) > 512 || (*prefix && !valid_name(prefix)))
-            return invalid(c->errors, "a prefix is 0 to 512 bytes of text");
+            return invalid(c->errors, "a prefix is 0 to 512 bytes of UTF-8 text");
         if (!out) return invalid(c->errors, "out is NULL");
         if (bad_read_flags(flags)) return invalid(c->errors, kReadFlagsRule);
         std::string path = "/v1/kv/" + encode_path_segment(prefix) + "?prefix=true&encoding=base64";
@@ -1010,8 +1034,17 @@ vl_status vl_put(vl_client* c, const char* key, const void* value, size_t value_
 {
     if (!c) return VL_ERR_INVALID_ARGUMENT;
     return guarded(c->errors, [&] {
-        if (!valid_name(key)) return invalid(c->errors, "a key is 1 to 512 bytes of text");
+        if (!valid_name(key)) return invalid(c->errors, kKeyRule);
         if (!value && value_len > 0) return invalid(c->errors, "value is NULL");
+        // Refused here, as the cell would: base64 makes a value over about 786 KB a body past
+        // the cell's 1 MiB limit, which it refuses (413) and hangs up on before reading, so the
+        // write fails and the refusal is never read.
+        if (value_len > voltlock::kMaxValueBytes)
+            return c->errors.set(VL_ERR_TOO_LARGE,
+                                 "too_large: the value is " + u64(value_len) +
+                                     " bytes; a cell takes at most " +
+                                     u64(voltlock::kMaxValueBytes) +
+                                     " (fewer: what fits one replication datagram with the key)");
         const std::string_view bytes(static_cast<const char*>(value), value ? value_len : 0);
         Json request{{"value", base64_encode(bytes)}, {"encoding", "base64"}};
         if (opts && opts->check_prev_revision) request["prev_revision"] = opts->prev_revision;
@@ -1050,7 +1083,7 @@ vl_status vl_delete(vl_client* c, const char* key, const vl_delete_options* opts
     return guarded(c->errors, [&] {
         const bool prefix = opts && opts->prefix;
         if (!key || (!prefix && !valid_name(key)) || (prefix && *key && !valid_name(key)))
-            return invalid(c->errors, "a key is 1 to 512 bytes of text");
+            return invalid(c->errors, kKeyRule);
         std::string path = "/v1/kv/" + encode_path_segment(key);
         char separator = '?';
         if (prefix) {
@@ -1088,7 +1121,7 @@ vl_status vl_watch_open(vl_client* c, const char* key, const vl_watch_options* o
     return guarded(c->errors, [&] {
         const bool prefix = opts && opts->prefix;
         if (!key || (!prefix && !valid_name(key)) || (prefix && *key && !valid_name(key)))
-            return invalid(c->errors, "a key is 1 to 512 bytes of text");
+            return invalid(c->errors, kKeyRule);
         auto watch = std::make_unique<vl_watch>();
         watch->client = c;
         watch->path = "/v1/watch/" + encode_path_segment(key) + "?encoding=base64";
@@ -1172,7 +1205,7 @@ vl_status vl_barrier_enter(vl_session* s, const char* name, uint32_t count, uint
 {
     if (!s) return VL_ERR_INVALID_ARGUMENT;
     return guarded(s->errors, [&] {
-        if (!valid_name(name)) return invalid(s->errors, "a barrier name is 1 to 512 bytes");
+        if (!valid_name(name)) return invalid(s->errors, kBarrierNameRule);
         if (count < 1 || count > 1024) return invalid(s->errors, "count must be 1 to 1,024");
         return session_wait_call(
             s, "/v1/barriers/" + encode_path_segment(name) + ":enter",
@@ -1184,7 +1217,7 @@ vl_status vl_barrier_leave(vl_session* s, const char* name, uint32_t wait_ms)
 {
     if (!s) return VL_ERR_INVALID_ARGUMENT;
     return guarded(s->errors, [&] {
-        if (!valid_name(name)) return invalid(s->errors, "a barrier name is 1 to 512 bytes");
+        if (!valid_name(name)) return invalid(s->errors, kBarrierNameRule);
         return session_wait_call(s, "/v1/barriers/" + encode_path_segment(name) + ":leave",
                                  Json{{"session", s->id}, {"wait_ms", wait_ms}}, wait_ms, nullptr);
     });
