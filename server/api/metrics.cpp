@@ -109,7 +109,7 @@ constexpr std::pair<const char*, const char*> kApiCounters[] = {
     {"connections_evicted", "Idle connections closed to make room at the connection cap."},
     {"clients_hung_up", "Clients that hung up while their request waited."},
     {"slow_readers_cut", "Watch streams cut for reading too slowly."},
-    {"waits_withdrawn", "Lock waits withdrawn because their client hung up."},
+    {"waits_withdrawn", "Lock waits and barrier enters withdrawn because their client hung up."},
 };
 
 // The replica's event loop: one long turn delays every request, timer and datagram.

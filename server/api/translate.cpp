@@ -674,7 +674,9 @@ ApiError cancelled(const WatchEvent& e)
                         std::string("the session ended while waiting (") + cause_name(e.cause) +
                             ")",
                         Json{{"revision", e.revision}}};
-    return ApiError{409, "wait_withdrawn", "the wait was withdrawn by a release or leave",
+    return ApiError{409, "wait_withdrawn",
+                    "the wait was withdrawn: by a release or leave, or because a client that "
+                    "made it hung up at another replica",
                     Json{{"revision", e.revision}}};
 }
 

@@ -68,7 +68,7 @@ inline constexpr double kHeadroomUnpaced = 0.25;
 class WaitService {
 public:
     // The wait's kind, lock or barrier, session and deadline (the machine's, which names this
-    // wait): a lock wait or a barrier enter (a leave, once asked, stands).
+    // wait): a lock wait or a barrier enter (a leave stays asked until its deadline).
     using Withdraw = std::function<void(WaitKind kind, const std::string& name, SessionId session,
                                         uint64_t deadline_ms)>;
     using Clock = std::function<uint64_t()>;

@@ -207,9 +207,9 @@ struct WithdrawWait {
 
 // str barrier, u64 session, u64 deadline_ms. Proposed by the replica whose client hung up while
 // it waited to enter a barrier: takes the session out of the barrier if it still waits to enter
-// with that deadline (as that deadline would have; an enter asked again takes a new one), and does
-// nothing else. A barrier that passed meanwhile stays passed, and a leave, once asked, stands: a
-// client that hangs up while it waits for the others to leave holds nobody up.
+// with that deadline (as that deadline would have; a new enter request takes a new one, the same
+// request retried elsewhere keeps it), and does nothing else. A barrier that passed meanwhile
+// stays passed, and a leave is not withdrawn: it stays asked until its deadline, as any leave.
 struct WithdrawEnter {
     std::string barrier;
     SessionId session = 0;

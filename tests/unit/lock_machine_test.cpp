@@ -1246,8 +1246,10 @@ public:
 
     uint32_t below(uint32_t n) { return static_cast<uint32_t>(random_.below(n)); }
 
-    // The next op; `sessions` are those the machine created (from its results).
-    LockOp op(const std::vector<std::pair<SessionId, Revision>>& sessions)
+    // The next op; `sessions` are those the machine created (from its results), `waits` its
+    // pending lock and barrier waits (what a withdrawal names).
+    LockOp op(const std::vector<std::pair<SessionId, Revision>>& sessions,
+              const std::vector<TimerRecord>& waits)
     {
         const auto session = [&]() -> SessionId {
             if (sessions.empty() || below(20) == 0) return 1 + below(50);  // maybe unknown
@@ -1300,10 +1302,22 @@ public:
                                 .wait_ms = wait};
         case 14: return BarrierLeave{.barrier = barrier, .session = session(), .wait_ms = wait};
         case 15:
-            return WithdrawWait{.lock = lock, .session = session(), .deadline_ms = below(5'000)};
-        case 16:
-            return WithdrawEnter{.barrier = barrier, .session = session(),
-                                 .deadline_ms = below(5'000)};
+        case 16: {
+            // Mostly a wait the machine has (withdrawn; now and then named as the other kind:
+            // nothing), else a made-up one.
+            TimerRecord wait_of{.at_ms = below(5'000), .name = below(2) == 0 ? lock : barrier,
+                                .session = session()};
+            bool lock_wait = below(2) == 0;
+            if (!waits.empty() && below(4) != 0) {
+                wait_of = waits[below(static_cast<uint32_t>(waits.size()))];
+                lock_wait = (wait_of.kind == TimerKind::lock_wait) != (below(8) == 0);
+            }
+            if (lock_wait)
+                return WithdrawWait{.lock = wait_of.name, .session = wait_of.session,
+                                    .deadline_ms = wait_of.at_ms};
+            return WithdrawEnter{.barrier = wait_of.name, .session = wait_of.session,
+                                 .deadline_ms = wait_of.at_ms};
+        }
         default: return ExpireWaiters{};
         }
     }
@@ -1322,9 +1336,12 @@ std::vector<Bytes> run_workload(LockMachine& machine, uint64_t seed, size_t ops)
         std::vector<std::pair<SessionId, Revision>> sessions;
         for (const auto& [id, s] : machine.state().sessions)
             sessions.emplace_back(id, s.lease_epoch);
+        std::vector<TimerRecord> waits;
+        for (const TimerRecord& timer : machine.state().timers)
+            if (timer.kind != TimerKind::lock_delay_end) waits.push_back(timer);
         // Time mostly advances, by up to 2 s; now and then a new leader's clock lags behind.
         now = w.below(10) == 0 ? now - w.below(3'000) : now + w.below(2'000);
-        const Entry entry{.timestamp_ms = now, .payload = encode_op(w.op(sessions))};
+        const Entry entry{.timestamp_ms = now, .payload = encode_op(w.op(sessions, waits))};
         results.push_back(machine.apply(op, entry));
     }
     return results;
@@ -1353,6 +1370,19 @@ TEST_CASE("lock machine: determinism: machines fed the same ops end with the sam
         CHECK(granted > 10);
         CHECK(timeouts > 0);
         CHECK(a.state().compacted_revision > 0);
+        size_t waits_withdrawn = 0;
+        size_t enters_withdrawn = 0;
+        for (const Bytes& result : results_a) {
+            const auto decoded = decode_result(result);
+            REQUIRE(decoded.ok());
+            const OpResult& r = decoded.value();
+            if (const auto* w = std::get_if<WithdrawWaitResult>(&r))
+                waits_withdrawn += w->withdrawn;
+            if (const auto* w = std::get_if<WithdrawEnterResult>(&r))
+                enters_withdrawn += w->withdrawn;
+        }
+        CHECK(waits_withdrawn > 0);
+        CHECK(enters_withdrawn > 0);
 
         // A different history gives a different state.
         LockMachine c(config);
