@@ -368,6 +368,11 @@ def test_held_requests_share_a_replicas_health_check_and_close_what_they_left_in
     (lambda pr: pr.acquire("x", 1, False, math.nan, None), ValueError),
     (lambda pr: pr.acquire("x", 1, False, None, math.inf), ValueError),
     (lambda pr: pr.create_token("u", math.inf, None), ValueError),
+    # Nor past MAX_SECONDS (a float would overflow on the way to milliseconds).
+    (lambda pr: pr.create_session(1e308, 0, "", None), ValueError),
+    (lambda pr: pr.create_session(10**400, 0, "", None), ValueError),
+    (lambda pr: pr.acquire("x", 1, False, 1e308, None), ValueError),
+    (lambda pr: pr.get("k", 10**400), ValueError),
 ])
 def test_bad_arguments_raise_before_anything_is_sent(proto, clock, make, exc):
     sent: List[p.Attempt] = []

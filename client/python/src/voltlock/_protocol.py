@@ -142,13 +142,19 @@ def check_bool(value: object, what: str) -> bool:
     return value
 
 
+# The longest time an argument may give: about 31 years (more is a mistake, and would not fit
+# the milliseconds the cell takes).
+MAX_SECONDS = 1e9
+
+
 def check_seconds(value: object, what: str) -> float:
-    """A length of time: a finite number of seconds >= 0 (NaN and infinity are refused: they
-    are no time a request, a lease or a pause can be given)."""
+    """A length of time: a finite number of seconds from 0 to MAX_SECONDS (NaN and infinity
+    are refused: they are no time a request, a lease or a pause can be given)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if not 0 <= value < math.inf:
-        raise ValueError(f"{what} must be a finite number of seconds >= 0, not {value}")
+    if not 0 <= value <= MAX_SECONDS:
+        raise ValueError(f"{what} must be a finite number of seconds from 0 to "
+                         f"{MAX_SECONDS:g}, not {value}")
     return float(value)
 
 

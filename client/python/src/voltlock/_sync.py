@@ -58,16 +58,22 @@ class _Connection(http.client.HTTPConnection):
         self.sock.sendall(b"".join(held))
 
 
-def _hang_up(connection: _Connection) -> None:
-    """Closes the connection for good, at once: the shutdown sends the FIN even while a
-    response object still holds the socket (http.client's makefile keeps the descriptor open
-    until it is closed itself), so a server holding a wait for it sees its client leave."""
+def _shut_down(connection: _Connection) -> None:
+    """Ends the connection at once, from any thread: the FIN goes out even while a response
+    object still holds the socket (http.client's makefile keeps the descriptor open until it is
+    closed itself), so a server holding a wait for it sees its client leave, and a read or
+    write on it in another thread fails. The socket stays for its owner to close."""
     sock = connection.sock
     if sock is not None:
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+def _hang_up(connection: _Connection) -> None:
+    """Closes the connection for good, at once (its owner's thread)."""
+    _shut_down(connection)
     connection.close()
 
 
@@ -117,17 +123,18 @@ class HttpTransport:
         connection.close()
 
     def _send(self, attempt: p.Attempt,
-              connected: Optional[Callable[[_Connection], None]] = None
+              connected: Optional[Callable[[_Connection], bool]] = None
               ) -> Union[p.Failure, Tuple[_Connection, http.client.HTTPResponse]]:
         """Sends the request and reads the answer's headers; `connected` is told each
-        connection the request goes on, before it is sent."""
+        connection the request goes on, before it is sent, and says whether to go on."""
         for fresh in (False, True):
             try:
                 connection, reused = self._take(attempt.endpoint, attempt, fresh)
             except OSError as e:
                 return p.connect_failure(attempt.endpoint, e)
-            if connected is not None:
-                connected(connection)
+            if connected is not None and not connected(connection):
+                connection.close()
+                return p.Failure("closed before it was sent")
             try:
                 assert connection.sock is not None
                 connection.sock.settimeout(attempt.read_timeout)
@@ -222,10 +229,10 @@ class HttpTransport:
             self._give_back(attempt.endpoint, connection)
         return p.Reply(response.status, headers, body)
 
-    def open_stream(self, attempt: p.Attempt, connected: Callable[[_Connection], None]
+    def open_stream(self, attempt: p.Attempt, connected: Callable[[_Connection], bool]
                     ) -> Union[p.Reply, p.Failure, _Stream]:
         """Opens a watch's stream; `connected` is told the connection it is being opened on
-        (for a close() from another thread to hang up)."""
+        (for a close() from another thread to shut down), and says whether to go on."""
         sent = self._send(attempt, connected)
         if isinstance(sent, p.Failure):
             return sent
@@ -650,6 +657,9 @@ class Watch(WatchBase[Client]):
         # The connection of the stream, open or being opened: what close() hangs up.
         self._connection: Optional[_Connection] = None
         self._closed = threading.Event()
+        # Held while a thread reads or opens the stream: the connection is that thread's to
+        # close, and close() from another only shuts it down.
+        self._stepping = threading.Lock()
 
     def __iter__(self) -> "Watch":
         return self
@@ -663,8 +673,15 @@ class Watch(WatchBase[Client]):
     def close(self) -> None:
         self._closed.set()
         connection = self._connection
-        if connection is not None:
+        if connection is None:
+            return
+        if not self._stepping.acquire(blocking=False):
+            _shut_down(connection)  # the thread in _step sees it fail and closes it
+            return
+        try:
             _hang_up(connection)
+        finally:
+            self._stepping.release()
 
     def __next__(self) -> WatchEvent:
         while not self._ready:
@@ -687,6 +704,10 @@ class Watch(WatchBase[Client]):
     def _step(self, seconds: Optional[float] = None) -> None:
         """Opens the stream (within `seconds`, if given), or takes its next chunk; reopens it
         after a drop or a cut."""
+        with self._stepping:
+            self._step_stream(seconds)
+
+    def _step_stream(self, seconds: Optional[float]) -> None:
         if self._stream is None:
             self._open(seconds)
             return
@@ -723,7 +744,8 @@ class Watch(WatchBase[Client]):
             self._state.opened()
             self._stream = opened
 
-    def _connected(self, connection: _Connection) -> None:
+    def _connected(self, connection: _Connection) -> bool:
+        """Notes the connection the stream is being opened on; False once close() was called
+        (it may have come before it could see this connection)."""
         self._connection = connection
-        if self._closed.is_set():  # close() came before it could see this connection
-            _hang_up(connection)
+        return not self._closed.is_set()
