@@ -371,8 +371,8 @@ VL_API vl_status vl_info_get(vl_client *c, const char *path, int endpoint_index,
  * and `voltlockd --import-snapshot` reads. A snapshot replaced during the fetch is fetched again
  * from the start. On an error nothing is left at path (an older file there stays). The
  * snapshot's op and size come back through op_out and size_out (either may be NULL). A replica
- * with no snapshot yet answers VL_ERR_SERVER_OTHER, the error text "no_snapshot: ..."; each
- * error's text ends with the endpoint's URL in parentheses. */
+ * with no snapshot yet answers VL_ERR_SERVER_OTHER, the error text "no_snapshot: ..."; the text
+ * of an error from the endpoint ends with its URL in parentheses. */
 VL_API vl_status vl_snapshot_save(vl_client *c, int endpoint_index, const char *path,
                                   uint64_t *op_out, uint64_t *size_out);
 /* How many endpoints the client was given, and the i-th (valid until vl_client_close; NULL past

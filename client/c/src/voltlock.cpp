@@ -164,8 +164,10 @@ namespace {
 // two thirds of the TTL. Its attempt at one replica is cut after an eighth of the TTL: a leader
 // cut off from everything answers nothing, and the attempts at the others must fit in what is
 // left once they have elected a new leader (about 1.5 s), which grants the session a fresh TTL.
-// With the 3 s cut of other calls, a TTL under about 4.5 s ran out at the silent old leader.
+// With the 3 s cut of other calls, a TTL under about 4.5 s ran out at the silent old leader. At
+// least 250 ms, though: a fresh connection, a TLS handshake and a commit must fit in one.
 constexpr int kKeepaliveAttemptsPerTtl = 8;
+constexpr milliseconds kKeepaliveAttemptFloor{250};
 
 }  // namespace
 
@@ -177,7 +179,8 @@ void vl_session::run_keepalives()
     const Request request{.method = "POST",
                           .path = "/v1/sessions/" + u64(id) + ":keepalive",
                           .mutating = true,
-                          .attempt_cap = std::min(kAttemptCap, ttl / kKeepaliveAttemptsPerTtl)};
+                          .attempt_cap = std::clamp(ttl / kKeepaliveAttemptsPerTtl,
+                                                    kKeepaliveAttemptFloor, kAttemptCap)};
     while (true) {
         {
             std::unique_lock lock(mutex);

@@ -236,6 +236,20 @@ def test_watch_streams_changes_in_order_and_close_ends_it(cell, client):
     assert watch.next_revision == seen[3].revision + 1
 
 
+def test_close_inside_the_loop_ends_the_watch_there_and_closes_its_connection(cell, client):
+    prefix = fresh("wc") + "/"
+    client.put(prefix + "a", "1")
+    client.put(prefix + "b", "2")
+    watch = client.watch(prefix, prefix=True)
+    client.delete(prefix, prefix=True)  # one revision, two events, handed out together
+    seen: List[voltlock.WatchEvent] = []
+    for event in watch:
+        seen.append(event)
+        watch.close()
+    assert [(e.type, e.key) for e in seen] == [("delete", prefix + "a")]
+    assert watch._connection is not None and watch._connection.sock is None
+
+
 def test_a_watch_sees_the_change_made_right_after_it_was_made(cell, client):
     key = fresh("placed")
     watch = client.watch(key)

@@ -684,11 +684,11 @@ class Watch(WatchBase[Client]):
             self._stepping.release()
 
     def __next__(self) -> WatchEvent:
-        while not self._ready:
-            if self._closed.is_set():
-                raise StopIteration
+        while not self._closed.is_set():
+            if self._ready:
+                return self._ready.popleft()
             self._step()
-        return self._ready.popleft()
+        raise StopIteration  # closed: events still buffered are not handed out
 
     def _place(self, seconds: float) -> None:
         """Opens the stream and reads until the cell says where it starts, so that a watch
@@ -705,7 +705,12 @@ class Watch(WatchBase[Client]):
         """Opens the stream (within `seconds`, if given), or takes its next chunk; reopens it
         after a drop or a cut."""
         with self._stepping:
-            self._step_stream(seconds)
+            if not self._closed.is_set():
+                self._step_stream(seconds)
+            if self._closed.is_set() and self._connection is not None:
+                # close() came from another thread during the step and only shut it down.
+                self._stream = None
+                _hang_up(self._connection)
 
     def _step_stream(self, seconds: Optional[float]) -> None:
         if self._stream is None:

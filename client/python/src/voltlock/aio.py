@@ -620,11 +620,11 @@ class Watch(WatchBase[Client]):
             pass
 
     async def __anext__(self) -> WatchEvent:
-        while not self._ready:
-            if self._closed.is_set():
-                raise StopAsyncIteration
+        while not self._closed.is_set():
+            if self._ready:
+                return self._ready.popleft()
             await self._step()
-        return self._ready.popleft()
+        raise StopAsyncIteration  # closed: events still buffered are not handed out
 
     async def _step(self, seconds: Optional[float] = None) -> None:
         """Opens the stream (within `seconds`, if given), or takes its next chunk; reopens it
