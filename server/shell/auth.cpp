@@ -4,6 +4,8 @@
 #include <gnutls/gnutls.h>
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -76,7 +78,8 @@ std::optional<TokenHash> parse_hash(std::string_view text)
 Result<std::string> read_file(const std::string& path, bool secret)
 {
     struct stat info {};
-    if (::stat(path.c_str(), &info) != 0) return Error{0, path + ": cannot read it"};
+    if (::stat(path.c_str(), &info) != 0)
+        return Error{0, path + ": cannot read it: " + std::strerror(errno)};
     if (secret && (info.st_mode & 077) != 0)
         return Error{0, path + ": mode " + [&] {
             char mode[8];
@@ -84,7 +87,7 @@ Result<std::string> read_file(const std::string& path, bool secret)
             return std::string(mode);
         }() + " lets other users read it; chmod 600 it"};
     std::ifstream in(path, std::ios::binary);
-    if (!in) return Error{0, path + ": cannot read it"};
+    if (!in) return Error{0, path + ": cannot read it: " + std::strerror(errno)};
     std::ostringstream text;
     text << in.rdbuf();
     return text.str();
@@ -271,7 +274,8 @@ std::vector<ConfigProblem> auth_problems(const DaemonConfig& config)
         const std::string field = message.starts_with("auth_roles_file") ? "auth_roles_file"
                                                                          : "auth_token_file";
         problems.push_back({field, message.substr(message.find(':') + 2),
-                            "fix the file (docs/security-auth.md has its format)"});
+                            "check the path, that the user voltlockd runs as can read it, and "
+                            "the file's format (docs/security-auth.md)"});
     }
     return problems;
 }

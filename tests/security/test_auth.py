@@ -353,6 +353,10 @@ def test_check_config_names_bad_auth_files(cell, tmp_path):
     done = subprocess.run([voltlockd_path(), "--check-config", str(path)], capture_output=True,
                           text=True)
     assert done.returncode == 1 and "chmod 600" in done.stdout, done.stdout
+    tokens.unlink()
+    done = subprocess.run([voltlockd_path(), "--check-config", str(path)], capture_output=True,
+                          text=True)
+    assert done.returncode == 1 and "No such file or directory" in done.stdout, done.stdout
 
 
 def test_sessions_belong_to_who_opened_them(cell, tokens):

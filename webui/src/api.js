@@ -68,10 +68,14 @@ export async function api(method, path, body, { timeoutMs = 15000 } = {}) {
   return json;
 }
 
-// Path segments of names and keys may contain '/', which the API takes as is; the rest of each
-// segment is percent-encoded.
+// A name or key in a request's path, percent-encoded whole: its '/' as %2F too (the API decodes
+// it), or a browser would take a '.' or '..' between slashes for a dot segment and send the
+// request to another key ('a/../b' to 'b'). A name that is all '.' or '..' it would rewrite
+// however written (%2E too), so that one is refused.
 export function namePath(name) {
-  return name.split('/').map(encodeURIComponent).join('/');
+  if (name === '.' || name === '..')
+    throw new Error(`a browser cannot name "${name}" in a URL: read or change it with lockctl or an SDK`);
+  return encodeURIComponent(name);
 }
 
 // What an operator should read for an error: the cell-level causes first.
@@ -104,6 +108,13 @@ export async function listAll(path, field, params = {}) {
 // a role changes) ends the watch with the ApiError: asking again would be refused the same way,
 // once a second, for ever. Returns {close()}.
 export function watch(key, { prefix = false, startRevision, spaces } = {}, onEvent, onState = () => {}) {
+  let path;
+  try {
+    path = '/v1/watch/' + namePath(key);
+  } catch (error) {
+    onState({ state: 'refused', error });
+    return { close() {} };
+  }
   const controller = new AbortController();
   let nextRevision = startRevision;
   let closed = false;
@@ -114,7 +125,7 @@ export function watch(key, { prefix = false, startRevision, spaces } = {}, onEve
     if (nextRevision) params.set('start_revision', String(nextRevision));
     if (spaces) params.set('spaces', spaces);
     const headers = withToken({ Accept: 'text/event-stream' });
-    const response = await fetch(`/v1/watch/${namePath(key)}?${params}`, {
+    const response = await fetch(`${path}?${params}`, {
       signal: controller.signal, headers,
     });
     if (response.status === 401 || response.status === 403) {

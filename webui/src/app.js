@@ -13,13 +13,23 @@ const titles = { cell: 'Cell', locks: 'Locks', sessions: 'Sessions', keys: 'Keys
 let stopCurrent = () => {};
 const signOut = document.getElementById('sign-out');
 
+// A name typed into the address bar may hold a '%' that starts no escape ('#/keys/100%'):
+// that one is the name as written.
+function decodedOrAsIs(text) {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
+}
+
 function route() {
   signOut.hidden = !hasToken();
   const hash = location.hash.replace(/^#\/?/, '');
   const slash = hash.indexOf('/');
   const named = slash < 0 ? hash : hash.slice(0, slash);
   const page = pages[named] ? named : 'cell';
-  const argument = slash < 0 ? '' : decodeURIComponent(hash.slice(slash + 1));
+  const argument = slash < 0 ? '' : decodedOrAsIs(hash.slice(slash + 1));
   stopCurrent();
   const main = document.getElementById('main');
   main.replaceChildren();
