@@ -274,8 +274,8 @@ std::vector<ConfigProblem> auth_problems(const DaemonConfig& config)
         const std::string field = message.starts_with("auth_roles_file") ? "auth_roles_file"
                                                                          : "auth_token_file";
         problems.push_back({field, message.substr(message.find(':') + 2),
-                            "check the path, that the user voltlockd runs as can read it, and "
-                            "the file's format (docs/security-auth.md)"});
+                            "check the path and that the user voltlockd runs as can read it; "
+                            "docs/security-auth.md gives the file's format"});
     }
     return problems;
 }
