@@ -654,7 +654,7 @@ class Watch(WatchBase[Client]):
     def __init__(self, client: Client, stream: p.WatchStream) -> None:
         super().__init__(client, stream)
         self._stream: Optional[_Stream] = None
-        # The connection of the stream, open or being opened: what close() hangs up.
+        # The connection of the stream, open or being opened: what close() ends.
         self._connection: Optional[_Connection] = None
         self._closed = threading.Event()
         # Held while a thread reads or opens the stream: the connection is that thread's to
@@ -737,11 +737,10 @@ class Watch(WatchBase[Client]):
         opened = self._client._transport.open_stream(self._state.attempt(seconds),
                                                      self._connected)
         if self._closed.is_set():
-            # close() hung the stream up while it opened (or came right after): the replica
-            # failed at nothing.
-            if isinstance(opened, _Stream):
-                opened.close()
-        elif isinstance(opened, p.Failure):
+            # close() came while it opened: the replica failed at nothing, and _step closes
+            # the connection.
+            return
+        if isinstance(opened, p.Failure):
             self._closed.wait(self._state.unreached(opened))
         elif isinstance(opened, p.Reply):
             self._closed.wait(self._state.refused(opened))
