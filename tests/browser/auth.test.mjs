@@ -76,12 +76,18 @@ test('a watch stream sends the token as a header too', async () => {
 });
 
 test('signing out shows the sign-in page, ends the watch, and later requests carry no token', async () => {
+  await page.getByLabel('Prefix or key').fill('private/');
+  await page.getByRole('button', { name: 'List' }).click();
+  await eventually('the Keys page watches the prefix', () =>
+    requests.some((r) => r.url.includes('/v1/watch/private%2F')));
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('key-prefix')), 'private/');
   const watchEnded = page.waitForEvent('requestfailed', (r) => r.url().includes('/v1/watch/'));
   const signedOutAt = requests.length;
   await page.getByRole('button', { name: 'Sign out' }).click();
   await signInShown();
   await watchEnded;
   assert.equal(await storedToken(), null);
+  assert.equal(await page.evaluate(() => sessionStorage.length), 0, 'what the tab looked at is forgotten');
   assert.equal(await page.locator('#sign-out').isVisible(), false);
   // A page opened after signing out asks the API without a token, is refused, and the sign-in
   // page comes back.

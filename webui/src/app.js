@@ -79,10 +79,12 @@ function loginPage(reason) {
 window.addEventListener('voltlock-unauthenticated', (event) => {
   if (!document.querySelector('form.login')) loginPage(event.detail);
 });
-// Signing out forgets the token first, so that nothing the page sends while it stops carries
-// it; stopping the page ends its polls and watch streams.
+// Signing out forgets the tab's whole sessionStorage first: the token, so that nothing the page
+// sends while it stops carries it, and what the tab was looking at (the Keys prefix, the Locks
+// filter), so that whoever signs in next starts afresh. Stopping the page ends its polls and
+// watch streams.
 signOut.addEventListener('click', () => {
-  setToken(null);
+  sessionStorage.clear();
   loginPage('Signed out.');
 });
 
