@@ -195,6 +195,14 @@ lockctl get "$P/bin" | tail -c +$(( ${#P} + 6 )) | head -c 300 >"$work/back"
 cmp -s "$work/binary" "$work/back" || fail "binary value changed on the way"
 expect 0 lockctl -w json get "$P/bin"
 same "$(json_field "$out" '["kvs"][0]["encoding"]')" "base64"
+# Bytes that look like UTF-8 but are not (a surrogate, an overlong '/'): base64 too, never an
+# error of the JSON printer.
+printf 'a\xed\xa0\x80b' | lockctl put "$P/surrogate" - >/dev/null || fail "put of a surrogate"
+expect 0 lockctl -w json get "$P/surrogate"
+same "$(json_field "$out" '["kvs"][0]["value"]')" "Ye2ggGI="
+printf 'x\xc0\xafy' | lockctl put "$P/overlong" - >/dev/null || fail "put of an overlong form"
+expect 0 lockctl -w json get "$P/overlong"
+same "$(json_field "$out" '["kvs"][0]["encoding"]')" "base64"
 # --print-value-only adds a newline, as etcdctl does; dropping it gives the exact bytes back.
 lockctl get "$P/bin" --print-value-only | head -c -1 >"$work/exact"
 cmp -s "$work/binary" "$work/exact" || fail "get --print-value-only | head -c -1 changed the value"
