@@ -1350,7 +1350,11 @@ void Replica::persist_before_sending()
             .after = after,
             .entries = {log_.begin() + static_cast<ptrdiff_t>(after - log_base_), log_.end()}});
     }
-    if ((config_.persist_log || config_.persist_view) &&
+    // The view is persisted once this replica holds a state, view 0 included: that record tells
+    // its next start from a new data directory's. One that waits with nothing records none, so
+    // that a restart meanwhile finds it holding nothing, not a state of op 0 to restart the cell
+    // with (docs/storage.md).
+    if ((config_.persist_log || config_.persist_view) && !waits_with_nothing() &&
         std::pair{view_, last_normal_view_} != persisted_view_) {
         persisted_view_ = {view_, last_normal_view_};
         out_->push_back(PersistView{.view = view_, .last_normal_view = last_normal_view_});

@@ -331,6 +331,9 @@ public:
     Op log_base() const { return log_base_; }
     // Not yet known to be the cell's history (see state_unconfirmed_).
     bool state_unconfirmed() const { return state_unconfirmed_; }
+    // Started with nothing (a new data directory, or its snapshot refused) and still
+    // recovering: it holds no state, and persists no view (persist_before_sending).
+    bool waits_with_nothing() const { return status_ == Status::recovering && !restored_; }
     const Entry& entry(Op op) const { return log_.at(op - log_base_ - 1); }
     const ReplicaCounters& counters() const { return counters_; }
     const ReplicaConfig& config() const { return config_; }
@@ -642,9 +645,9 @@ private:
     View snapshot_writing_fence_view_ = 0;
 
     // Durability sync: the log after this op changed since it was last persisted; the view and
-    // last normal view persisted last.
+    // last normal view persisted last (none yet: a replica that started with nothing).
     std::optional<Op> log_unpersisted_after_;
-    std::pair<View, View> persisted_view_{0, 0};
+    std::optional<std::pair<View, View>> persisted_view_;
 
     std::optional<Fetch> fetch_;
 

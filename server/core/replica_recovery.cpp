@@ -243,7 +243,11 @@ void Replica::leave_restart_for_view_change()
     restart_votes_.clear();
     recovery_responses_.clear();
     status_ = Status::view_change;  // start_view_change sets the view
-    restart_view_change_ = !restored_whole_;
+    // Durability snapshot: also with a whole state of ours (a clean stop), since the others may
+    // hold a snapshot alone, and those join only by counting our answer (join_restart). Before,
+    // a replica stopped cleanly that counted a crashed one's vote ran the restart's view change
+    // alone and answered it nothing: neither got further (an operator's finding, 2026-11-29).
+    restart_view_change_ = !config_.persist_log;
     counters_.cell_restarts += 1;
 }
 

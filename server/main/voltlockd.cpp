@@ -309,9 +309,10 @@ Result<Startup> open_data_directory(const DaemonConfig& config, bool recover)
     auto loaded = storage.value()->load();
     if (!loaded.ok()) return loaded.error();
     StoredState& state = loaded.value();
-    if (!state.initialized)
+    // New, or its replica never held the cell's state (it waited to recover and was stopped).
+    if (state.holds_nothing())
         return Startup{without_state, std::move(storage.value()), {},
-                       without_state_name + ", new data directory " + config.data_dir};
+                       without_state_name + ", nothing yet in data directory " + config.data_dir};
     std::optional<ReplicaSnapshot> snapshot;
     if (state.snapshot_op) {
         snapshot = decode_replica_snapshot(state.snapshot);

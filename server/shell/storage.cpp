@@ -439,6 +439,7 @@ Result<StoredState> Storage::load() const
         if (!record) return error("reading the view", "garbled record");
         state.view = record->view;
         state.last_normal_view = record->last_normal_view;
+        state.view_stored = true;
     } else if (!status.IsNotFound()) {
         return error("reading the view", status.ToString());
     }

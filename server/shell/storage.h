@@ -87,7 +87,15 @@ struct StoredState {
                                         // from op 1 without a snapshot; contiguous
     View view = 0;
     View last_normal_view = 0;
+    bool view_stored = false;           // a view was written: the replica has held the cell's state
     bool clean_stop = false;            // set_clean_stop(true) was the last word
+    // A new directory, or the identity alone: its replica waited to recover and stopped before
+    // it held the cell's state (it records its view once it does).
+    bool holds_nothing() const
+    {
+        return !initialized ||
+               (!snapshot_op && !snapshot_refused && log.empty() && !view_stored && !clean_stop);
+    }
 };
 
 class Storage {

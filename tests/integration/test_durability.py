@@ -721,7 +721,7 @@ def test_a_data_directory_that_is_no_database_stops_the_daemon_naming_the_path(v
 
         # A real data directory whose CURRENT (the name of the live MANIFEST) is garbage.
         damaged = os.path.join(scratch, "damaged")
-        made = run_voltlockd(scratch, damaged, wait_for="new data directory")
+        made = run_voltlockd(scratch, damaged, wait_for="nothing yet in data directory")
         assert made.returncode == 0, made.stderr
         assert os.path.isfile(os.path.join(damaged, "CURRENT")), os.listdir(damaged)
         with open(os.path.join(damaged, "CURRENT"), "wb") as f:

@@ -31,6 +31,9 @@ the edges of leases, restarts and partitions.
    systemd starts it (no --recover), with the one other replica that holds the writes stopped:
    it must not start a new cell with the replica that missed them, and once that one is back,
    every write is there. Before, it started fresh and the two of them lost every write.
+11. (An operator's finding.) The same replica restarted while it still waited to recover holds
+   nothing still: before, it restarted the cell with a crashed replica's older snapshot while
+   the replica holding the writes was stopped, and they were lost.
 """
 import http.client
 import json
@@ -589,16 +592,47 @@ def test_a_replica_on_a_lost_disk_started_without_recover_never_starts_the_cell_
         cell.heal()
         cell.start(wiped, recover=False)
         # Only the stopped leader holds the writes: the other two must not serve without it.
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:
-            replicas = cell.status()["replicas"]
-            serving = [r for r in (lagging, wiped)
-                       if isinstance(replicas[r], dict) and replicas[r]["status"] == "normal"]
-            assert not serving, (f"r{serving} in normal status without the leader: "
-                                 f"{[r if isinstance(r, str) else r['status'] for r in replicas]}")
-            time.sleep(0.2)
+        assert_none_serves(cell, [lagging, wiped], seconds=3.0)
         cell.start(leader, timeout=30)
         lost = missing_keys(cell, [0, 1, 2], keys)
         assert not lost, f"{len(lost)} of 30 acknowledged writes lost, e.g. {lost[:5]}"
         counters = cell.status()["replicas"][wiped]["counters"]
         assert counters["bootstraps"] == 0 and counters["recoveries"] == 1, counters
+
+
+def assert_none_serves(cell: Cell, replicas: list, seconds: float) -> None:
+    """None of `replicas` reaches normal status within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        states = cell.status()["replicas"]
+        serving = [r for r in replicas
+                   if isinstance(states[r], dict) and states[r]["status"] == "normal"]
+        assert not serving, (f"r{serving} in normal status without the leader: "
+                             f"{[r if isinstance(r, str) else r['status'] for r in states]}")
+        time.sleep(0.2)
+
+
+def test_a_replica_on_a_lost_disk_restarted_before_it_recovered_still_holds_nothing():
+    """As an operator found it (2026-11-29), snapshot durability: one follower crashed, the
+    other's disk replaced and its replica started, then restarted (systemd's Restart=, a
+    reboot) while it still waited to recover; then the leader stopped for maintenance and the
+    crashed follower started. Before, the restarted replica claimed a state of op 0 and restarted
+    the cell with the crashed one's older snapshot: the writes after that snapshot were lost."""
+    with Cell(replicas=3, name=unique_name("se"), snapshot_every_ops=20) as cell:
+        leader = cell.leader
+        crashed, wiped = [i for i in range(3) if i != leader]
+        keys = [f"edge11/{i:02d}" for i in range(60)]
+        write_keys(cell, [leader], keys[:30])
+        cell.kill(crashed)
+        write_keys(cell, [leader], keys[30:])  # each acknowledged by the leader and `wiped`
+        cell.kill(wiped)
+        shutil.rmtree(cell.status()["data_dirs"][wiped])
+        cell.start(wiped, recover=False)  # the leader alone runs no view: it waits
+        cell.stop(wiped)
+        cell.start(wiped, recover=False)
+        cell.stop(leader)  # graceful: its data dir keeps everything it acknowledged
+        cell.start(crashed)
+        assert_none_serves(cell, [crashed, wiped], seconds=3.0)
+        cell.start(leader, timeout=30)
+        lost = missing_keys(cell, [0, 1, 2], keys)
+        assert not lost, f"{len(lost)} of 60 acknowledged writes lost, e.g. {lost[:5]}"

@@ -228,8 +228,13 @@ void Cluster::restart_from_disk(ReplicaIndex r)
 {
     ReplicaSlot& slot = replicas_[r];
     VL_ASSERT(!slot.replica, "only a crashed replica can restart");
-    const uint64_t nonce = new_nonce(r);
     DataDirectory& disk = slot.disk;
+    if (disk.holds_nothing()) {
+        // As voltlockd: a directory its replica never held the cell's state in is a new one.
+        trace("r%u: its data directory holds nothing yet", r);
+        return restart(r);
+    }
+    const uint64_t nonce = new_nonce(r);
     start_replica(r, StartRestored{.nonce = nonce,
                                    .snapshot = disk.snapshot,
                                    .log = disk.log,
@@ -458,6 +463,7 @@ void Cluster::carry_out(ReplicaIndex r, const Effects& effects)
                 [&](const PersistView& persist) {
                     replicas_[r].disk.view = persist.view;
                     replicas_[r].disk.last_normal_view = persist.last_normal_view;
+                    replicas_[r].disk.view_stored = true;
                 },
                 [&](const PersistStopped&) { replicas_[r].disk.clean_stop = true; },
                 [&](const FetchSnapshot& fetch) { fetch_snapshot(r, fetch); },

@@ -247,6 +247,7 @@ public:
     Op disk_snapshot_op(ReplicaIndex r) const { return replicas_[r].disk.snapshot_op; }
     Op disk_last_op(ReplicaIndex r) const { return replicas_[r].disk.last_op(); }
     const Bytes& disk_snapshot(ReplicaIndex r) const { return replicas_[r].disk.snapshot; }
+    bool disk_holds_nothing(ReplicaIndex r) const { return replicas_[r].disk.holds_nothing(); }
     // Storage faults, for scenarios: the next background snapshot writes fail (all replicas),
     // the next snapshot fetches deliver a flipped byte.
     void fail_snapshot_writes(uint32_t count) { forced_write_failures_ = count; }
@@ -310,8 +311,14 @@ private:
         std::vector<Entry> log;  // ops snapshot_op + 1, ...
         View view = 0;
         View last_normal_view = 0;
-        bool clean_stop = false;  // PersistStopped; cleared by the restart that reads it
+        bool view_stored = false;  // a PersistView came
+        bool clean_stop = false;   // PersistStopped; cleared by the restart that reads it
         Op last_op() const { return snapshot_op + log.size(); }
+        // As voltlockd's StoredState::holds_nothing: its replica never held the cell's state.
+        bool holds_nothing() const
+        {
+            return snapshot_op == 0 && log.empty() && !view_stored && !clean_stop;
+        }
     };
     // A snapshot write under way in the background (the shell's writer thread: in order).
     struct SnapshotWrite {

@@ -672,6 +672,70 @@ TEST_CASE("a replica that lost its disk, started without --recover while the oth
     finish(cluster);
 }
 
+TEST_CASE("a replica on a lost disk restarted before it recovered holds nothing: it does not "
+          "restart the cell with an older snapshot while the replica holding the writes is down")
+{
+    // Before, its second start restored a state of op 0 from the directory its first start had
+    // made, and voted with a crashed replica's older snapshot to restart the cell without the
+    // survivor, stopped meanwhile: acknowledged writes lost (an operator's finding, 2026-11-29).
+    Cluster cluster(storage_options(3, 707, false));
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= 50; }, 1'000,
+                    "50 operations before the crash");
+    REQUIRE(cluster.leader() == ReplicaIndex{0});
+    const ReplicaIndex crashed = 1;
+    const ReplicaIndex wiped = 2;
+    cluster.crash(crashed);
+    const size_t completed = cluster.completed_ops();
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; }, 3'000,
+                    "100 operations held by r0 and r2 alone");
+    const std::vector<CommittedOp> committed = cluster.committed();
+    cluster.crash(wiped);
+    cluster.restart(wiped, /*without --recover*/ true);
+    cluster.run_ticks(200);  // r0 alone runs no view: nothing to recover from
+    REQUIRE(cluster.replica(wiped).status() == Status::recovering);
+    cluster.crash(wiped);
+    cluster.restart_from_disk(wiped);
+    CHECK(cluster.disk_last_op(wiped) == 0);
+    cluster.stop(0);
+    cluster.restart_from_disk(crashed);
+    cluster.run_ticks(500);  // many recovery rounds
+    CHECK(cluster.replica(crashed).status() != Status::normal);
+    CHECK(cluster.replica(wiped).status() != Status::normal);
+
+    cluster.restart_from_disk(0);
+    require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 3'000,
+                    "the cell restarts with r0's state, the others recover");
+    require_serves_keeping(cluster, committed);
+    CHECK(cluster.storage_counters().committed_ops_lost == 0);
+    finish(cluster);
+}
+
+TEST_CASE("a new cell that crashes whole before its first snapshot restarts the cell, not a new "
+          "one: its replicas recorded that they held its state")
+{
+    // In view 0 nothing else is on disk: without the record each would start as on a new
+    // directory, and the cell anew, giving out its revisions again.
+    ClusterOptions options = storage_options(3, 708, false);
+    options.start_blank = true;
+    options.snapshot_every_ops = 100'000;
+    Cluster cluster(options);
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= 30; }, 1'000,
+                    "30 operations in view 0");
+    REQUIRE(cluster.replica(0).view() == 0);
+    cluster.crash_cell();
+    for (ReplicaIndex r = 0; r < 3; r++) {
+        CHECK_FALSE(cluster.disk_holds_nothing(r));
+        cluster.restart_from_disk(r);
+    }
+    require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 3'000,
+                    "the cell restarts");
+    for (ReplicaIndex r = 0; r < 3; r++) {
+        CHECK(cluster.replica(r).counters().bootstraps == 0);
+        CHECK(cluster.replica(r).counters().cell_restarts == 1);
+    }
+    finish(cluster);
+}
+
 TEST_CASE("a new cell of replicas on new data directories (no --recover) starts once every one "
           "answers, in view 0, led by its first leader")
 {

@@ -483,8 +483,10 @@ TEST_CASE("sync: a follower persists the entries before its PrepareOK")
     TestReplica follower(snapshot_config(1, 0, true));
     follower.receive(Prepare{.view = 0, .replica = 0, .op = 2, .commit = 0,
                              .entries = {entry(1, 1, "Wa"), entry(2, 1, "Wb")}});
+    // Its first message records view 0 too: it holds the cell's state (a new data directory's
+    // replica does once it joined), which its next start tells from a directory holding nothing.
     CHECK(describe(follower.effects()) ==
-          "persist_log after0 n2; send r0 prepare_ok v0 op2; kernel_state");
+          "persist_log after0 n2; persist_view v0 lnv0; send r0 prepare_ok v0 op2; kernel_state");
     const auto persisted = follower.effects_of<PersistLog>();
     REQUIRE(persisted.size() == 1);
     CHECK(persisted[0].entries == std::vector<Entry>{entry(1, 1, "Wa"), entry(2, 1, "Wb")});
@@ -506,7 +508,7 @@ TEST_CASE("sync: the leader persists a batch before it broadcasts the Prepare")
 {
     TestReplica leader(snapshot_config(0, 0, true));
     leader.receive(request(1, 1));
-    CHECK(describe(leader.effects()) == "kernel_state");
+    CHECK(describe(leader.effects()) == "kernel_state; persist_view v0 lnv0");
     leader.flush();
     CHECK(describe(leader.effects()) ==
           "persist_log after0 n1; broadcast prepare v0 op1 commit0 n1; kernel_state");
@@ -533,7 +535,8 @@ TEST_CASE("sync: a view change persists the view before StartViewChange and DoVi
     TestReplica timing_out(snapshot_config(1, 0, true));
     timing_out.tick(20);
     CHECK(describe(timing_out.effects()) ==
-          "kernel_state; persist_view v1 lnv0; broadcast start_view_change v1; kernel_state");
+          "kernel_state; persist_view v0 lnv0; persist_view v1 lnv0; "
+          "broadcast start_view_change v1; kernel_state");
     timing_out.receive(DoViewChange{.view = 1, .replica = 2, .last_normal_view = 0, .op = 0,
                                     .commit = 0});
     CHECK(describe(timing_out.effects()) ==
@@ -574,7 +577,7 @@ TEST_CASE("durability snapshot: the view is persisted, and a restart never runs 
     follower.receive(Prepare{.view = 0, .replica = 0, .op = 2, .commit = 1,
                              .entries = {entry(1, 1, "Wa"), entry(2, 1, "Wb")}});
     CHECK(describe(follower.effects()) ==
-          "send r0 prepare_ok v0 op2; executed 1; kernel_state");
+          "persist_view v0 lnv0; send r0 prepare_ok v0 op2; executed 1; kernel_state");
     follower.receive(StartViewChange{.view = 1, .replica = 1});
     CHECK(describe(follower.effects()) ==
           "persist_view v1 lnv0; broadcast start_view_change v1; "
@@ -638,6 +641,28 @@ TEST_CASE("restart: a restored replica offers its state only while recovering wi
         restored.receive(Recovery{.replica = 1, .nonce = 78});  // no longer offers its state
         CHECK(describe(restored.effects()) == "");
     }
+}
+
+TEST_CASE("restart, durability snapshot: a replica that stopped cleanly goes on answering as "
+          "restarting in the restart's view change, so that one with a snapshot alone follows")
+{
+    // The other joins only by counting a quorum of such answers itself (join_restart). Before,
+    // the clean-stopped one answered nothing once in the view change: both waited for ever.
+    CompactedLeader c;  // c.snapshot: of op 3
+    TestReplica stopped_cleanly(
+        snapshot_config(2, 0),
+        StartRestored{.nonce = 40, .snapshot = c.snapshot,
+                      .log = {entry(104, 1, "Wv"), entry(105, 1, "Wv")}, .clean_stop = true});
+    stopped_cleanly.tick();
+    CHECK(describe(stopped_cleanly.effects()) == "broadcast recovery nonce41; kernel_state");
+    stopped_cleanly.receive(RecoveryResponse{.view = 0, .replica = 1, .nonce = 41, .op = 3,
+                                             .commit = 3, .standing = Standing::restarting});
+    stopped_cleanly.receive(RecoveryResponse{.view = 0, .replica = 0, .nonce = 41,
+                                             .standing = Standing::blank});
+    CHECK(describe(stopped_cleanly.effects()) == "broadcast start_view_change v1; kernel_state");
+    stopped_cleanly.receive(Recovery{.replica = 1, .nonce = 78});
+    CHECK(describe(stopped_cleanly.effects()) ==
+          "send r1 recovery_response v1 op5 commit3 lnv0 restarting");
 }
 
 TEST_CASE("restart: a replica restored from its snapshot and log rejoins a running cell (§4.3)")
@@ -778,8 +803,8 @@ TEST_CASE("sync: an installed snapshot is written before the log persisted after
     CompactedLeader c;
     TestReplica follower(snapshot_config(2, 0, true));
     follower.receive(Commit{.view = 0, .replica = 0, .commit = 5});
-    CHECK(describe(follower.effects()) ==
-          "send r0 get_state v0 op0; send r0 commit_ok v0 heartbeat0; kernel_state");
+    CHECK(describe(follower.effects()) == "persist_view v0 lnv0; send r0 get_state v0 op0; "
+                                          "send r0 commit_ok v0 heartbeat0; kernel_state");
     follower.receive(SnapshotOffer{.view = 0, .replica = 0, .op = 3});
     CHECK(describe(follower.effects()) == "fetch_snapshot r0 op3");
     follower.step(SnapshotFetched{c.snapshot});
