@@ -276,6 +276,30 @@ void Node::feed_kernel_acks()
 }
 
 
+void Node::warn_bad_mac(const sockaddr_in& from)
+{
+    // One line per sender a minute, and at most kSendersPerMinute senders: a flood of forged
+    // source addresses cannot fill the journal; the counter still counts every datagram.
+    constexpr uint64_t kMinuteMs = 60'000;
+    constexpr size_t kSendersPerMinute = 16;
+    const uint64_t now_ms = monotonic_clock_ms();
+    if (bad_mac_warned_.empty() || now_ms - bad_mac_window_start_ms_ >= kMinuteMs) {
+        bad_mac_warned_.clear();
+        bad_mac_window_start_ms_ = now_ms;
+    }
+    const uint64_t sender = (uint64_t{ntohl(from.sin_addr.s_addr)} << 16) | ntohs(from.sin_port);
+    if (bad_mac_warned_.size() >= kSendersPerMinute || !bad_mac_warned_.insert(sender).second)
+        return;
+    std::string who = to_string(from);
+    for (ReplicaIndex r = 0; r < peers_.size(); r++)
+        if (same_address(peers_[r], from)) who += " (r" + std::to_string(r) + ")";
+    spdlog::warn("r{}: datagrams from {} fail the cell key's MAC and are dropped: a replica with "
+                 "another cell.key (replication_key_file), or a key rotation not finished "
+                 "(docs/security.md, \"Rotating the key\"); voltlock_rejected_total{{reason="
+                 "\"bad_mac\"}} counts them (this warning: once a minute per sender)",
+                 config_.replica, who);
+}
+
 void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& from)
 {
     DecodeResult decoded = decode(datagram, wire_);
@@ -283,6 +307,7 @@ void Node::on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& fro
         counters_.rejected[static_cast<size_t>(decoded.error())] += 1;
         spdlog::debug("r{}: rejected {} bytes from {}: {}", config_.replica, datagram.size(),
                      to_string(from), decode_error_name(decoded.error()));
+        if (decoded.error() == DecodeError::bad_mac) warn_bad_mac(from);
         return;
     }
     Message& message = decoded.value().message;

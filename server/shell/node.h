@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -144,6 +145,9 @@ private:
     void follow_cell_time();
     void broadcast(const Message& message);
     void on_datagram(std::span<const uint8_t> datagram, const sockaddr_in& from);
+    // A datagram failed the cell key's MAC: says so once per sender a minute (else only the
+    // counter shows a replica started with another cell.key).
+    void warn_bad_mac(const sockaddr_in& from);
     void step(const Input& input);
     // For work that arrives on its own (a storage thread's result): the leader sends its
     // partial batch and the socket its queue at once.
@@ -203,6 +207,9 @@ private:
     std::vector<uint8_t> encode_buffer_;
     vl_kernel_state last_state_{};
     NodeCounters counters_;
+    // The senders warned of a bad MAC in the minute that began at bad_mac_window_start_ms_.
+    std::unordered_set<uint64_t> bad_mac_warned_;
+    uint64_t bad_mac_window_start_ms_ = 0;
     // Proposal to applied result, for the ops proposed here (the API's, and those a follower's
     // API forwarded here as Requests): /v1/status's commit_latency_us.
     LatencyHistogram commit_latency_;

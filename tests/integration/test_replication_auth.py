@@ -345,6 +345,16 @@ def test_a_replica_with_another_key_cannot_join():
                    20, "the leader to refuse the outsider's")
         time.sleep(1.0)  # what it would need to recover, several times over
         assert status(c, outsider)["status"] != "normal", "it joined with another key"
+        # Each side says why in its log, naming the sender, once a minute per sender (the
+        # outsider has sent many datagrams by now).
+        for r, sender in ((leader, outsider), (outsider, leader)):
+            peer = c.replicas[sender]
+            warning = (f"datagrams from {peer['ip']}:{peer['udp_port']} (r{sender}) fail the "
+                       "cell key's MAC")
+            with open(c.replicas[r]["log"], errors="replace") as f:
+                warned = [line for line in f if warning in line]
+            assert len(warned) == 1, f"r{r} warned {len(warned)} times of {warning!r}"
+            assert "another cell.key" in warned[0] and "docs/security.md" in warned[0]
         assert status(c, leader)["status"] == "normal"
         put(c, leader, "still-serving", "1")
 
