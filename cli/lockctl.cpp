@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1482,7 +1483,15 @@ int cmd_snapshot(Context& ctx)
         throw UsageError{"usage: lockctl snapshot save FILE"};
     const std::string& file = args.words[2];
     uint64_t op = 0, size = 0;
-    check(vl_snapshot_save(ctx.client(), -1, file.c_str(), &op, &size), ctx.client());
+    {
+        // The backup holds every key and the token hashes: made for its owner only (0600),
+        // whatever the umask, from the first byte written (libvoltlock creates FILE.partial).
+        struct OwnerOnly {
+            mode_t before = ::umask(077);
+            ~OwnerOnly() { ::umask(before); }
+        } owner_only;
+        check(vl_snapshot_save(ctx.client(), -1, file.c_str(), &op, &size), ctx.client());
+    }
     if (ctx.format() == Format::json)
         print_json({{"file", file}, {"op", op}, {"size", size}});
     else if (ctx.format() == Format::table)

@@ -541,7 +541,11 @@ same "$(json_field "$out" '["file"]')" "$work/backup.snap"
 [ "$op" -gt 0 ] || fail "no op in $out"
 same "$(stat -c %s "$work/backup.snap")" "$size"
 [ ! -e "$work/backup.snap.partial" ] || fail "the temporary file was left behind"
+# It holds every key and the token hashes: 0600, whatever the umask, even over a 0644 file.
+same "$(stat -c %a "$work/backup.snap")" 600
+install -m 0644 /dev/null "$work/simple.snap"
 expect 0 lockctl snapshot save "$work/simple.snap"
+same "$(stat -c %a "$work/simple.snap")" 600
 contains "$out" "saved to $work/simple.snap"
 # One endpoint given: that replica's snapshot; a dead one alone: unreachable, exit 3.
 one_endpoint=${VL_TEST_ENDPOINTS##*,}
