@@ -8,8 +8,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "shell/event_loop.h"
 
@@ -78,6 +83,91 @@ std::optional<Carrier> interface_carrying(const std::string& ip)
     return carrier;
 }
 
+// The socket inode bound to ip:port in this network namespace (/proc/net/udp or tcp; for TCP
+// a listener only), or 0. The kernel prints the address as the raw 32-bit word, as s_addr.
+uint64_t socket_inode(const std::string& ip, uint16_t port, int type)
+{
+    const in_addr wanted = socket_address(ip, port).sin_addr;
+    std::ifstream table(type == SOCK_DGRAM ? "/proc/net/udp" : "/proc/net/tcp");
+    std::string line;
+    std::getline(table, line);  // the heading
+    while (std::getline(table, line)) {
+        unsigned address = 0, local_port = 0, state = 0;
+        uint64_t inode = 0;
+        if (std::sscanf(line.c_str(),
+                        " %*d: %x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %" SCNu64, &address,
+                        &local_port, &state, &inode) != 4)
+            continue;
+        constexpr unsigned kTcpListen = 0x0A;
+        if (local_port == port && (address == wanted.s_addr || address == INADDR_ANY) &&
+            (type == SOCK_DGRAM || state == kTcpListen))
+            return inode;
+    }
+    return 0;
+}
+
+// The process holding the socket `inode` open, or 0 (none found, or not ours to look at:
+// another user's /proc/PID/fd is readable by root only).
+pid_t socket_holder(uint64_t inode)
+{
+    namespace fs = std::filesystem;
+    const std::string link = "socket:[" + std::to_string(inode) + "]";
+    std::error_code error;
+    for (const auto& process : fs::directory_iterator("/proc", error)) {
+        const std::string pid = process.path().filename();
+        if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+        for (const auto& fd : fs::directory_iterator(process.path() / "fd", error)) {
+            std::error_code unreadable;
+            if (fs::read_symlink(fd.path(), unreadable).string() == link)
+                return static_cast<pid_t>(std::stol(pid));
+        }
+    }
+    return 0;
+}
+
+std::string read_whole(const std::string& path)
+{
+    std::ifstream file(path, std::ios::binary);
+    std::ostringstream text;
+    text << file.rdbuf();
+    return text.str();
+}
+
+// Whether `pid` is a voltlockd running this replica: its --config (read as it sees it, from
+// its working directory) is of the same cell, the same replica, at the same address and ports.
+bool runs_this_replica(pid_t pid, const DaemonConfig& config)
+{
+    const std::string proc = "/proc/" + std::to_string(pid);
+    if (read_whole(proc + "/comm") != "voltlockd\n") return false;
+    const std::string cmdline = read_whole(proc + "/cmdline");
+    std::vector<std::string> args;
+    for (size_t at = 0; at < cmdline.size();) {
+        const size_t end = std::min(cmdline.find('\0', at), cmdline.size());
+        args.push_back(cmdline.substr(at, end - at));
+        at = end + 1;
+    }
+    for (size_t i = 0; i + 1 < args.size(); i++) {
+        if (args[i] != "--config") continue;
+        std::filesystem::path path = args[i + 1];
+        // Through /proc/PID/root as well: the holder may run in a chroot or mount namespace.
+        const std::string root = proc + "/root";
+        if (path.is_relative()) {
+            std::error_code error;
+            path = std::filesystem::read_symlink(proc + "/cwd", error) / path;
+            if (error) return false;
+        }
+        auto theirs = parse_config_fields(read_whole(root + path.string()));
+        if (!theirs.ok() || theirs.value().replica >= theirs.value().replicas.size())
+            return false;
+        const DaemonConfig& other = theirs.value();
+        return other.cluster_id == config.cluster_id && other.replica == config.replica &&
+               other.self().ip == config.self().ip &&
+               other.self().udp_port == config.self().udp_port &&
+               other.self().http_port == config.self().http_port;
+    }
+    return false;
+}
+
 std::string port_fix(uint16_t port, const char* protocol)
 {
     return std::string("stop what holds it (ss -") + protocol + "lnp 'sport = :" +
@@ -85,8 +175,8 @@ std::string port_fix(uint16_t port, const char* protocol)
            "config";
 }
 
-void check_port(const std::string& field, const std::string& ip, uint16_t port, int type,
-                std::vector<ConfigProblem>& problems)
+void check_port(const DaemonConfig& config, const std::string& field, const std::string& ip,
+                uint16_t port, int type, std::vector<ConfigProblem>& problems)
 {
     const char* protocol = type == SOCK_DGRAM ? "u" : "t";
     const std::string endpoint =
@@ -96,10 +186,19 @@ void check_port(const std::string& field, const std::string& ip, uint16_t port, 
     switch (error) {
     case 0:
         return;
-    case EADDRINUSE:
-        problems.push_back({field, endpoint + " is in use by another process",
+    case EADDRINUSE: {
+        // The replica of this very config, running: its ports are its own, so a config can be
+        // checked in place (after new TLS or auth files, before the SIGHUP). A second start of
+        // it still fails: its data directory's lock, or binding the port, refuses it.
+        const uint64_t inode = socket_inode(ip, port, type);
+        const pid_t holder = inode ? socket_holder(inode) : 0;
+        if (holder && runs_this_replica(holder, config)) return;
+        problems.push_back({field,
+                            endpoint + " is in use by another process" +
+                                (holder ? " (pid " + std::to_string(holder) + ")" : ""),
                             port_fix(port, protocol)});
         return;
+    }
     case EACCES:
         problems.push_back({field, endpoint + " is a privileged port and voltlockd runs "
                                               "without CAP_NET_BIND_SERVICE",
@@ -130,8 +229,8 @@ std::vector<ConfigProblem> host_problems(const DaemonConfig& config)
                             "on the host that has " + self.ip});
         return problems;
     }
-    check_port(self_field + ".udp_port", self.ip, self.udp_port, SOCK_DGRAM, problems);
-    check_port(self_field + ".http_port", self.ip, self.http_port, SOCK_STREAM, problems);
+    check_port(config, self_field + ".udp_port", self.ip, self.udp_port, SOCK_DGRAM, problems);
+    check_port(config, self_field + ".http_port", self.ip, self.http_port, SOCK_STREAM, problems);
     return problems;
 }
 

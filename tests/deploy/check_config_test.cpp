@@ -173,12 +173,14 @@ TEST_CASE("check-config: a port in use, UDP or HTTP, names the port's field and 
         const auto problems = host_problems(config);
         CAPTURE(lines(problems));
         CHECK(problems.size() == 2);
+        // The holder named by its pid (this test, which is no voltlockd of this config).
+        const std::string by = " (pid " + std::to_string(::getpid()) + ")";
         CHECK(has(problems, "replicas[0].udp_port",
-                  "127.0.0.1:" + std::to_string(udp) + "/udp is in use by another process; fix: "
-                  "stop what holds it (ss -ulnp 'sport = :" + std::to_string(udp) + "')"));
+                  "127.0.0.1:" + std::to_string(udp) + "/udp is in use by another process" + by +
+                  "; fix: stop what holds it (ss -ulnp 'sport = :" + std::to_string(udp) + "')"));
         CHECK(has(problems, "replicas[0].http_port",
-                  "127.0.0.1:" + std::to_string(http) + "/tcp is in use by another process; fix: "
-                  "stop what holds it (ss -tlnp"));
+                  "127.0.0.1:" + std::to_string(http) + "/tcp is in use by another process" + by +
+                  "; fix: stop what holds it (ss -tlnp"));
     }
     CHECK(lines(host_problems(config)) == "");  // released: fine again
 }

@@ -555,6 +555,18 @@ def test_cell_from_the_units_exec_start_serves_and_survives_kill_9(installed, tm
         status, _ = http("PUT", f"{base[2]}/v1/kv/deploy/after", {"value": "1"}, timeout=30)
         assert status == 200
 
+        # A running replica's config checks out in place (its ports are its own), as the
+        # certificate rotation in docs/security-tls.md does before the SIGHUP; a second start of
+        # it is still refused (the data directory's lock) and the first keeps serving.
+        checked = subprocess.run(command(exec_start_pre, "r0"), capture_output=True, text=True,
+                                 timeout=30)
+        assert checked.returncode == 0 and "ok: replica 0 of 3" in checked.stdout, checked.stdout
+        again = subprocess.run(command(exec_start, "r0"), capture_output=True, text=True,
+                               timeout=30)
+        assert again.returncode != 0 and "LOCK" in again.stderr, again.stderr
+        assert processes[0].poll() is None
+        assert answers(f"{base[0]}/readyz")
+
         for r in range(3):
             processes[r].send_signal(signal.SIGTERM)
         for r in range(3):
