@@ -12,6 +12,8 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -77,11 +79,23 @@ public:
 
     void mark_known(const char* name) { seen_.insert(name); }
 
+    // Every unknown field in one line, each with the known one it most likely meant: a config
+    // with two typos is fixed in one round, not two.
     Result<Ok> no_unknown_fields() const
     {
-        for (const auto& [key, value] : object_.items())
-            if (!seen_.contains(key)) return field_error(field(key), "unknown field");
-        return Ok{};
+        std::string fields, fixes;
+        size_t unknown = 0;
+        for (const auto& [key, value] : object_.items()) {
+            if (seen_.contains(key)) continue;
+            fields += (unknown++ ? ", " : "") + field(key);
+            const std::string meant = nearest_known(key);
+            fixes += (fixes.empty() ? "" : "; ") + field(key) + ": " +
+                     (meant.empty() ? "remove it" : "rename it to \"" + meant + "\"");
+        }
+        if (unknown == 0) return Ok{};
+        return field_error(fields, std::string(unknown == 1 ? "unknown field" : "unknown fields") +
+                                       "; fix: " + fixes +
+                                       " (voltlockd --help lists every config key)");
     }
 
     std::string field(const std::string& name) const
@@ -90,6 +104,43 @@ public:
     }
 
 private:
+    // The known field a typo most likely meant: within two edits, or one name the start or end
+    // of the other ("tls_cert" for "tls_cert_file"); "" if none.
+    std::string nearest_known(const std::string& name) const
+    {
+        std::string best;
+        size_t best_distance = 3;
+        for (const std::string& known : seen_) {
+            size_t distance = edit_distance(name, known);
+            const auto& [shorter, longer] =
+                name.size() < known.size() ? std::tie(name, known) : std::tie(known, name);
+            if (shorter.size() >= 4 && (longer.starts_with(shorter) || longer.ends_with(shorter)))
+                distance = std::min<size_t>(distance, 2);
+            if (distance < best_distance) {
+                best = known;
+                best_distance = distance;
+            }
+        }
+        return best;
+    }
+
+    static size_t edit_distance(const std::string& a, const std::string& b)
+    {
+        std::vector<size_t> row(b.size() + 1);
+        for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+        for (size_t i = 1; i <= a.size(); i++) {
+            size_t diagonal = row[0];
+            row[0] = i;
+            for (size_t j = 1; j <= b.size(); j++) {
+                const size_t above = row[j];
+                row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                                   diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+                diagonal = above;
+            }
+        }
+        return row[b.size()];
+    }
+
     const Json& object_;
     std::string path_;
     std::set<std::string> seen_;
