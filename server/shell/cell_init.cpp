@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -312,6 +313,18 @@ Result<Ok> write_cell(const CellPlan& plan)
 std::string cell_instructions(const CellPlan& plan, const std::string& electrode_dropin_path)
 {
     const size_t count = plan.hosts.size();
+    // A host named twice runs its second replica on the next ports (cell_configs): the firewall
+    // lines name every port a host uses.
+    std::map<std::string, uint16_t> replicas_on_host;
+    uint16_t most_on_a_host = 0;
+    for (const CellHost& host : plan.hosts)
+        most_on_a_host = std::max<uint16_t>(most_on_a_host, ++replicas_on_host[host.ip]);
+    const auto ports = [&](uint16_t base) {
+        return most_on_a_host == 1 ? std::to_string(base)
+                                   : std::to_string(base) + "-" +
+                                         std::to_string(base + most_on_a_host - 1);
+    };
+    const std::string udp_ports = ports(plan.udp_port), http_ports = ports(plan.http_port);
     std::ostringstream text;
     text << "wrote a " << count << "-replica cell (cluster_id " << plan.cluster_id
          << ", durability " << durability_name(plan.durability) << ", electrode "
@@ -331,8 +344,8 @@ std::string cell_instructions(const CellPlan& plan, const std::string& electrode
             const std::filesystem::path out(plan.out_dir);
             text << "    install -m 0644 " << (out / "ca.pem").string() << " "
                  << (out / (name + ".pem")).string() << " " << plan.config_dir << "/\n"
-                 << "    install -m 0640 -g voltlock " << (out / (name + "-key.pem")).string()
-                 << " " << plan.config_dir << "/\n";
+                 << "    install -m 0600 -o voltlock -g voltlock "
+                 << (out / (name + "-key.pem")).string() << " " << plan.config_dir << "/\n";
         }
         if (plan.auth) {
             const std::filesystem::path out(plan.out_dir);
@@ -355,8 +368,8 @@ std::string cell_instructions(const CellPlan& plan, const std::string& electrode
                             " https://"
                       : std::string("http://"))
          << plan.hosts.front().ip << ":" << plan.http_port << "/readyz).\n"
-         << "Open udp/" << plan.udp_port << " and tcp/" << plan.http_port
-         << " between the hosts, and tcp/" << plan.http_port << " to clients "
+         << "Open udp/" << udp_ports << " and tcp/" << http_ports
+         << " between the hosts, and tcp/" << http_ports << " to clients "
          << "(docs/operations.md).\n"
          << "\n" << kCellKeyFile << " is the cell's replication key: every replica needs the same "
          << "one, and nothing else should have it (docs/security.md says how to rotate it).\n";

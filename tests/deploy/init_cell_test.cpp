@@ -197,6 +197,27 @@ TEST_CASE("init-cell: writes the configs, and refuses a directory that has some,
     CHECK(parse_config(text.str()).value().cluster_id == 77);
 }
 
+TEST_CASE("init-cell: the firewall line names every port a host uses; keys for voltlock only")
+{
+    auto spread = parse_init_cell(words("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out /x"),
+                                  77);
+    REQUIRE(spread.ok());
+    std::string text = cell_instructions(spread.value(), "/e.conf");
+    CHECK(text.find("Open udp/7400 and tcp/7480 between the hosts, and tcp/7480 to clients") !=
+          std::string::npos);
+    // The unit runs as voltlock (deploy/systemd): the key is its alone, like cell.key.
+    CHECK(text.find("install -m 0600 -o voltlock -g voltlock /x/r1-key.pem /etc/voltlock/") !=
+          std::string::npos);
+    auto one_host = parse_init_cell(
+        words("--replicas 3 --hosts 127.0.0.1,127.0.0.1,127.0.0.1 --out /x --udp-port 7600 "
+              "--http-port 7680"),
+        77);
+    REQUIRE(one_host.ok());
+    text = cell_instructions(one_host.value(), "/e.conf");
+    CHECK(text.find("Open udp/7600-7602 and tcp/7680-7682 between the hosts, and tcp/7680-7682 "
+                    "to clients") != std::string::npos);
+}
+
 TEST_CASE("init-cell: the instructions say what goes to which host")
 {
     auto plan = parse_init_cell(words("--replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 --out /x "
