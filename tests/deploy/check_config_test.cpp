@@ -129,6 +129,18 @@ TEST_CASE("check-config: every other rule is its own line, all reported at once"
     CHECK(validate_config(config).error().message() == "config: " + problems.front().line());
 }
 
+TEST_CASE("check-config: every unknown field at once, each with the key it likely meant")
+{
+    const auto parsed = parse_config_fields(
+        R"({"cluster_id": 1, "replica": 0, "durabilty": "sync", "tls_cert": "/x.pem", "zzzz": 1,
+            "replicas": [{"ip": "127.0.0.1", "udp_port": 7701, "http_port": 7781}]})");
+    REQUIRE(!parsed.ok());
+    CHECK(parsed.error().message() ==
+          "config: durabilty, tls_cert, zzzz: unknown fields; fix: durabilty: rename it to "
+          "\"durability\"; tls_cert: rename it to \"tls_cert_file\"; zzzz: remove it (voltlockd "
+          "--help lists every config key)");
+}
+
 TEST_CASE("check-config: a missing interface, with the one that carries the address as the fix")
 {
     DaemonConfig config = loopback_cell(free_port(SOCK_DGRAM));
