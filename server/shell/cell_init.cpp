@@ -310,21 +310,27 @@ Result<Ok> write_cell(const CellPlan& plan)
     return Ok{};
 }
 
-std::string cell_instructions(const CellPlan& plan, const std::string& electrode_dropin_path)
+namespace {
+
+// The ports from `base` a host uses: a host named twice runs its second replica on the next
+// ports (cell_configs), so the firewall line names them all ("7400-7402").
+std::string host_ports(const CellPlan& plan, uint16_t base)
 {
-    const size_t count = plan.hosts.size();
-    // A host named twice runs its second replica on the next ports (cell_configs): the firewall
-    // lines name every port a host uses.
     std::map<std::string, uint16_t> replicas_on_host;
     uint16_t most_on_a_host = 0;
     for (const CellHost& host : plan.hosts)
         most_on_a_host = std::max<uint16_t>(most_on_a_host, ++replicas_on_host[host.ip]);
-    const auto ports = [&](uint16_t base) {
-        return most_on_a_host == 1 ? std::to_string(base)
-                                   : std::to_string(base) + "-" +
-                                         std::to_string(base + most_on_a_host - 1);
-    };
-    const std::string udp_ports = ports(plan.udp_port), http_ports = ports(plan.http_port);
+    if (most_on_a_host <= 1) return std::to_string(base);
+    return std::to_string(base) + "-" + std::to_string(base + most_on_a_host - 1);
+}
+
+}  // namespace
+
+std::string cell_instructions(const CellPlan& plan, const std::string& electrode_dropin_path)
+{
+    const size_t count = plan.hosts.size();
+    const std::string udp_ports = host_ports(plan, plan.udp_port);
+    const std::string http_ports = host_ports(plan, plan.http_port);
     std::ostringstream text;
     text << "wrote a " << count << "-replica cell (cluster_id " << plan.cluster_id
          << ", durability " << durability_name(plan.durability) << ", electrode "
