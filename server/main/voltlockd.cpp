@@ -453,8 +453,8 @@ int check_config(const Flags& flags)
         std::fprintf(stderr, "voltlockd: %s\n", applied.error().message().c_str());
         return 2;
     }
-    auto found = problems(config.value(),
-                          {host_problems, interface_problems, tls_problems, auth_problems});
+    auto found = problems(config.value(), {host_problems_beside_itself, interface_problems,
+                                           tls_problems, auth_problems});
     if (auto loaded = load_replication_key(config.value(), path); !loaded.ok())
         found.push_back({"replication_key_file", loaded.error().message(),
                          "point it at the cell's key file (voltlockd init-cell writes one), "

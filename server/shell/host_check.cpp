@@ -175,8 +175,14 @@ std::string port_fix(uint16_t port, const char* protocol)
            "config";
 }
 
-void check_port(const DaemonConfig& config, const std::string& field, const std::string& ip,
-                uint16_t port, int type, std::vector<ConfigProblem>& problems)
+// Which holders of the replica's ports are a problem: any (a start), or all but the replica of
+// this very config, running (a check of its config in place, after new TLS or auth files and
+// before the SIGHUP).
+enum class PortHolders { any, but_this_replica };
+
+void check_port(const DaemonConfig& config, PortHolders allowed, const std::string& field,
+                const std::string& ip, uint16_t port, int type,
+                std::vector<ConfigProblem>& problems)
 {
     const char* protocol = type == SOCK_DGRAM ? "u" : "t";
     const std::string endpoint =
@@ -187,12 +193,10 @@ void check_port(const DaemonConfig& config, const std::string& field, const std:
     case 0:
         return;
     case EADDRINUSE: {
-        // The replica of this very config, running: its ports are its own, so a config can be
-        // checked in place (after new TLS or auth files, before the SIGHUP). A second start of
-        // it still fails: its data directory's lock, or binding the port, refuses it.
         const uint64_t inode = socket_inode(ip, port, type);
         const pid_t holder = inode ? socket_holder(inode) : 0;
-        if (holder && runs_this_replica(holder, config)) return;
+        if (allowed == PortHolders::but_this_replica && holder && runs_this_replica(holder, config))
+            return;
         problems.push_back({field,
                             endpoint + " is in use by another process" +
                                 (holder ? " (pid " + std::to_string(holder) + ")" : ""),
@@ -212,9 +216,7 @@ void check_port(const DaemonConfig& config, const std::string& field, const std:
 
 bool is_local(const std::string& ip) { return bind_error(ip, 0, SOCK_DGRAM) == 0; }
 
-}  // namespace
-
-std::vector<ConfigProblem> host_problems(const DaemonConfig& config)
+std::vector<ConfigProblem> host_problems_with(const DaemonConfig& config, PortHolders allowed)
 {
     std::vector<ConfigProblem> problems;
     if (config.replica >= config.replicas.size()) return problems;  // config_problems() says so
@@ -229,9 +231,23 @@ std::vector<ConfigProblem> host_problems(const DaemonConfig& config)
                             "on the host that has " + self.ip});
         return problems;
     }
-    check_port(config, self_field + ".udp_port", self.ip, self.udp_port, SOCK_DGRAM, problems);
-    check_port(config, self_field + ".http_port", self.ip, self.http_port, SOCK_STREAM, problems);
+    check_port(config, allowed, self_field + ".udp_port", self.ip, self.udp_port, SOCK_DGRAM,
+               problems);
+    check_port(config, allowed, self_field + ".http_port", self.ip, self.http_port, SOCK_STREAM,
+               problems);
     return problems;
+}
+
+}  // namespace
+
+std::vector<ConfigProblem> host_problems(const DaemonConfig& config)
+{
+    return host_problems_with(config, PortHolders::any);
+}
+
+std::vector<ConfigProblem> host_problems_beside_itself(const DaemonConfig& config)
+{
+    return host_problems_with(config, PortHolders::but_this_replica);
 }
 
 std::vector<ConfigProblem> interface_problems(const DaemonConfig& config)

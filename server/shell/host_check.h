@@ -11,11 +11,13 @@
 namespace voltlock {
 
 // Why the replica cannot start here: its address is not this host's, or its ports are taken
-// (bound and closed to see, so ask before the daemon binds them). Empty if it can. Ports held
-// by a voltlockd running this same replica (its config: the same cell, replica, address and
-// ports) are not a problem, so that a running replica's config can be checked; such a second
-// start is refused later, by the data directory's lock or by binding the ports.
+// (bound and closed to see, so ask before the daemon binds them; the holder named by its pid).
+// Empty if it can.
 std::vector<ConfigProblem> host_problems(const DaemonConfig& config);
+// The same for --check-config, but ports held by a voltlockd running this same replica (its
+// config: the same cell, replica, address and ports) are not a problem, so that a running
+// replica's config can be checked in place (new TLS or auth files, before the SIGHUP).
+std::vector<ConfigProblem> host_problems_beside_itself(const DaemonConfig& config);
 
 // What is wrong with the interface for Electrode: missing, or not carrying the replica's
 // address. The daemon itself runs on without the fast paths then (and says why); --check-config,

@@ -557,13 +557,15 @@ def test_cell_from_the_units_exec_start_serves_and_survives_kill_9(installed, tm
 
         # A running replica's config checks out in place (its ports are its own), as the
         # certificate rotation in docs/security-tls.md does before the SIGHUP; a second start of
-        # it is still refused (the data directory's lock) and the first keeps serving.
+        # it is still refused, naming the process that holds its ports, and the first serves on.
         checked = subprocess.run(command(exec_start_pre, "r0"), capture_output=True, text=True,
                                  timeout=30)
         assert checked.returncode == 0 and "ok: replica 0 of 3" in checked.stdout, checked.stdout
         again = subprocess.run(command(exec_start, "r0"), capture_output=True, text=True,
                                timeout=30)
-        assert again.returncode != 0 and "LOCK" in again.stderr, again.stderr
+        assert again.returncode == 2, again.stderr
+        assert f"is in use by another process (pid {processes[0].pid})" in again.stderr, \
+            again.stderr
         assert processes[0].poll() is None
         assert answers(f"{base[0]}/readyz")
 
