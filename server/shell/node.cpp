@@ -152,11 +152,14 @@ void Node::stop()
     writer_wakeup_.notify_all();
     if (writer_.joinable()) writer_.join();
     step(Stop{});  // the core drains the kernel first if it may hold acknowledged Prepares
+    const bool writes_on_stop = storage_ && !replica_.config().persist_log;
     spdlog::info("r{} v{}: stopped at op {} commit {}{}", config_.replica, replica_.view(),
                  replica_.op(), replica_.commit(),
-                 storage_ && !replica_.config().persist_log
+                 !writes_on_stop ? ""
+                 : wrote_clean_stop_
                      ? "; what it applied is in its snapshot, what it acknowledged after in its log"
-                     : "");
+                     : "; its data directory is left as it was (it was recovering, or held a "
+                       "state not yet confirmed as the cell's)");
 }
 
 Node::~Node()
@@ -373,6 +376,7 @@ void Node::step(const Input& input)
             batch.set_view(view->view, view->last_normal_view);
         } else if (std::holds_alternative<PersistStopped>(effect)) {
             batch.set_clean_stop(true);
+            wrote_clean_stop_ = true;
         } else {
             persist(batch);
             if (std::holds_alternative<DrainKernel>(effect))

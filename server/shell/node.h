@@ -207,6 +207,8 @@ private:
     std::vector<uint8_t> encode_buffer_;
     vl_kernel_state last_state_{};
     NodeCounters counters_;
+    // The core's Stop persisted what it acknowledged (PersistStopped): for the stop's log line.
+    bool wrote_clean_stop_ = false;
     // The senders warned of a bad MAC in the minute that began at bad_mac_window_start_ms_.
     std::unordered_set<uint64_t> bad_mac_warned_;
     uint64_t bad_mac_window_start_ms_ = 0;

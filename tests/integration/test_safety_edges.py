@@ -612,6 +612,12 @@ def assert_none_serves(cell: Cell, replicas: list, seconds: float) -> None:
         time.sleep(0.2)
 
 
+def last_stop_line(cell: Cell, replica: int) -> str:
+    """The replica's last "stopped at op" log line."""
+    with open(os.path.join(cell.endpoints["state_dir"], f"r{replica}", "voltlockd.log")) as log:
+        return [line for line in log if ": stopped at op " in line][-1]
+
+
 def test_a_replica_on_a_lost_disk_restarted_before_it_recovered_still_holds_nothing():
     """As an operator found it (2026-11-29), snapshot durability: one follower crashed, the
     other's disk replaced and its replica started, then restarted (systemd's Restart=, a
@@ -629,8 +635,10 @@ def test_a_replica_on_a_lost_disk_restarted_before_it_recovered_still_holds_noth
         shutil.rmtree(cell.status()["data_dirs"][wiped])
         cell.start(wiped, recover=False)  # the leader alone runs no view: it waits
         cell.stop(wiped)
+        assert "its data directory is left as it was" in last_stop_line(cell, wiped)
         cell.start(wiped, recover=False)
         cell.stop(leader)  # graceful: its data dir keeps everything it acknowledged
+        assert "what it applied is in its snapshot" in last_stop_line(cell, leader)
         cell.start(crashed)
         assert_none_serves(cell, [crashed, wiped], seconds=3.0)
         cell.start(leader, timeout=30)
