@@ -15,9 +15,13 @@ std::string_view trimmed(std::string_view text)
     return text.substr(first, text.find_last_not_of(" \t") - first + 1);
 }
 
+// libmicrohttpd (0.9.75) drops the whitespace before a header's value but keeps what follows it,
+// and takes a body as chunked only when the value is exactly "chunked" in any case; any other
+// value it reads as a body that ends when the connection does. So "chunked " with a space or a
+// tab after it is not chunked to libmicrohttpd: trimmed here, it passed our check and the client
+// waited out the body timeout with no answer.
 bool is_chunked(std::string_view coding)
 {
-    coding = trimmed(coding);
     return std::equal(coding.begin(), coding.end(), std::string_view("chunked").begin(),
                       std::string_view("chunked").end(),
                       [](char a, char b) { return (a | 0x20) == b; });

@@ -256,11 +256,13 @@ def test_unsound_framing_and_raw_spaces_are_400_at_once_and_store_nothing(cell):
     connection closes after the answer; a raw space, tab or NUL in the target is 400 on a
     connection that stays open, and a NUL in the method names no endpoint. Nothing is written.
     Before, a Transfer-Encoding other than chunked left the client waiting out the body timeout
-    (10 s), `PUT /v1/kv/a b` wrote the key 'a b', and `PUT /v1/kv/a<NUL>b` wrote 'a'."""
+    (10 s), and so did 'chunked ' with a space or tab after it (chunked to us, not to
+    libmicrohttpd), `PUT /v1/kv/a b` wrote the key 'a b', and `PUT /v1/kv/a<NUL>b` wrote 'a'."""
     key = fresh("frame")
     body = json.dumps({"value": "x"}).encode()
     length = f"Content-Length: {len(body)}\r\n"
     unframed = ["Transfer-Encoding: gzip\r\n", "Transfer-Encoding: gzip, chunked\r\n",
+                "Transfer-Encoding: chunked \r\n", "Transfer-Encoding: chunked\t\r\n",
                 f"{length}Content-Length: 99\r\n", f"Content-Length : {len(body)}\r\n",
                 f"{length}Transfer-Encoding: chunked\r\n"]
     bad_targets = [f"/v1/kv/{key} b", f"/v1/kv/{key}\tb", f"/v1/kv/{key}\0b",

@@ -12,7 +12,7 @@ TEST_CASE("Content-Length or one chunked Transfer-Encoding frames a body")
 {
     CHECK_FALSE(framing_error({}));
     CHECK_FALSE(framing_error(Headers{{"host", "x"}, {"content-length", "15"}}));
-    CHECK_FALSE(framing_error(Headers{{"transfer-encoding", " Chunked "}}));
+    CHECK_FALSE(framing_error(Headers{{"transfer-encoding", "Chunked"}}));
     // The same length twice says one thing (RFC 9110 8.6 lets a recipient take it).
     CHECK_FALSE(framing_error(Headers{{"content-length", "5"}, {"content-length", "5 "}}));
 }
@@ -22,6 +22,9 @@ TEST_CASE("any other framing is 400 naming the header")
     const std::vector<std::pair<Headers, std::string>> cases = {
         {{{"transfer-encoding", "gzip"}}, "Transfer-Encoding"},
         {{{"transfer-encoding", "gzip, chunked"}}, "Transfer-Encoding"},
+        // Not chunked to libmicrohttpd, which keeps the whitespace after a value.
+        {{{"transfer-encoding", "chunked "}}, "Transfer-Encoding"},
+        {{{"transfer-encoding", "chunked\t"}}, "Transfer-Encoding"},
         {{{"transfer-encoding", "chunked"}, {"transfer-encoding", "chunked"}}, "Transfer-Encoding"},
         {{{"transfer-encoding", "identity"}, {"content-length", "3"}}, "Transfer-Encoding"},
         {{{"content-length", "5"}, {"content-length", "6"}}, "Content-Length"},
