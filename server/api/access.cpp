@@ -155,15 +155,49 @@ Result<Identity> Access::identify(const Call& call, const AuthTables& tables) co
     }
     if (call.exchange && call.exchange->client_certificate_cn) {
         const std::string& cn = *call.exchange->client_certificate_cn;
-        for (size_t replica = 0; replica < config_.replicas.size(); replica++)
-            if (cn == "voltlock cell " + std::to_string(config_.cluster_id) + " r" +
-                          std::to_string(replica))
-                return Identity{cn, {}, true};
+        if (is_peer_certificate(cn)) return Identity{cn, {}, true};
         if (const AuthUser* user = tables.user(cn)) return Identity{cn, user->roles, false};
         return Identity{cn, {}, false};
     }
     return Error{0, "this endpoint needs credentials: send `Authorization: Bearer <token>` (or "
                     "a TLS client certificate)"};
+}
+
+bool Access::is_peer_certificate(const std::string& cn) const
+{
+    for (size_t replica = 0; replica < config_.replicas.size(); replica++)
+        if (cn == "voltlock cell " + std::to_string(config_.cluster_id) + " r" +
+                      std::to_string(replica))
+            return true;
+    return false;
+}
+
+std::optional<ApiError> Access::recognise_peer(Call& call) const
+{
+    // Checked once: its nonce is spent.
+    if (const auto signature = call.header(kPeerAuthHeader)) {
+        auto peer = peer_auth_->verify(*signature, call.method, call.target, unix_ms());
+        if (peer.ok())
+            call.signed_by_peer = peer.value();
+        else
+            call.peer_signature_refusal = peer.error().message();
+    }
+    const bool by_certificate = call.exchange && call.exchange->client_certificate_cn &&
+                                is_peer_certificate(*call.exchange->client_certificate_cn);
+    const bool peers_unknowable =
+        config_.replication_keys.count == 0 && config_.tls_client_ca_file.empty();
+    if (by_certificate || call.signed_by_peer || peers_unknowable) return std::nullopt;
+    for (const char* name : {kForwardedHeader, kWaitHereHeader, kOnBehalfOfHeader}) {
+        if (!call.header(name)) continue;
+        std::string message = std::string(name) + " is internal to the cell's replicas: a " +
+                              "client may not send it";
+        if (!call.peer_signature_refusal.empty())
+            message += " (" + std::string(kPeerAuthHeader) + ": " +
+                       call.peer_signature_refusal + ")";
+        return ApiError{400, "invalid_argument", message,
+                        Json{{"field", name}, {"in", "header"}, {"violation", "internal"}}};
+    }
+    return std::nullopt;
 }
 
 std::optional<ApiError> Access::check(Call& call) const
@@ -176,16 +210,16 @@ std::optional<ApiError> Access::check(Call& call) const
         std::lock_guard lock(mutex_);
         tables = tables_;
     }
-    // A peer without a client certificate, by the cell's replication key: for snapshots only.
-    if (const auto peer_header = call.header(kPeerAuthHeader)) {
-        if (need.what != Need::What::peer)
-            return unauthenticated(std::string(kPeerAuthHeader) +
-                                   " is believed for the snapshot endpoint only");
-        auto peer = peer_auth_->verify(*peer_header, call.method, call.target, unix_ms());
-        if (!peer.ok()) return unauthenticated(peer.error().message());
-        call.user = "r" + std::to_string(peer.value());
-        call.admin = true;
-        return std::nullopt;
+    // A peer without a client certificate, by the cell's replication key (recognise_peer): an
+    // admin for snapshots only. Elsewhere (a forwarded request) it proves the request a peer's,
+    // and the client the peer forwards for is who its own credentials say.
+    if (call.header(kPeerAuthHeader)) {
+        if (!call.signed_by_peer) return unauthenticated(call.peer_signature_refusal);
+        if (need.what == Need::What::peer) {
+            call.user = "r" + std::to_string(*call.signed_by_peer);
+            call.admin = true;
+            return std::nullopt;
+        }
     }
     auto identity = identify(call, *tables);
     if (!identity.ok()) return unauthenticated(identity.error().message());

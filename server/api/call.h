@@ -51,6 +51,10 @@ struct Call {
     // admin role, or a peer replica).
     std::string user;
     bool admin = false;
+    // The replica that signed it with the cell's replication key (Access::recognise_peer), or
+    // why a signature it carries was refused.
+    std::optional<ReplicaIndex> signed_by_peer;
+    std::string peer_signature_refusal;
     RequestCounters* counters = nullptr;
     bool finished = false;
     // Set on the answer (and a stream's head) made while they are here.

@@ -42,6 +42,7 @@ void Router::on_request(const std::shared_ptr<Exchange>& exchange)
         call->path_param = *held;
         call->endpoint = route.endpoint;
         if (auto unknown = check_query(call->parsed, route.params)) return call->fail(*unknown);
+        if (auto internal = access_.recognise_peer(*call)) return call->fail(*internal);
         if (auto refused = access_.check(*call)) return call->fail(*refused);
         if (route.where == Where::io_thread) return serve(route, call);
         // HTTP on the loop's own thread (http_io_threads 0): the call runs now, inside the HTTP

@@ -103,9 +103,13 @@ Result<ReplicaIndex> PeerAuthVerifier::verify(std::string_view header, std::stri
     }
     if (!valid) return Error{0, "the peer's request MAC does not verify with this cell's key"};
     std::lock_guard lock(mutex_);
-    std::erase_if(seen_, [&](const auto& entry) { return entry.second < now_ms; });
-    if (!seen_.emplace(nonce, sent_ms + kPeerAuthWindowMs).second)
+    while (!forget_at_.empty() && forget_at_.begin()->first < now_ms) {
+        seen_.erase(forget_at_.begin()->second);
+        forget_at_.erase(forget_at_.begin());
+    }
+    if (!seen_.insert(nonce).second)
         return Error{0, "the peer's request was replayed (its nonce was seen already)"};
+    forget_at_.emplace(sent_ms + kPeerAuthWindowMs, nonce);
     return static_cast<ReplicaIndex>(index);
 }
 

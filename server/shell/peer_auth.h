@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_set>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -44,7 +45,10 @@ public:
 private:
     const DaemonConfig config_;
     std::mutex mutex_;
-    std::map<std::string, uint64_t> seen_;  // nonce -> until when it is remembered
+    // The nonces accepted within the window, and when each may be forgotten: forwarded requests
+    // are signed too, so a busy follower's come by the thousand.
+    std::unordered_set<std::string> seen_;
+    std::multimap<uint64_t, std::string> forget_at_;
 };
 
 // The wall clock in ms since the epoch, as the header carries it.

@@ -138,6 +138,42 @@ def test_a_retried_identity_through_followers_gets_the_first_answer(cell):
     assert call(cell, cell.leader, "GET", f"/v1/kv/{key}")["version"] == 1
 
 
+def test_a_client_cannot_send_the_headers_replicas_send_each_other(cell):
+    """X-Voltlock-Forwarded, -Wait-Here and -On-Behalf-Of are believed from a peer replica only
+    (its request signed with the cell's key): from a client they are 400 naming the header, at
+    the leader and at a follower, and nothing is done. Before, Forwarded made a follower answer
+    503 not_leader, and Wait-Here on an acquire that had to wait got 202 with X-Voltlock-Waiting
+    while the wait stayed queued for nobody. Requests a follower forwards over HTTP, which carry
+    Forwarded, are still served."""
+    leader = cell.wait_for_leader()
+    f = followers(cell)[0]
+    key = fresh("fwd-internal")
+    lock = f"/v1/locks/{fresh('fwd-internal')}"
+    holder = call(cell, leader, "POST", "/v1/sessions", {"ttl_ms": 30_000})["session"]
+    waiter = call(cell, leader, "POST", "/v1/sessions", {"ttl_ms": 30_000})["session"]
+    assert call(cell, leader, "POST", f"{lock}:acquire", {"session": holder})["granted"]
+    for replica in (leader, f):
+        for name in ("X-Voltlock-Forwarded", "X-Voltlock-Wait-Here", "X-Voltlock-On-Behalf-Of"):
+            put = call(cell, replica, "PUT", f"/v1/kv/{key}", {"value": "x"}, {name: "1"})
+            assert put.status == 400 and put["details"]["field"] == name, (replica, put)
+            wait = call(cell, replica, "POST", f"{lock}:acquire",
+                        {"session": waiter, "wait_ms": 5_000}, {name: "1"})
+            assert wait.status == 400 and "X-Voltlock-Waiting" not in wait.headers, wait
+    assert call(cell, leader, "GET", lock)["waiters"] == []
+    assert call(cell, leader, "GET", f"/v1/kv/{key}").status == 404
+    # Reads of sessions go from a follower to the leader over HTTP.
+    before = api_counters(cell, f)
+    sessions = call(cell, f, "GET", "/v1/sessions")
+    assert sessions.status == 200, sessions
+    assert {holder, waiter} <= {s["session"] for s in sessions["sessions"]}, sessions
+    assert call(cell, f, "GET", f"/v1/sessions/{holder}")["session"] == holder
+    after = api_counters(cell, f)
+    assert after["forwarded"] - after["forwarded_as_requests"] >= \
+        before["forwarded"] - before["forwarded_as_requests"] + 2, (before, after)
+    for session in (holder, waiter):
+        call(cell, leader, "DELETE", f"/v1/sessions/{session}")
+
+
 def test_a_lost_reply_is_sent_again_and_the_op_applied_once(cell):
     leader = cell.wait_for_leader()
     f = followers(cell)[0]
