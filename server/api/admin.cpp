@@ -231,7 +231,14 @@ void Admin::install(Router& router)
     router.add("GET", "/v1/status", "/v1/status", {"digest"}, Where::loop,
                [this](const CallPtr& call) -> Served {
                    const bool digest = VL_TRY(bool_param(*call, "digest"));
-                   call->answer_json(200, node_.status(digest));
+                   const std::optional<std::string> computed =
+                       digest ? node_.state_digest() : std::nullopt;
+                   if (digest && !computed)
+                       return unavailable("a digest of another op was computed in this loop "
+                                          "turn already: ask again");
+                   Json status = node_.status();
+                   if (computed) status["machine"]["digest"] = *computed;
+                   call->answer_json(200, status);
                    return answering;
                });
     router.add("GET", "/v1/cluster", "/v1/cluster", {}, Where::loop,

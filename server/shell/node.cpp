@@ -814,7 +814,24 @@ nlohmann::json Node::event_loop_status() const
     };
 }
 
-nlohmann::json Node::status(bool with_digest) const
+std::optional<std::string> Node::state_digest()
+{
+    // The machine's state is the same at the same commit number: ops apply as they commit, and a
+    // snapshot installed at op N is the state after N.
+    const Op applied = replica_.commit();
+    if (!digest_ || digest_->first != applied) {
+        const uint64_t turn = loop_.turn_stats().turns;
+        if (digest_turn_ == turn) return std::nullopt;
+        digest_ = {applied, machine_->state_digest()};
+        digest_turn_ = turn;
+        digests_computed_ += 1;
+    }
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(digest_->second));
+    return text;
+}
+
+nlohmann::json Node::status() const
 {
     using Json = nlohmann::json;
     Json messages_in = Json::object();
@@ -832,13 +849,8 @@ nlohmann::json Node::status(bool with_digest) const
         ignored[ignored_name(static_cast<Ignored>(reason))] = counters_.ignored[reason];
 
     const ReplicaCounters& core = replica_.counters();
-    Json machine = {{"kind", config_.machine == MachineKind::lock ? "lock" : "register"}};
-    if (with_digest) {
-        char digest[17];
-        std::snprintf(digest, sizeof digest, "%016llx",
-                      static_cast<unsigned long long>(machine_->state_digest()));
-        machine["digest"] = digest;
-    }
+    Json machine = {{"kind", config_.machine == MachineKind::lock ? "lock" : "register"},
+                    {"digests_computed", digests_computed_}};
     Json status{
         {"replica", replica_.replica()},
         {"replica_count", config_.replicas.size()},
