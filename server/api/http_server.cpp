@@ -997,9 +997,11 @@ void MhdCallbacks::on_completed(void* self, MHD_Connection* connection, void** r
         std::lock_guard lock(e.mutex_);
         stream = e.stream_;
     }
+    // Gone before the answer, or before a stream's end (the connection broke, or the client of a
+    // stream left while it was being sent): as good as a hang-up.
+    const bool stream_cut = stream && !stream->ended();
     if (stream) stream->gone_ = true;
-    if (!e.queued_ && !e.hung_up_.exchange(true)) {
-        // Gone before the answer (the connection broke): as good as a hang-up.
+    if ((!e.queued_ || stream_cut) && !e.hung_up_.exchange(true)) {
         std::function<void()> callback;
         {
             std::lock_guard lock(e.mutex_);

@@ -142,7 +142,8 @@ public:
     // Answers with `head` (status, type, headers) and a body that streams from the result.
     std::shared_ptr<Stream> stream(HttpResponse head);
     bool answered() const;
-    // Runs (on the I/O thread) if the client hangs up before the answer was sent, once.
+    // Runs (on the I/O thread) if the client hangs up before the answer was sent, or a stream's
+    // before the stream ended, once.
     void on_hangup(std::function<void()> callback);
     bool hung_up() const { return hung_up_.load(); }
 

@@ -145,6 +145,8 @@ void WaitService::watch(const CallPtr& call, const WatchFilter& filter, ValueEnc
     head.content_type = "text/event-stream";
     head.set_header("Cache-Control", "no-cache");
     head.set_header("X-Voltlock-Start-Revision", std::to_string(from));
+    // HEAD is the headers alone: nothing to feed, so nothing is held for it.
+    if (call->method == "HEAD") return call->answer(std::move(head));
     std::shared_ptr<Stream> stream = call->stream(std::move(head));
     if (!stream) return;
     stream->push("retry: 1000\n: watching from revision " + std::to_string(from) + "\n\n");
@@ -169,6 +171,10 @@ void WaitService::watch(const CallPtr& call, const WatchFilter& filter, ValueEnc
     if (fed != Fed::caught_up) active_.insert(id);
     if (fed == Fed::more && !std::exchange(feeding_again_, true))
         loop_.post([this] { on_progress(); });
+    // Freed as soon as its client leaves, not at the next heartbeat (up to kHeartbeatMs / 2
+    // later): a flood of watches opened and closed at once would fill max_streams.
+    call->exchange->on_hangup([this, id] { loop_.post([this, id] { erase_watch(id); }); });
+    if (call->exchange->hung_up()) erase_watch(id);
 }
 
 void WaitService::authorize_watches()

@@ -251,6 +251,35 @@ def test_head_of_a_watch_is_its_headers_alone(cell):
                    timeout=5.0, what="the HEAD's watch is gone")
 
 
+def test_a_watch_holds_nothing_once_its_client_is_gone(cell):
+    """HEAD of a watch opens no stream, and a watch whose client hung up is freed within the
+    hang-up check (100 ms), not at the next heartbeat (every 5 s). Before, both lingered up to
+    5 s, and 11,000 pipelined HEADs filled http_max_streams: every watch and wait at that
+    replica got 503."""
+    replica = (cell.leader + 1) % 3
+
+    def watchers() -> int:
+        return call(cell, replica, "GET", "/v1/cluster")["api"]["watchers"]
+
+    wait_until(lambda: watchers() == 0, timeout=10.0, what="the earlier tests' watches gone")
+    heads = 200
+    sock = raw_socket(cell, replica)
+    sock.sendall(b"HEAD /v1/watch/gone?prefix=true HTTP/1.1\r\nHost: x\r\n\r\n" * heads)
+    assert [status for status, _ in read_responses(sock, heads)] == [200] * heads
+    assert watchers() == 0
+    sock.close()
+    # Two tries 2 s apart: a heartbeat falls within 1 s of one of them at most.
+    for _ in range(2):
+        sock = raw_socket(cell, replica)
+        sock.sendall(b"GET /v1/watch/gone?prefix=true HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        wait_until(lambda: watchers() == 1, timeout=5.0, what="the watch open")
+        sock.close()
+        wait_until(lambda: watchers() == 0, timeout=1.0, what="the closed watch freed",
+                   interval=0.05)
+        time.sleep(2)
+
+
 def test_unsound_framing_and_raw_spaces_are_400_at_once_and_store_nothing(cell):
     """The shapes of request smuggling (RFC 9112 5.1 and 6.3) are 400 at once and the
     connection closes after the answer; a raw space, tab or NUL in the target is 400 on a
