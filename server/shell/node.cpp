@@ -857,7 +857,9 @@ nlohmann::json Node::status() const
         {"cluster_id", config_.cluster_id},
         {"status", status_name(replica_.status())},
         {"view", replica_.view()},
-        {"leader", replica_.leader()},
+        // Only in normal status is a leader known (/readyz, /v1/cluster and voltlock_leader say
+        // the same): during a view change leader() is the old view's, or the next's candidate.
+        {"leader", replica_.status() == Status::normal ? Json(replica_.leader()) : Json()},
         {"op", replica_.op()},
         {"commit", replica_.commit()},
         {"log_base", replica_.log_base()},
