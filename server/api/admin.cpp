@@ -155,6 +155,7 @@ Json Admin::cluster_json() const
     return Json{{"cluster_id", config.cluster_id},
                 {"auth", config.auth() ? "on" : "off"},
                 {"replica", config.replica},
+                {"version", status["version"]},
                 {"status", status_name(r.status())},
                 {"view", r.view()},
                 {"leader", r.status() == Status::normal ? Json(r.leader()) : Json()},

@@ -130,6 +130,20 @@ void write_event_loop(Writer& w, const Json& loop)
              number(loop["turns_over_1s"]));
 }
 
+// What runs where: the server's version and this replica's place in its cell.
+void write_info(Writer& w, const Json& cluster)
+{
+    w.family("voltlock_build_info", "gauge", "The server's version (always 1).");
+    w.sample("voltlock_build_info", label("version", cluster.value("version", "")), "1");
+    w.family("voltlock_replica_info", "gauge",
+             "This replica: its index and cluster id (always 1).");
+    w.sample("voltlock_replica_info",
+             label("replica", std::to_string(cluster.value("replica", 0))) + "," +
+                 label("cluster_id", std::to_string(cluster.value("cluster_id", 0))) + "," +
+                 label("electrode", cluster.value("electrode", "off")),
+             "1");
+}
+
 }  // namespace
 
 std::string render_metrics(const Json& cluster,
@@ -137,15 +151,7 @@ std::string render_metrics(const Json& cluster,
                                requests)
 {
     Writer w;
-    const std::string replica = std::to_string(cluster.value("replica", 0));
-
-    w.family("voltlock_replica_info", "gauge",
-             "This replica: its index and cluster id (always 1).");
-    w.sample("voltlock_replica_info",
-             label("replica", replica) + "," +
-                 label("cluster_id", std::to_string(cluster.value("cluster_id", 0))) + "," +
-                 label("electrode", cluster.value("electrode", "off")),
-             "1");
+    write_info(w, cluster);
     const std::pair<const char*, const char*> gauges[] = {
         {"view", "The current view number."},
         {"op", "The highest op in this replica's log."},

@@ -32,6 +32,7 @@
 #include "shell/peer_http.h"
 #include "shell/service_manager.h"
 #include "shell/auth.h"
+#include "shell/version.h"
 #include "shell/tls.h"
 
 namespace {
@@ -144,7 +145,7 @@ bool parse_flags(int argc, char** argv, Flags& flags)
             std::fputs(usage, stdout);
             std::exit(0);
         } else if (arg == "--version") {
-            std::printf("voltlockd %s\n", VOLTLOCK_VERSION);
+            std::printf("voltlockd %s\n", server_version());
             std::exit(0);
         } else if (arg == "--check-config") {
             if (!value(flags.check_config)) return false;

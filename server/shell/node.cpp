@@ -5,6 +5,7 @@
 #include "core/lock_machine.h"
 #include "core/overloaded.h"
 #include "core/register_machine.h"
+#include "shell/version.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/timerfd.h>
@@ -853,6 +854,7 @@ nlohmann::json Node::status() const
                     {"digests_computed", digests_computed_}};
     Json status{
         {"replica", replica_.replica()},
+        {"version", server_version()},
         {"replica_count", config_.replicas.size()},
         {"cluster_id", config_.cluster_id},
         {"status", status_name(replica_.status())},

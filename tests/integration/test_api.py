@@ -6,13 +6,14 @@ replicas have a cell each."""
 import concurrent.futures
 import re
 import secrets
+import subprocess
 import threading
 import time
 
 import pytest
 
 from api import Client, Watch, call, quote
-from cell import Cell
+from cell import Cell, voltlockd_path
 from replication import wait_until
 
 pytestmark = [pytest.mark.usefixtures("root"), pytest.mark.voltlockd]
@@ -597,6 +598,19 @@ def test_cluster_status_health_and_readiness(cell):
     assert ready.status == 200 and ready["ready"] is True
     assert_error(call(cell, 0, "GET", "/v1/nothing-here"), 404, "not_found")
     assert_error(call(cell, 0, "POST", "/v1/locks/x"), 404, "not_found")
+
+
+def test_each_replica_says_which_version_it_runs(cell):
+    """/v1/status, /v1/cluster and /metrics (voltlock_build_info) carry voltlockd --version's,
+    so an operator sees a rolling upgrade's progress. Before, nothing did."""
+    printed = subprocess.run([voltlockd_path(), "--version"], capture_output=True, text=True,
+                             check=True).stdout
+    version = printed.split()[1]
+    for replica in range(3):
+        assert call(cell, replica, "GET", "/v1/status")["version"] == version
+        assert call(cell, replica, "GET", "/v1/cluster")["version"] == version
+        metrics = call(cell, replica, "GET", "/metrics").body
+        assert f'\nvoltlock_build_info{{version="{version}"}} 1\n' in metrics, metrics[:500]
 
 
 def test_a_burst_of_digest_requests_reads_the_state_once_per_op(cell):
