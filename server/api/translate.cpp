@@ -222,11 +222,61 @@ Parsed<SessionId> parse_session_id(std::string_view text)
     return value.value();
 }
 
+namespace {
+
+// Where the parser refused a number too large for a double (its error 406): [begin, end) of the
+// text. Reads nothing else.
+struct OverflowFinder : nlohmann::json_sax<Json> {
+    std::optional<std::pair<size_t, size_t>> overflow;
+
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(size_t) override { return true; }
+    bool key(string_t&) override { return true; }
+    bool end_object() override { return true; }
+    bool start_array(size_t) override { return true; }
+    bool end_array() override { return true; }
+    bool parse_error(size_t position, const std::string& token, const Json::exception& e) override
+    {
+        if (e.id == 406 && token.size() <= position)
+            overflow = {position - token.size(), position};
+        return false;
+    }
+};
+
+// A number too large for a double ("1e400") is valid JSON that nlohmann's parser refuses. It
+// becomes the largest double of its sign, so that its field gets the answer any other number out
+// of its range gets ("prev_revision: must be an integer >= 0"), not bad_json. A few such numbers
+// at most: each costs another parse.
+Json parse_json(std::string_view body)
+{
+    Json json = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (!json.is_discarded()) return json;
+    std::string text(body);
+    for (int overflows = 0; json.is_discarded() && overflows < 4; overflows++) {
+        OverflowFinder finder;
+        Json::sax_parse(text, &finder);
+        if (!finder.overflow) break;
+        const auto [begin, end] = *finder.overflow;
+        text.replace(begin, end - begin,
+                     text[begin] == '-' ? "-1.7976931348623157e308" : "1.7976931348623157e308");
+        json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    }
+    return json;
+}
+
+}  // namespace
+
 Parsed<Json> parse_object(std::string_view body, std::initializer_list<std::string_view> allowed)
 {
     if (std::all_of(body.begin(), body.end(), [](char c) { return std::isspace(uint8_t(c)); }))
         return Json::object();
-    Json json = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+    Json json = parse_json(body);
     if (json.is_discarded())
         return bad_request("bad_json", "the request body is not valid JSON");
     if (!json.is_object())

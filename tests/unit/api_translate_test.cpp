@@ -67,6 +67,16 @@ TEST_CASE("integers are non-negative JSON integers; ranges come from validate()"
           "invalid_argument");
     const ApiError range = error_of(create_session_op(R"({"ttl_ms":999})", kMessageBytes));
     CHECK(range.details["violation"] == "ttl_out_of_range");
+    // Too large for a double: valid JSON, so out of range like any other number, not bad_json.
+    for (const char* body : {R"({"ttl_ms":1e400})", R"({"ttl_ms":-1e400})",
+                             R"({"name":"1e400","ttl_ms":1e400})"}) {
+        const ApiError overflow = error_of(create_session_op(body, kMessageBytes));
+        CHECK(overflow.code == "invalid_argument");
+        CHECK(overflow.details["field"] == "ttl_ms");
+    }
+    CHECK(error_of(put_op("k", R"({"value":"x","prev_revision":1e400})", kMessageBytes))
+              .details["field"] == "prev_revision");
+    CHECK(error_of(create_session_op(R"({"ttl_ms":1e400)", kMessageBytes)).code == "bad_json");
     // Larger than 32 bits: still a range error, not a wrapped value.
     const ApiError huge = error_of(create_session_op(R"({"ttl_ms":4294967297000})", kMessageBytes));
     CHECK(huge.details["violation"] == "ttl_out_of_range");
