@@ -660,7 +660,9 @@ void HttpApi::renew_at_leader(SessionId id, const LeaderPath::AtLeader& at,
     if (!renewal_answer.leader) return not_leader();
     if (!renewal_answer.known)
         return answer(error_response(
-            op_error(OpError{.op = OpCode::keep_alive, .code = ErrorCode::unknown_session})));
+            op_error(OpError{.op = OpCode::keep_alive,
+                             .code = ErrorCode::unknown_session,
+                             .revision = machine_->revision()})));
     const LeaseTracker::Renewal& renewal = renewal_answer.renewal;
     Json body{{"session", id}, {"ttl_ms", renewal.ttl_ms},
               {"lease_deadline_ms", renewal.deadline_ms},
