@@ -174,9 +174,13 @@ bool Access::is_peer_certificate(const std::string& cn) const
 
 std::optional<ApiError> Access::recognise_peer(Call& call) const
 {
-    // Checked once: its nonce is spent.
+    // Checked once: a fresh one's nonce is spent.
     if (const auto signature = call.header(kPeerAuthHeader)) {
-        auto peer = peer_auth_->verify(*signature, call.method, call.target, unix_ms());
+        const PeerFreshness freshness = need_of(call).what == Need::What::peer
+                                            ? PeerFreshness::required
+                                            : PeerFreshness::not_required;
+        auto peer =
+            peer_auth_->verify(*signature, call.method, call.target, unix_ms(), freshness);
         if (peer.ok())
             call.signed_by_peer = peer.value();
         else

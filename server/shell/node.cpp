@@ -817,13 +817,15 @@ nlohmann::json Node::event_loop_status() const
 
 std::optional<std::string> Node::state_digest()
 {
-    // The machine's state is the same at the same commit number: ops apply as they commit, and a
-    // snapshot installed at op N is the state after N.
-    const Op applied = replica_.commit();
-    if (!digest_ || digest_->first != applied) {
+    // The machine's state is the same at the same commit number (ops apply as they commit, and a
+    // snapshot installed at op N is the state after N) as long as no recovery or snapshot
+    // replaced it with another history's, which may reach the same number.
+    const ReplicaCounters& core = replica_.counters();
+    const std::pair state{replica_.commit(), core.recoveries + core.snapshots_installed};
+    if (!digest_ || digest_->first != state) {
         const uint64_t turn = loop_.turn_stats().turns;
         if (digest_turn_ == turn) return std::nullopt;
-        digest_ = {applied, machine_->state_digest()};
+        digest_ = {state, machine_->state_digest()};
         digest_turn_ = turn;
         digests_computed_ += 1;
     }

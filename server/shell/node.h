@@ -221,8 +221,9 @@ private:
     // Proposal to applied result, for the ops proposed here (the API's, and those a follower's
     // API forwarded here as Requests): /v1/status's commit_latency_us.
     LatencyHistogram commit_latency_;
-    // state_digest()'s: the last digest and the op it is of, and the loop turn it was computed in.
-    std::optional<std::pair<Op, uint64_t>> digest_;
+    // state_digest()'s: the last digest and the state it is of (the op, and how many times a
+    // recovery or snapshot replaced the state), and the loop turn it was computed in.
+    std::optional<std::pair<std::pair<Op, uint64_t>, uint64_t>> digest_;
     std::optional<uint64_t> digest_turn_;
     uint64_t digests_computed_ = 0;
     // When each client's latest Request from a follower arrived, until its Reply leaves.

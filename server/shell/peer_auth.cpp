@@ -68,8 +68,10 @@ std::optional<std::string> sign_peer_request(const DaemonConfig& config, std::st
 }
 
 Result<ReplicaIndex> PeerAuthVerifier::verify(std::string_view header, std::string_view method,
-                                              std::string_view target, uint64_t now_ms)
+                                              std::string_view target, uint64_t now_ms,
+                                              PeerFreshness freshness)
 {
+    const bool fresh_only = freshness == PeerFreshness::required;
     if (config_.replication_keys.count == 0)
         return Error{0, "this replica has no replication key to check peers' requests with"};
     std::istringstream words{std::string(header)};
@@ -87,7 +89,9 @@ Result<ReplicaIndex> PeerAuthVerifier::verify(std::string_view header, std::stri
     if (index >= config_.replicas.size() || "r" + std::to_string(index) != replica ||
         std::to_string(sent_ms) != time)
         return Error{0, std::string(kPeerAuthHeader) + " names no replica of this cell"};
-    if (sent_ms + kPeerAuthWindowMs < now_ms || sent_ms > now_ms + kPeerAuthWindowMs)
+    const bool in_window = sent_ms + kPeerAuthWindowMs >= now_ms &&
+                           sent_ms <= now_ms + kPeerAuthWindowMs;
+    if (fresh_only && !in_window)
         return Error{0, "the peer's request is too old or its clock too far off (more than " +
                             std::to_string(kPeerAuthWindowMs / 1000) + " s)"};
     bool valid = false;
@@ -102,14 +106,11 @@ Result<ReplicaIndex> PeerAuthVerifier::verify(std::string_view header, std::stri
         valid = valid || difference == 0;
     }
     if (!valid) return Error{0, "the peer's request MAC does not verify with this cell's key"};
+    if (!fresh_only) return static_cast<ReplicaIndex>(index);
     std::lock_guard lock(mutex_);
-    while (!forget_at_.empty() && forget_at_.begin()->first < now_ms) {
-        seen_.erase(forget_at_.begin()->second);
-        forget_at_.erase(forget_at_.begin());
-    }
-    if (!seen_.insert(nonce).second)
+    std::erase_if(seen_, [&](const auto& entry) { return entry.second < now_ms; });
+    if (!seen_.emplace(nonce, sent_ms + kPeerAuthWindowMs).second)
         return Error{0, "the peer's request was replayed (its nonce was seen already)"};
-    forget_at_.emplace(sent_ms + kPeerAuthWindowMs, nonce);
     return static_cast<ReplicaIndex>(index);
 }
 

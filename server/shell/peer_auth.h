@@ -10,12 +10,12 @@
 // its replication keys (so a rotation works as for datagrams), within kPeerAuthWindowMs of its
 // own clock, and each nonce once: a request captured on the wire cannot be replayed, moved to
 // another path or to another cell. It proves only "a holder of the cell's key", so the API
-// believes it for the snapshot endpoint alone (api/access.cpp).
+// believes it for the snapshot endpoint, and, by its MAC alone, for the replicas' internal
+// headers of a forwarded request (api/access.cpp, PeerFreshness).
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <unordered_set>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -34,21 +34,30 @@ inline constexpr uint64_t kPeerAuthWindowMs = 30'000;
 std::optional<std::string> sign_peer_request(const DaemonConfig& config, std::string_view method,
                                              std::string_view target, uint64_t now_ms);
 
+// What a peer request's signature must also show besides its MAC.
+enum class PeerFreshness {
+    // Sent within kPeerAuthWindowMs of the receiver's clock, its nonce never seen: for what the
+    // signature grants by itself (a snapshot, the whole state).
+    required,
+    // Nothing more: the signature only proves a request a peer's, whose internal headers are
+    // then believed, and grants nothing that a replay of the client's own request would not (a
+    // forwarded request, which may come from a replica whose clock is far off, as at boot).
+    not_required,
+};
+
 // Checks headers of peer requests; remembers the nonces it accepted for the window. Thread-safe.
 class PeerAuthVerifier {
 public:
     explicit PeerAuthVerifier(const DaemonConfig& config) : config_(config) {}
     // The replica the request comes from, or why it is refused.
     Result<ReplicaIndex> verify(std::string_view header, std::string_view method,
-                                std::string_view target, uint64_t now_ms);
+                                std::string_view target, uint64_t now_ms,
+                                PeerFreshness freshness);
 
 private:
     const DaemonConfig config_;
     std::mutex mutex_;
-    // The nonces accepted within the window, and when each may be forgotten: forwarded requests
-    // are signed too, so a busy follower's come by the thousand.
-    std::unordered_set<std::string> seen_;
-    std::multimap<uint64_t, std::string> forget_at_;
+    std::map<std::string, uint64_t> seen_;  // nonce -> until when it is remembered
 };
 
 // The wall clock in ms since the epoch, as the header carries it.

@@ -393,6 +393,38 @@ def test_peers_fetch_snapshots_by_the_cell_key_and_nothing_else(cell):
     assert peer_get(cell, leader, target, moved) == 401
 
 
+def put_as_forwarded(cell, to: int, target: str, admin: str, signature: str) -> int:
+    """A PUT carrying the header a follower forwards with, signed, and the client's token."""
+    r = cell.replicas[to]
+    conn = NamespacedConnection(cell.endpoints["client_namespace"], r["ip"], r["http_port"], 5.0)
+    try:
+        conn.request("PUT", target, body=json.dumps({"value": "x"}),
+                     headers={"X-Voltlock-Peer-Auth": signature, "X-Voltlock-Forwarded": "1",
+                              "Authorization": f"Bearer {admin}",
+                              "Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_a_forwarded_request_is_a_peers_by_its_mac_whatever_its_time(cell, admin):
+    """A follower signs what it forwards over HTTP with the cell's key, which makes the headers
+    only replicas send believed. The leader checks the MAC alone there, not the time (a
+    follower's clock may be far off, as at boot) nor the nonce (the signature grants nothing a
+    replay of the client's request would not); a snapshot fetch must be fresh (above). A bad MAC
+    leaves the header a client's: 400."""
+    leader = cell.leader
+    target = "/v1/kv/forwarded/signed"
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    signed = peer_auth_header(cell, 1, "PUT", target, sent_ms=an_hour_ago)
+    assert put_as_forwarded(cell, leader, target, admin, signed) == 200
+    assert put_as_forwarded(cell, leader, target, admin, signed) == 200  # the same again
+    forged = signed[:-1] + ("0" if signed[-1] != "0" else "1")
+    assert put_as_forwarded(cell, leader, target, admin, forged) == 400
+
+
 def test_the_python_sdk_manages_users_roles_and_tokens(cell, admin):
     every = [r["http"] for r in cell.replicas]
     script = f"""
