@@ -39,6 +39,20 @@ public:
     bool view(auto& v) { return slot(header_.view, v, kView); }
     bool op(auto& v) { return slot(header_.op, v, kOp); }
     bool commit(auto& v) { return slot(header_.commit, v, kCommit); }
+    // A flag in the op slot: 0 or 1, as a boolean in the body (one message, one encoding).
+    bool op_flag(auto& v)
+    {
+        if constexpr (std::is_const_v<std::remove_reference_t<decltype(v)>> ||
+                      !std::same_as<Io, codec::Reader>) {
+            uint64_t encoded = v ? 1 : 0;
+            return slot(header_.op, encoded, kOp);
+        } else {
+            uint64_t decoded = 0;
+            slot(header_.op, decoded, kOp);
+            v = decoded == 1;
+            return decoded <= 1;
+        }
+    }
     // A Request: from a client, whose sender slot is VL_CLIENT_SENDER (checked before decoding).
     bool client_sender()
     {
@@ -161,7 +175,7 @@ bool fields(Io& io, M& m)
 template <typename Io, codec::MaybeConst<StartViewChange> M>
 bool fields(Io& io, M& m)
 {
-    return io.replica(m.replica) && io.view(m.view);
+    return io.replica(m.replica) && io.view(m.view) && io.op_flag(m.asking);
 }
 
 template <typename Io, codec::MaybeConst<DoViewChange> M>

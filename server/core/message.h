@@ -65,10 +65,12 @@ struct Commit {
     bool operator==(const Commit&) const = default;
 };
 
-// §4.2 step 1.
+// §4.2 step 1. `asking`: sent in normal status by a follower that lost its leader, which has
+// not left its view and starts the view change only once f others ask too (suspect_leader).
 struct StartViewChange {
     View view = 0;
     ReplicaIndex replica = 0;
+    bool asking = false;
     bool operator==(const StartViewChange&) const = default;
 };
 

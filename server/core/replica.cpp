@@ -38,6 +38,7 @@ const char* ignored_name(Ignored reason)
     case Ignored::not_from_leader: return "not_from_leader";
     case Ignored::own_view: return "own_view";
     case Ignored::view_started: return "view_started";
+    case Ignored::leader_heard: return "leader_heard";
     case Ignored::in_view: return "in_view";
     case Ignored::not_view_leader: return "not_view_leader";
     case Ignored::behind_commit: return "behind_commit";
@@ -60,6 +61,7 @@ const char* ignored_name(Ignored reason)
 Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start)
     : config_(config),
       machine_(machine),
+      view_change_asked_(config.replica_count),
       acked_(config.replica_count, 0),
       answered_tick_(config.replica_count, 0),
       echoed_heartbeat_ms_(config.replica_count, 0),
@@ -153,13 +155,21 @@ bool Replica::must_fence_kernel(const Input& input) const
     // towards fencing costs a drain; erring the other way loses committed ops (vr_sim's kernel
     // model found the fetch case).
     if (!kernel_may_hold_acks_ || waiting_for_drain_) return false;
-    if (std::holds_alternative<Tick>(input)) return leader_suspected(tick_ + 1);
+    // A follower that lost its leader asks first, its fast path on: it fences the tick it
+    // starts the view change in.
+    if (std::holds_alternative<Tick>(input))
+        return leader_suspected(tick_ + 1) && view_change_asked_by_quorum(tick_ + 1);
     // What a stop writes must hold every op the kernel acknowledged.
     if (std::holds_alternative<Stop>(input)) return true;
     const auto* receive = std::get_if<Receive>(&input);
     if (!receive) return false;
     return std::visit(Overloaded{
-                          [&](const StartViewChange& m) { return m.view > view_; },
+                          // A follower that hears its leader ignores asking (a deaf
+                          // replica's, again and again).
+                          [&](const StartViewChange& m) {
+                              return m.view > view_ && (!m.asking || leader_suspected(tick_) ||
+                                                        status_ != Status::normal);
+                          },
                           [&](const DoViewChange& m) { return m.view > view_; },
                           [&](const StartView& m) { return m.view > view_; },
                           [&](const Prepare& m) { return m.view > view_; },
@@ -237,14 +247,17 @@ void Replica::on_tick(const Tick& tick)
             break;
         }
         note_commit_progress();
-        if (leader_suspected(tick_)) {
-            start_view_change(view_ + 1);  // §4.2: the leader went quiet, or deaf
-        } else {
-            retransmit_get_state();
-        }
+        if (leader_suspected(tick_)) suspect_leader();  // §4.2: the leader went quiet, or deaf
+        if (status_ == Status::normal) retransmit_get_state();
         break;
     case Status::view_change:
-        if (tick_ - status_since_tick_ >= view_change_timeout_ticks()) {
+        // A view change moves on to the next view when it does not finish in time (§4.2), if
+        // a quorum took part in it or its view started (and we wait for its log): one that too
+        // few joined waits for them at the same view. A replica that hears nothing (a leader
+        // that stepped down for that) would otherwise force the cell into one view change after
+        // another, each a pause in service, while its cut lasts.
+        if ((do_view_change_sent_ || joining(view_)) &&
+            tick_ - status_since_tick_ >= view_change_timeout_ticks()) {
             failed_view_changes_ += 1;
             start_view_change(view_ + 1);  // §4.2: this view change did not finish in time
         } else if (joining(view_)) {
@@ -495,6 +508,33 @@ bool Replica::leader_suspected(uint64_t at_tick) const
            (awaiting_commit_ && at_tick - awaiting_commit_since_tick_ >= timeout);
 }
 
+void Replica::suspect_leader()
+{
+    if (const std::optional<View> view = view_change_asked_by_quorum(tick_)) {
+        start_view_change(*view);
+        return;
+    }
+    if (tick_ - status_messages_sent_tick_ < config_.retransmit_ticks) return;
+    status_messages_sent_tick_ = tick_;
+    broadcast(StartViewChange{.view = view_ + 1, .replica = config_.replica, .asking = true});
+}
+
+std::optional<View> Replica::view_change_asked_by_quorum(uint64_t at_tick) const
+{
+    size_t asking = 0;
+    View view = view_ + 1;
+    for (ReplicaIndex r = 0; r < config_.replica_count; r++) {
+        const ViewChangeAsked& asked = view_change_asked_[r];
+        if (r == config_.replica || asked.view <= view_ ||
+            at_tick - asked.tick >= config_.view_change_timeout_ticks)
+            continue;
+        asking += 1;
+        view = std::max(view, asked.view);
+    }
+    if (asking < quorum() - 1) return std::nullopt;
+    return view;
+}
+
 void Replica::advance_commit_as_leader(Op quorum_counted_op)
 {
     // §4.1 step 5: op n commits once f followers (plus the leader) hold it in this view.
@@ -671,6 +711,7 @@ void Replica::start_view_change(View view)
 
 void Replica::on_start_view_change(const StartViewChange& m)
 {
+    if (m.asking) return on_view_change_asked(m);
     if (status_ == Status::recovering && !join_restart(m.view))
         return ignore(__func__, Ignored::recovering);
     if (m.view < view_) return ignore(__func__, Ignored::stale_view);
@@ -685,6 +726,29 @@ void Replica::on_start_view_change(const StartViewChange& m)
               "a StartViewChange counted is for the view we are changing to");
     start_view_change_from_[m.replica] = true;
     maybe_send_do_view_change();
+}
+
+void Replica::on_view_change_asked(const StartViewChange& m)
+{
+    // A follower that lost its leader too counts it, and joins once f others asked: the asker
+    // has not left its view, and neither do we for one replica that hears nothing. A leader
+    // that hears a quorum keeps its view (it steps down by itself once it does not). A replica
+    // changing views already goes on to the view asked for: the asker runs the view we change
+    // to, or a later one, and lost its leader; alone in a view change, we would wait for ever.
+    if (status_ == Status::recovering) return ignore(__func__, Ignored::recovering);
+    if (m.view <= view_) return ignore(__func__, Ignored::stale_view);
+    if (status_ == Status::view_change) {
+        start_view_change(m.view);
+        return;
+    }
+    if (is_leader()) return ignore(__func__, Ignored::leader_heard);
+    view_change_asked_[m.replica] = {.view = m.view, .tick = tick_};
+    if (!leader_suspected(tick_)) return ignore(__func__, Ignored::leader_heard);
+    if (const std::optional<View> view = view_change_asked_by_quorum(tick_)) {
+        start_view_change(*view);
+    } else {
+        ignore(__func__, Ignored::leader_heard);
+    }
 }
 
 uint64_t Replica::view_change_timeout_ticks() const
@@ -721,6 +785,8 @@ void Replica::maybe_send_do_view_change()
                                    start_view_change_from_.end(), true);
     if (do_view_change_sent_ || static_cast<size_t>(others) < quorum() - 1) return;
     do_view_change_sent_ = true;
+    // Its timeout runs from here (on_tick): until now too few took part for it to finish.
+    status_since_tick_ = tick_;
     if (leader() == config_.replica) {
         do_view_change_from_[config_.replica] = own_do_view_change();
         maybe_start_view();

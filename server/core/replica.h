@@ -267,6 +267,8 @@ enum class Ignored : uint8_t {
     not_from_leader,    // from a replica that does not lead the message's view
     own_view,           // a leader's message in the view we lead
     view_started,       // for a view change whose view has started already
+    leader_heard,       // an asking StartViewChange while we lead, hear our leader, change
+                        // views already, or fewer than f asked
     in_view,            // a StartView for the view we run already
     not_view_leader,    // a DoViewChange to a replica that will not lead that view
     behind_commit,      // a restored state that lacks ops we committed (issue 11, case 2)
@@ -325,6 +327,16 @@ public:
     View last_normal_view() const { return last_normal_view_; }
     ReplicaIndex leader() const { return leader_of(view_); }
     bool is_leader() const { return status_ == Status::normal && leader() == config_.replica; }
+    // Who leads, as far as this replica knows: in normal status, unless a follower stopped
+    // hearing its leader (or seeing what it acknowledged committed) and asks the others to
+    // change views (suspect_leader). During a view change leader() is the old view's, or the
+    // next's candidate.
+    std::optional<ReplicaIndex> known_leader() const
+    {
+        if (status_ != Status::normal || (!is_leader() && leader_suspected(tick_)))
+            return std::nullopt;
+        return leader();
+    }
     Op op() const { return log_base_ + log_.size(); }
     Op commit() const { return commit_; }
     // Ops up to here are compacted into the newest snapshot; entry() holds the ones after it.
@@ -427,6 +439,7 @@ private:
     void on_commit(const Commit& m);
     void on_reply(const Reply& m);
     void on_start_view_change(const StartViewChange& m);
+    void on_view_change_asked(const StartViewChange& m);
     void on_do_view_change(const DoViewChange& m);
     void on_start_view(const StartView& m);
     void on_recovery(const Recovery& m);
@@ -463,6 +476,14 @@ private:
     bool leader_hears_quorum() const;
     void note_commit_progress();
     bool leader_suspected(uint64_t at_tick) const;
+    // A follower that lost its leader asks the others (an asking StartViewChange, from normal
+    // status) and starts the view change once f of them asked too (etcd's PreVote, in VR's
+    // terms): a replica that hears nothing but sends well would otherwise depose a leader the
+    // rest of the cell hears, again and again while its cut lasts.
+    void suspect_leader();
+    // The view to change to, if f other replicas asked for a view past ours within a timeout
+    // before `at_tick`.
+    std::optional<View> view_change_asked_by_quorum(uint64_t at_tick) const;
 
     // View change (§4.2).
     void start_view_change(View view);
@@ -561,6 +582,12 @@ private:
     uint64_t now_ms_ = 0;
     uint64_t monotonic_ms_ = 0;
     uint64_t last_heard_from_leader_tick_ = 0;   // follower
+    // Normal status: per replica, the latest view past ours it asked for, and when.
+    struct ViewChangeAsked {
+        View view = 0;
+        uint64_t tick = 0;
+    };
+    std::vector<ViewChangeAsked> view_change_asked_;
     uint64_t last_heartbeat_tick_ = 0;           // leader: the last Commit it broadcast
     // Follower: whether it holds ops beyond the leader's commit number, the commit number it
     // has waited at without progress, and since when.
@@ -568,7 +595,7 @@ private:
     Op awaiting_commit_at_ = 0;
     uint64_t awaiting_commit_since_tick_ = 0;
     uint64_t status_since_tick_ = 0;             // view change and recovery deadlines
-    uint64_t status_messages_sent_tick_ = 0;     // their retransmission
+    uint64_t status_messages_sent_tick_ = 0;     // their retransmission (and a follower's asking)
     uint32_t failed_view_changes_ = 0;           // in a row: backs the timeout off
 
     // Leader.

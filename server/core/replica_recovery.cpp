@@ -28,6 +28,11 @@ void Replica::start_recovery_round()
 
 void Replica::on_recovery(const Recovery& m)
 {
+    // A recovering replica runs no view: it has lost our leader as much as one that asks
+    // (suspect_leader), and a follower cut off from its leader while the others restart counts
+    // it to change views (else it would wait for ever in a view nobody leads).
+    if (status_ == Status::normal)
+        view_change_asked_[m.replica] = {.view = view_ + 1, .tick = tick_};
     // §4.3 step 2: only replicas in normal status answer, and among them only those whose
     // state is the cell's (a restart's view whose fence has not committed may still give way to
     // another); and, for a whole-cell restart, those recovering with the state of their data

@@ -136,9 +136,13 @@ void leader_deaf_then_healed(Cluster& cluster)
                     "a leader other than the deaf one");
     // A view-change timeout to notice (20 ticks), one view change: well within 100 ticks.
     CHECK(cluster.now_tick() - cut_tick < 100);
+    const View new_view = cluster.replica(*cluster.leader()).view();
     const size_t completed = cluster.completed_ops();
     require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 200; }, 3'000,
                     "200 more operations while the old leader still cannot hear");
+    // Alone in its view change, the old leader does not move on to later views, which would
+    // take the cell through a view change each time while it cannot hear.
+    CHECK(cluster.replica(*cluster.leader()).view() == new_view);
     cluster.network().heal();
     require_reaches(cluster, [&] { return in_view_of_leader(cluster, 0); }, 3'000,
                     "the old leader follows the new view");
@@ -154,6 +158,34 @@ TEST_CASE("a one-way cut to the leader: it hears nobody and steps down; the foll
         CAPTURE(int{replica_count});
         Cluster cluster(scenario_options(replica_count, 103));
         leader_deaf_then_healed(cluster);
+    }
+}
+
+TEST_CASE("a deaf follower (every datagram to it dropped) asks whether the others lost the "
+          "leader too, but deposes nobody; healed, it catches up in the same view")
+{
+    // Before, it started a view change that the others joined, and then one after another at
+    // growing intervals while the cut lasted: each a pause in service (a tester's finding).
+    for (const uint8_t replica_count : {uint8_t{3}, uint8_t{5}}) {
+        CAPTURE(int{replica_count});
+        Cluster cluster(scenario_options(replica_count, 107));
+        require_reaches(cluster, [&] { return cluster.completed_ops() >= 100; }, 2'000,
+                        "100 operations before the cut");
+        REQUIRE(cluster.leader() == ReplicaIndex{0});
+        const ReplicaIndex deaf = 1;
+        for (ReplicaIndex r = 0; r < replica_count; r++)
+            if (r != deaf) cluster.network().block(r, deaf);
+        const size_t completed = cluster.completed_ops();
+        require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 500; },
+                        5'000, "500 operations while r1 hears nothing");
+        CHECK(cluster.leader() == ReplicaIndex{0});
+        CHECK(cluster.replica(0).view() == 0);
+        CHECK(cluster.replica(deaf).status() == Status::normal);
+        cluster.network().heal();
+        require_reaches(cluster, [&] { return in_view_of_leader(cluster, deaf); }, 2'000,
+                        "healed, r1 follows the same leader");
+        CHECK(cluster.views_established() == 0);
+        finish(cluster);
     }
 }
 
@@ -257,22 +289,20 @@ TEST_CASE("a partition heals in the middle of a view change")
         require_reaches(cluster, [&] { return cluster.completed_ops() >= 100; }, 2'000,
                         "100 operations before the partition");
         cluster.network().partition({0, 1, 1, 2, 2});  // {r0} {r1 r2} {r3 r4}
-        require_reaches(cluster,
-                        [&] {
-                            for (ReplicaIndex r = 1; r < 5; r++)
-                                if (cluster.replica(r).status() != Status::view_change)
-                                    return false;
-                            return true;
-                        },
-                        1'000, "every follower starts a view change");
+        require_reaches(cluster, [&] { return cluster.replica(0).status() == Status::view_change; },
+                        1'000, "the leader, answered by nobody, steps down");
 
-        // Two replicas cannot complete a view change among five: nothing commits meanwhile.
+        // Two replicas cannot complete a view change among five: nothing commits meanwhile. Two
+        // followers that lost the leader ask each other, but do not start a view change that
+        // needs a third (suspect_leader).
         const size_t completed = cluster.completed_ops();
         cluster.run_ticks(300);
         require_safe(cluster);
         CHECK(cluster.completed_ops() == completed);
-        for (ReplicaIndex r = 1; r < 5; r++)
-            CHECK(cluster.replica(r).status() == Status::view_change);
+        for (ReplicaIndex r = 1; r < 5; r++) {
+            CHECK(cluster.replica(r).status() == Status::normal);
+            CHECK(cluster.replica(r).view() == 0);
+        }
 
         cluster.network().heal();
         require_reaches(cluster,
@@ -391,8 +421,10 @@ TEST_CASE("Electrode: a one-way cut to the leader is seen although the followers
 
 namespace {
 
-// After 100 operations with r0 leading, r1 loses the leader and, for now, cannot reach r2
-// either, and starts a view change: r0 commits on r2's acknowledgements alone.
+// After 100 operations with r0 leading, r1 is cut off from the leader and, for now, from r2
+// too, and changes views: r0 commits on r2's acknowledgements alone. (A follower cut off alone
+// only asks the others (suspect_leader); a StartViewChange placed for it, as from a leader that
+// stepped down, takes it into the view change.)
 Network& isolate_r1_from_a_working_cell(Cluster& cluster)
 {
     require_reaches(cluster, [&] { return cluster.completed_ops() >= 100; }, 2'000,
@@ -402,9 +434,27 @@ Network& isolate_r1_from_a_working_cell(Cluster& cluster)
     network.block(0, 1);
     network.block(1, 0);
     network.block(1, 2);
+    network.place(Address::replica(0), Address::replica(1),
+                  encode(StartViewChange{.view = 1, .replica = 0}, cluster.options().cluster_id),
+                  cluster.now_tick() + 1, 0);
     require_reaches(cluster, [&] { return cluster.replica(1).status() == Status::view_change; },
-                    100, "r1's view-change timeout");
+                    100, "r1 changes views");
     return network;
+}
+
+// r2's kernel acknowledgement and its StartViewChange, on their way to r0 in the same tick,
+// arrive in that order: these scenarios are about an op that r0 commits on the acknowledgement.
+void acknowledgements_first(Cluster& cluster)
+{
+    Network& network = cluster.network();
+    const uint32_t cluster_id = cluster.options().cluster_id;
+    for (Datagram& d : network.take(Address::replica(2), Address::replica(0))) {
+        const DecodeResult decoded = decode(d.bytes, cluster_id);
+        const bool acknowledgement =
+            decoded.ok() && std::holds_alternative<PrepareOk>(decoded.value().message);
+        network.place(d.from, d.to, std::move(d.bytes), cluster.now_tick() + 1,
+                      acknowledgement ? 0 : UINT64_MAX);
+    }
 }
 
 }  // namespace
@@ -445,6 +495,7 @@ TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare after its shell
     network.block(1, 0);
     const ElectrodeCounters counters = cluster.electrode_counters();
     cluster.run_tick();  // r2 fences on the StartViewChange, drains, then sends DoViewChange
+    acknowledgements_first(cluster);
     require_safe(cluster);
     const Op acked = cluster.replica(2).op();
     CHECK(cluster.electrode_counters().drained_records > counters.drained_records);
@@ -509,7 +560,9 @@ TEST_CASE("Electrode: a follower's kernel acknowledges a Prepare; in the same ba
     network.heal();
     network.block(0, 1);
     network.block(1, 0);
-    cluster.run_ticks(2);  // r2 changes view; r0 gets r2's kernel acknowledgement
+    cluster.run_tick();  // r2 changes view
+    acknowledgements_first(cluster);
+    cluster.run_tick();  // r0 gets r2's kernel acknowledgement
     require_safe(cluster);
     CHECK(cluster.replica(1).op() < appended.op);
     CHECK(cluster.committed().size() >= appended.op);
@@ -995,13 +1048,19 @@ TEST_CASE("durability snapshot: a replica restarted from its snapshot takes no p
     cluster.network().partition(isolating(cluster, 2));  // r0 commits with r1 alone
     require_reaches(cluster,
                     [&] {
-                        return cluster.replica(0).commit() >= cluster.disk_snapshot_op(0) + 10 &&
-                               cluster.replica(2).status() == Status::view_change;
+                        const Op commit = cluster.replica(0).commit();
+                        return commit >= cluster.disk_snapshot_op(0) + 10 &&
+                               commit >= cluster.replica(2).op() + 10;
                     },
                     2'000, "r0 commits 10 ops beyond its snapshot, which r2 does not hold");
     cluster.crash(0);
+    cluster.network().heal();
     cluster.network().partition(isolating(cluster, 1));  // now r1, which holds them, is away
     cluster.restart_from_disk(0);
+    // r2, which lost its leader, counts r0's Recovery as one more replica without it and
+    // changes views; r0 must not join it.
+    require_reaches(cluster, [&] { return cluster.replica(2).status() == Status::view_change; },
+                    300, "r2 changes views");
     cluster.run_ticks(300);
     require_safe(cluster);
     CHECK(cluster.replica(0).status() == Status::recovering);
@@ -1029,9 +1088,18 @@ TEST_CASE("durability sync: a replica that installed a snapshot while joining a 
     cluster.network().partition(isolating(cluster, lagging));
     const Op lagging_op = cluster.replica(lagging).op();
     require_reaches(cluster, [&] { return compacted_past(cluster, lagging_op + 60); }, 5'000,
-                    "the others compact past the cut-off replica, which changes views alone");
-    // Healed, the others follow it into its latest view; it installs a snapshot the new leader
-    // wrote in that view while it still waits for the view's log.
+                    "the others compact past the cut-off replica");
+    // r1 stops hearing r0 a while: r0, answered by nobody, steps down, and the two start a view
+    // after the one the cut-off replica last ran.
+    cluster.network().block(0, 1);
+    require_reaches(cluster, [&] { return cluster.replica(0).status() == Status::view_change; },
+                    1'000, "r0 steps down");
+    cluster.network().heal();
+    cluster.network().partition(isolating(cluster, lagging));
+    require_reaches(cluster, [&] { return new_leader_elected(cluster); }, 1'000,
+                    "r0 and r1 run a later view");
+    // Healed, the cut-off replica joins that view; it installs a snapshot the new leader wrote
+    // in it while it still waits for the view's log.
     cluster.network().heal();
     require_reaches(cluster,
                     [&] {

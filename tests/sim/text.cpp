@@ -54,7 +54,9 @@ std::string describe(const Message& message)
                 return strprintf("v%llu commit=%llu heartbeat=%llu", ull(m.view), ull(m.commit),
                                  ull(m.heartbeat));
             },
-            [](const StartViewChange& m) { return strprintf("v%llu", ull(m.view)); },
+            [](const StartViewChange& m) {
+                return strprintf("v%llu%s", ull(m.view), m.asking ? " asking" : "");
+            },
             [](const DoViewChange& m) {
                 return strprintf("v%llu last_normal=%llu op=%llu commit=%llu fence=%llu",
                                  ull(m.view), ull(m.last_normal_view), ull(m.op), ull(m.commit),

@@ -176,6 +176,19 @@ TEST_CASE("golden bytes: every message type")
     }
 }
 
+TEST_CASE("golden bytes: an asking StartViewChange, 1 in header.op (2026-11-29)")
+{
+    const CellWire wire(7);
+    const Message asking = StartViewChange{.view = 4, .replica = 2, .asking = true};
+    const std::string hex =
+        "564c4b31010602000700000002000000040000000000000001000000000000000000000000000000"
+        "00000000000000003301dc4fa9091eb7";
+    CHECK(to_hex(encode(asking, wire, VL_FLAG_QUORUM)) == hex);
+    const auto decoded = decode(datagram_of(hex), wire);
+    REQUIRE(decoded.ok());
+    CHECK(decoded.value().message == asking);
+}
+
 TEST_CASE("golden bytes: every op type")
 {
     const std::vector<std::pair<LockOp, std::string>> golden = {

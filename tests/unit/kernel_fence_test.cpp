@@ -55,16 +55,32 @@ TEST_CASE("a follower drains the kernel before it joins a view change")
     CHECK(dvcs[0].op == 3);  // every op the kernel acknowledged is in it
 }
 
-TEST_CASE("a follower drains the kernel before its view-change timeout acts")
+TEST_CASE("a follower that lost its leader drains the kernel before it changes views: at the "
+          "ask that makes it, or at the tick its timeout acts with an ask counted already")
 {
     TestReplica follower(fast_ack_config(1));
-    follower.tick(19);
-    follower.tick(1);
-    CHECK(follower.effects_of<DrainKernel>().size() == 1);
+    follower.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});
+    CHECK(follower.effects_of<DrainKernel>().empty());  // it hears its leader
+    follower.tick(20);
+    CHECK(follower.effects_of<DrainKernel>().empty());  // it asks, its fast path on
     CHECK(follower->status() == Status::normal);
+    CHECK(follower.broadcasts<StartViewChange>().size() == 1);
+    follower.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});
+    CHECK(follower.effects_of<DrainKernel>().size() == 1);
     follower.step(KernelDrained{});
     CHECK(follower->status() == Status::view_change);
     CHECK(follower->view() == 1);
+
+    TestReplica later(fast_ack_config(1));
+    later.tick(10);
+    later.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});  // counted later
+    later.tick(9);
+    later.tick(1);
+    CHECK(later.effects_of<DrainKernel>().size() == 1);
+    CHECK(later->status() == Status::normal);
+    later.step(KernelDrained{});
+    CHECK(later->status() == Status::view_change);
+    CHECK(later->view() == 1);
 }
 
 TEST_CASE("a follower drains the kernel before it moves to a later view's log")
@@ -93,6 +109,9 @@ TEST_CASE("ordinary traffic and the leader never fence the kernel")
     TestReplica leader(config);
     leader.tick(1);
     CHECK(leader.effects_of<KernelStateChanged>().back().state.fast_ack == 0);
+    leader.receive(StartViewChange{.view = 1, .replica = 1, .asking = true});
+    CHECK(leader.effects_of<DrainKernel>().empty());
+    CHECK(leader->is_leader());
     leader.receive(StartViewChange{.view = 1, .replica = 1});
     CHECK(leader.effects_of<DrainKernel>().empty());
     CHECK(leader->status() == Status::view_change);

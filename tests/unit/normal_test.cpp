@@ -209,7 +209,9 @@ TEST_CASE("the kernel-state record follows status, view and op, with a rising ve
     CHECK(records[0].state.last_op == 1);
     CHECK(records[0].state.version == first_version + 1);
 
-    follower.tick(20);  // the leader went quiet: first the fast path goes off...
+    follower.tick(20);  // the leader went quiet: it asks the others
+    // Another asks too: first the fast path goes off...
+    follower.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});
     records = follower.effects_of<KernelStateChanged>();
     REQUIRE(!records.empty());
     CHECK(records.back().state.status == VL_STATUS_NORMAL);

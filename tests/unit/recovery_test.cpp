@@ -43,7 +43,7 @@ TEST_CASE("§4.3 step 2: replicas in normal status answer Recovery; one changing
     CHECK(responses[0].view == 0);
 
     TestReplica changing(test_config(1, 3));
-    changing.tick(20);
+    changing.receive(StartViewChange{.view = 1, .replica = 0});
     REQUIRE(changing->status() == Status::view_change);
     changing.receive(Recovery{.replica = 2, .nonce = 77});
     const auto changing_responses = changing.sent_to<RecoveryResponse>(2);

@@ -149,7 +149,9 @@ inline std::string describe(const Message& message)
             [](const Commit& m) {
                 return " v" + to_string(m.view) + " commit" + to_string(m.commit);
             },
-            [](const StartViewChange& m) { return " v" + to_string(m.view); },
+            [](const StartViewChange& m) {
+                return " v" + to_string(m.view) + (m.asking ? " asking" : "");
+            },
             [](const DoViewChange& m) {
                 return " v" + to_string(m.view) + " lnv" + to_string(m.last_normal_view) +
                        " op" + to_string(m.op) + " commit" + to_string(m.commit);

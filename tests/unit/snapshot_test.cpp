@@ -535,8 +535,10 @@ TEST_CASE("sync: a view change persists the view before StartViewChange and DoVi
     TestReplica timing_out(snapshot_config(1, 0, true));
     timing_out.tick(20);
     CHECK(describe(timing_out.effects()) ==
-          "kernel_state; persist_view v0 lnv0; persist_view v1 lnv0; "
-          "broadcast start_view_change v1; kernel_state");
+          "kernel_state; persist_view v0 lnv0; broadcast start_view_change v1 asking");
+    timing_out.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});
+    CHECK(describe(timing_out.effects()) ==
+          "persist_view v1 lnv0; broadcast start_view_change v1; kernel_state");
     timing_out.receive(DoViewChange{.view = 1, .replica = 2, .last_normal_view = 0, .op = 0,
                                     .commit = 0});
     CHECK(describe(timing_out.effects()) ==

@@ -37,7 +37,7 @@ TEST_CASE("traces: a follower names why it ignores what only a leader acts on")
 TEST_CASE("traces: a Prepare of an old view, or from a replica not leading it, is named")
 {
     TestReplica follower(test_config(1, 3));
-    follower.tick(21);  // no leader heard: view 1 starts changing
+    follower.receive(StartViewChange{.view = 1, .replica = 2});  // view 1 starts changing
     REQUIRE(follower->view() == 1);
     follower.receive(Prepare{.view = 0, .replica = 0, .op = 1, .commit = 0,
                              .entries = {entry(1, 1, "Wx")}});

@@ -19,17 +19,80 @@ void follow(TestReplica& replica, int ops, Op commit)
 
 }  // namespace
 
-TEST_CASE("§4.2 step 1: a follower that stops hearing from the leader starts a view change")
+TEST_CASE("§4.2 step 1: a follower that stops hearing from the leader asks the others, and "
+          "starts a view change once f of them asked too")
 {
     TestReplica follower(test_config(1, 3));
     follower.tick(19);
-    CHECK(follower->status() == Status::normal);
+    CHECK(follower.broadcasts<StartViewChange>().empty());
     follower.tick(1);
+    CHECK(follower->status() == Status::normal);
+    CHECK(follower->view() == 0);
+    const auto asks = follower.broadcasts<StartViewChange>();
+    REQUIRE(asks.size() == 1);
+    CHECK(asks[0] == StartViewChange{.view = 1, .replica = 1, .asking = true});
+    follower.tick(3);
+    CHECK(follower.broadcasts<StartViewChange>().empty());
+    follower.tick(1);  // it asks again every retransmission interval
+    CHECK(follower.broadcasts<StartViewChange>().size() == 1);
+
+    follower.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});
     CHECK(follower->status() == Status::view_change);
     CHECK(follower->view() == 1);
     const auto svcs = follower.broadcasts<StartViewChange>();
     REQUIRE(svcs.size() == 1);
-    CHECK(svcs[0].view == 1);
+    CHECK(svcs[0] == StartViewChange{.view = 1, .replica = 1});
+}
+
+TEST_CASE("a follower that hears its leader, and a leader, count no other replica's asking: a "
+          "replica that hears nothing deposes nobody")
+{
+    TestReplica follower(test_config(1, 3));
+    follower.tick(10);
+    follower.receive(Commit{.view = 0, .replica = 0, .commit = 0});
+    follower.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});
+    CHECK(follower->status() == Status::normal);
+    CHECK(follower->traces().back().reason == Ignored::leader_heard);
+    follower.tick(20);  // its own timeout comes: the ask it ignored is too old to count
+    CHECK(follower->status() == Status::normal);
+    CHECK(follower.broadcasts<StartViewChange>().size() == 1);  // it asks in turn
+
+    TestReplica leader(test_config(0, 3));
+    leader.receive(StartViewChange{.view = 1, .replica = 1, .asking = true});
+    leader.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});
+    CHECK(leader->is_leader());
+}
+
+TEST_CASE("in a cell of five, a follower that lost its leader starts a view change once two "
+          "others asked within a view-change timeout; a recovering replica counts as one")
+{
+    TestReplica follower(test_config(1, 5));
+    follower.tick(20);
+    follower.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});
+    CHECK(follower->status() == Status::normal);
+    follower.tick(20);  // that ask is too old to count now
+    follower.receive(StartViewChange{.view = 1, .replica = 3, .asking = true});
+    CHECK(follower->status() == Status::normal);
+    follower.receive(Recovery{.replica = 4, .nonce = 9});
+    CHECK(follower->status() == Status::normal);
+    follower.tick(1);
+    CHECK(follower->status() == Status::view_change);
+    CHECK(follower->view() == 1);
+}
+
+TEST_CASE("a follower joins at once a StartViewChange of a replica that left its view, and "
+          "the view its leader asks for; one changing views already goes on to a view asked for")
+{
+    TestReplica follower(test_config(1, 3));
+    follower.receive(StartViewChange{.view = 2, .replica = 2});
+    CHECK(follower->status() == Status::view_change);
+    CHECK(follower->view() == 2);
+    follower.receive(StartViewChange{.view = 3, .replica = 0, .asking = true});
+    CHECK(follower->view() == 3);
+
+    TestReplica other(test_config(2, 3));
+    other.receive(StartViewChange{.view = 1, .replica = 0});  // the leader stepped down
+    CHECK(other->status() == Status::view_change);
 }
 
 TEST_CASE("§4.2 step 2: after f StartViewChange messages, DoViewChange goes to the new leader")
@@ -210,13 +273,20 @@ TEST_CASE("§4.2: the leader of a view answers a late StartViewChange with Start
     CHECK(leader.sent_to<StartView>(2).size() == 1);
 }
 
-TEST_CASE("§4.2: a view change that does not finish moves on, backing off each time")
+TEST_CASE("§4.2: a view change that a quorum took part in and that does not finish moves on, "
+          "backing off each time; one that too few joined waits for them")
 {
     TestReplica replica(test_config(2, 5));
-    replica.tick(20);
+    for (const ReplicaIndex r : {ReplicaIndex{0}, ReplicaIndex{1}})
+        replica.receive(StartViewChange{.view = 1, .replica = r});
     REQUIRE(replica->view() == 1);
     replica.tick(20);
     CHECK(replica->view() == 2);
+    replica.tick(100);  // alone in view 2's change: it asks again, and waits
+    CHECK(replica->view() == 2);
+    CHECK(replica.broadcasts<StartViewChange>().size() == 25);
+    for (const ReplicaIndex r : {ReplicaIndex{0}, ReplicaIndex{1}})
+        replica.receive(StartViewChange{.view = 2, .replica = r});
     replica.tick(39);
     CHECK(replica->view() == 2);  // the second failed change doubles the timeout
     replica.tick(1);
@@ -266,8 +336,8 @@ TEST_CASE("a follower answers each Commit with a CommitOk echoing its heartbeat"
     CHECK(answers[0] == CommitOk{.view = 0, .replica = 1, .heartbeat = 35});
 }
 
-TEST_CASE("a follower that hears the leader but never sees what it acknowledged committed starts "
-          "a view change")
+TEST_CASE("a follower that hears the leader but never sees what it acknowledged committed asks "
+          "for a view change")
 {
     TestReplica follower(test_config(1, 3));
     follow(follower, 2, 0);  // acknowledged ops 1 and 2
@@ -275,6 +345,8 @@ TEST_CASE("a follower that hears the leader but never sees what it acknowledged 
         follower.tick(5);
         follower.receive(Commit{.view = 0, .replica = 0, .commit = 0});
     }
+    CHECK(follower->status() == Status::normal);  // it asks the others
+    follower.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});
     CHECK(follower->status() == Status::view_change);
     CHECK(follower->view() == 1);
 }
@@ -291,7 +363,7 @@ TEST_CASE("a follower whose acknowledged ops are committed in time stays with it
 }
 
 TEST_CASE("a follower whose leader commits a long log piece by piece stays with it however long "
-          "the whole takes; when the commit number stops moving, it starts a view change")
+          "the whole takes; when the commit number stops moving, it asks for a view change")
 {
     TestReplica follower(test_config(1, 3));
     follow(follower, 100, 0);  // after a whole-cell restart: a long log, nothing committed
@@ -304,6 +376,7 @@ TEST_CASE("a follower whose leader commits a long log piece by piece stays with 
         follower.tick(5);
         follower.receive(Commit{.view = 0, .replica = 0, .commit = 90});
     }
+    follower.receive(StartViewChange{.view = 1, .replica = 2, .asking = true});
     CHECK(follower->status() == Status::view_change);
 }
 

@@ -330,6 +330,15 @@ TEST_CASE("round trip: one message of every type decodes to the message encoded"
     }
 }
 
+TEST_CASE("round trip: a StartViewChange that asks carries 1 in header.op; 2 is refused")
+{
+    const StartViewChange asking{.view = 10, .replica = 1, .asking = true};
+    CHECK(round_trip(asking).message == Message{asking});
+    CHECK(encode(asking, cluster)[offsetof(vl_header, op)] == 1);
+    const auto op_2 = [](Datagram& d) { poke<uint64_t>(d, offsetof(vl_header, op), 2); };
+    CHECK(outcome(forge(asking, op_2)) != "accepted");
+}
+
 TEST_CASE("round trip: empty, text and binary (NUL-bearing) payloads and results")
 {
     const Bytes payloads[] = {Bytes{}, Bytes("W x"), binary_payload(), patterned_bytes(700, 3)};

@@ -151,7 +151,8 @@ VL_STATIC_ASSERT(offsetof(struct vl_header, checksum) == 48, "checksum offset");
  * Prepare:          entries for ops (op - batch_count, op]
  * PrepareOK:        empty: acknowledges every op up to header.op in header.view
  * Commit:           empty (header.op: the leader's tick when it sent this heartbeat)
- * StartViewChange:  empty
+ * StartViewChange:  empty (header.op: 1 when the sender, in normal status in view - 1, lost its
+ *                   leader and asks whether others did too, without leaving its view; else 0)
  * DoViewChange:     u64 last_normal_view, u64 fence_view  (header.op, header.commit: the
  *                   sender's; fence_view: the view of its state's last restart fence)
  * StartView:        u64 first_op, u8 state_unconfirmed (0 or 1), then entries for ops
