@@ -40,7 +40,7 @@ Json staleness_json(const Node& node, const LockMachine* machine)
                      "status", status_name(r.status()),
                      "view", r.view(),
                      "is_leader", r.is_leader(),
-                     "leader", r.status() == Status::normal ? Json(r.leader()) : Json(),
+                     "leader", r.known_leader() ? Json(*r.known_leader()) : Json(),
                      "op", r.op(),
                      "commit", r.commit(),
                      "revision", machine ? machine->revision() : 0,
@@ -98,7 +98,7 @@ void Admin::look()
     board_.publish(RoleBoard::Role{
         .status = r.status(),
         .view = r.view(),
-        .leader = r.leader(),
+        .leader = r.known_leader(),
         .is_leader = r.is_leader(),
         .quorum_confirmed = !r.is_leader() || uncommitted_since_ms_ == 0 ||
                             now - uncommitted_since_ms_ < kQuorumLostMs});
@@ -114,7 +114,7 @@ Json Admin::cluster_json() const
     Json members = Json::array();
     for (size_t i = 0; i < config.replicas.size(); i++) {
         const PeerAddress& peer = config.replicas[i];
-        const bool leader = r.status() == Status::normal && i == r.leader();
+        const bool leader = r.known_leader() == i;
         Json member{{"replica", i},
                     {"ip", peer.ip},
                     {"udp_port", peer.udp_port},
@@ -158,7 +158,7 @@ Json Admin::cluster_json() const
                 {"version", status["version"]},
                 {"status", status_name(r.status())},
                 {"view", r.view()},
-                {"leader", r.status() == Status::normal ? Json(r.leader()) : Json()},
+                {"leader", r.known_leader() ? Json(*r.known_leader()) : Json()},
                 {"is_leader", r.is_leader()},
                 {"op", r.op()},
                 {"commit", r.commit()},
@@ -307,13 +307,18 @@ Served Admin::serve_readyz(const CallPtr& call)
     const RoleBoard::Role role = board_.role();
     Json body{{"status", status_name(role.status)},
               {"view", role.view},
-              {"leader", role.status == Status::normal ? Json(role.leader) : Json()}};
+              {"leader", role.leader ? Json(*role.leader) : Json()}};
     // Ready: in normal status, so a leader is known and requests can be served or forwarded;
-    // and a leader still has its quorum.
+    // a follower still hears it, and a leader still has its quorum.
     if (role.status != Status::normal)
         return ApiError{503, "not_ready",
                         "the replica is not in normal status (a view change or recovery is under "
                         "way)",
+                        body};
+    if (!role.leader)
+        return ApiError{503, "not_ready",
+                        "this follower no longer hears its leader: it asks the others to change "
+                        "views",
                         body};
     if (!role.quorum_confirmed)
         return ApiError{503, "not_ready",

@@ -40,7 +40,7 @@ public:
     struct Role {
         Status status = Status::recovering;
         View view = 0;
-        ReplicaIndex leader = 0;
+        std::optional<ReplicaIndex> leader;  // Replica::known_leader
         bool is_leader = false;
         bool quorum_confirmed = false;  // leader: a quorum answered lately
     };

@@ -861,9 +861,8 @@ nlohmann::json Node::status() const
         {"cluster_id", config_.cluster_id},
         {"status", status_name(replica_.status())},
         {"view", replica_.view()},
-        // Only in normal status is a leader known (/readyz, /v1/cluster and voltlock_leader say
-        // the same): during a view change leader() is the old view's, or the next's candidate.
-        {"leader", replica_.status() == Status::normal ? Json(replica_.leader()) : Json()},
+        // /readyz, /v1/cluster and voltlock_leader say the same (Replica::known_leader).
+        {"leader", replica_.known_leader() ? Json(*replica_.known_leader()) : Json()},
         {"op", replica_.op()},
         {"commit", replica_.commit()},
         {"log_base", replica_.log_base()},

@@ -34,6 +34,10 @@ the edges of leases, restarts and partitions.
 11. (An operator's finding.) The same replica restarted while it still waited to recover holds
    nothing still: before, it restarted the cell with a crashed replica's older snapshot while
    the replica holding the writes was stopped, and they were lost.
+12. (A tester's finding.) Traffic towards a follower dropped: before, it started a view change
+   the others joined, then another at growing intervals while the cut lasted, each a pause in
+   writes. It only asks the others now (docs/replication.md, "Failure detection"): the leader
+   keeps its view, writes go on, and healed, the follower catches up in that view.
 """
 import http.client
 import json
@@ -601,12 +605,12 @@ def test_a_replica_on_a_lost_disk_started_without_recover_never_starts_the_cell_
 
 
 def assert_none_serves(cell: Cell, replicas: list, seconds: float) -> None:
-    """None of `replicas` reaches normal status within `seconds`."""
+    """None of `replicas` knows a leader (in normal status, and hearing it) within `seconds`."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         states = cell.status()["replicas"]
         serving = [r for r in replicas
-                   if isinstance(states[r], dict) and states[r]["status"] == "normal"]
+                   if isinstance(states[r], dict) and states[r]["leader"] is not None]
         assert not serving, (f"r{serving} in normal status without the leader: "
                              f"{[r if isinstance(r, str) else r['status'] for r in states]}")
         time.sleep(0.2)
@@ -644,3 +648,44 @@ def test_a_replica_on_a_lost_disk_restarted_before_it_recovered_still_holds_noth
         cell.start(leader, timeout=30)
         lost = missing_keys(cell, [0, 1, 2], keys)
         assert not lost, f"{len(lost)} of 60 acknowledged writes lost, e.g. {lost[:5]}"
+
+
+# ---- 12. A follower that hears nothing ---------------------------------------------------------
+
+def test_a_follower_that_hears_nothing_deposes_no_leader():
+    with Cell(replicas=3, name=unique_name("se")) as cell:
+        leader = cell.leader
+        deaf = next(i for i in range(3) if i != leader)
+        view = cell.status()["replicas"][leader]["view"]
+        client = Client(cell, timeout=2.0)
+        failed, slowest, writes = [], 0.0, 0
+        try:
+            cell.partition(deaf, direction="in")
+            deadline = time.monotonic() + 8.0
+            while time.monotonic() < deadline:
+                sent = time.monotonic()
+                answer = attempt(client, leader, "PUT", f"/v1/kv/edge12/{writes % 10}",
+                                 {"value": str(writes)})
+                slowest = max(slowest, time.monotonic() - sent)
+                if answer is None or answer.status != 200:
+                    failed.append(answer)
+                writes += 1
+            states = cell.status()["replicas"]
+        finally:
+            cell.heal()
+            client.close()
+        assert not failed and slowest < 1.0, (
+            f"{len(failed)} of {writes} writes failed while r{deaf} heard nothing, the slowest "
+            f"took {slowest:.2f} s: {failed[:3]}")
+        assert (states[leader]["view"], states[leader]["leader"]) == (view, leader), states[leader]
+        # It lost its leader, knows none, and asks; it started no view change.
+        assert (states[deaf]["status"], states[deaf]["view"], states[deaf]["leader"]) == (
+            "normal", view, None), states[deaf]
+        deadline = time.monotonic() + 20.0
+        while True:
+            states = cell.status()["replicas"]
+            if (states[deaf]["leader"] == leader and states[deaf]["view"] == view and
+                    states[deaf]["commit"] >= states[leader]["commit"] - 10):
+                break
+            assert time.monotonic() < deadline, f"healed, r{deaf} did not catch up: {states}"
+            time.sleep(0.2)
