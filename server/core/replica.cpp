@@ -95,14 +95,18 @@ Replica::Replica(const ReplicaConfig& config, StateMachine& machine, Start start
             // snapshot's; a snapshot we fetched and installed carries its writer's, which are not
             // ours: claiming its last normal view for the log persisted after it (ops of an older
             // view) could win a view change against that view's log (vr_sim seed 191 x 5).
-            // Durability snapshot has only the snapshot's, and no log after it; and the view
-            // persisted since, so as never to run a view again.
+            // Durability snapshot has only the snapshot's (view 0's empty state without one), and
+            // no log after it; and the view persisted since, so as never to run a view again
+            // (without a snapshot the restart's views reused the cell's earlier ones, and a
+            // leader of the reused view 2 extended a lease past view 3's grant: vr_sim seed 5375
+            // x 3, whole-cell crashes in durability snapshot).
             if (restored_whole_)
                 std::tie(view_, last_normal_view_) =
                     std::pair{restored->view, restored->last_normal_view};
-            else if (snapshot)
+            else
                 std::tie(view_, last_normal_view_) =
-                    std::pair{std::max(snapshot->view, restored->view), snapshot->last_normal_view};
+                    std::pair{std::max(snapshot ? snapshot->view : View{0}, restored->view),
+                              snapshot ? snapshot->last_normal_view : View{0}};
         } else {
             counters_.snapshots_refused += 1;  // recovers from nothing, as StartRecovering
         }
@@ -829,8 +833,21 @@ void Replica::maybe_start_view()
     // that went on without them), and only those reaching the largest commit among them (a
     // restored state is committed ops only, up to its snapshot, and the view its snapshot was
     // taken in may be later than that of a longer committed state another replica restored).
+    // A fence that a log holds uncommitted does not make an epoch if another replica was normal
+    // in a later view without it: that view started with every committed op, and the one
+    // holding the fence took part in none since (vr_sim seed 2850 x 3: a leader cut off with
+    // the fence it had just proposed won a later view change over the two that had committed
+    // 13 ops without it). A restart's fence is never disproved so: its view is past every view
+    // a quorum of the cell ran before it.
+    const auto disproved = [&](const DoViewChange& holder) {
+        return std::ranges::any_of(do_view_change_from_, [&](const auto& other) {
+            return other.second.last_normal_view > holder.last_normal_view &&
+                   other.second.fence_view < holder.fence_view;
+        });
+    };
     View epoch = 0;
-    for (const auto& [replica, dvc] : do_view_change_from_) epoch = std::max(epoch, dvc.fence_view);
+    for (const auto& [replica, dvc] : do_view_change_from_)
+        if (!disproved(dvc)) epoch = std::max(epoch, dvc.fence_view);
     Op max_commit = 0;
     for (const auto& [replica, dvc] : do_view_change_from_)
         if (dvc.fence_view == epoch) max_commit = std::max(max_commit, dvc.commit);

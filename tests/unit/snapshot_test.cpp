@@ -598,6 +598,18 @@ TEST_CASE("durability snapshot: the view is persisted, and a restart never runs 
     CHECK(restarted->view() == 8);  // the restart's view is past every view it ran
 }
 
+TEST_CASE("durability snapshot: a restart before the first snapshot resumes from the persisted "
+          "view all the same")
+{
+    // vr_sim seed 5375 x 3 (whole-cell crashes): it started in view 0, the restart's view
+    // change reused view 2, and its leader extended a lease past the grant of view 3's.
+    ReplicaConfig config = snapshot_config(2, 0, false);
+    config.persist_view = true;
+    TestReplica restarted(config, StartRestored{.nonce = 10, .view = 3, .last_normal_view = 3});
+    CHECK(restarted->view() == 3);
+    CHECK(restarted->last_normal_view() == 0);  // view 0's empty state: no log after it
+}
+
 // ---- Restart from a data directory ----------------------------------------------------------
 
 TEST_CASE("restart: a restored replica offers its state only while recovering with it")

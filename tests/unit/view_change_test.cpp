@@ -416,3 +416,22 @@ TEST_CASE("the leader lease runs a lease period from the send time of the newest
     leader.receive(StartViewChange{.view = 1, .replica = 1});
     CHECK_FALSE(leader->holds_leader_lease(sent + 1));
 }
+
+TEST_CASE("a restart fence a log holds uncommitted makes no epoch once another replica was "
+          "normal in a later view without it: that replica's log is selected")
+{
+    // vr_sim seed 2850 x 3: a leader cut off with the fence it had just proposed won a later
+    // view change over the two that had committed ops without it, in a view after its own.
+    TestReplica leader(test_config(1, 3));  // leads view 4
+    leader.receive(Prepare{.view = 0, .replica = 0, .op = 3, .commit = 2,
+                           .entries = {entry(1, 1, "Wa"), entry(2, 1, "Wb"),
+                                       entry(kCellClientId, 2, "")}});
+    leader.receive(StartViewChange{.view = 4, .replica = 2});
+    REQUIRE(leader->status() == Status::view_change);
+    leader.receive(DoViewChange{.view = 4, .replica = 2, .last_normal_view = 3, .op = 5,
+                                .commit = 4, .fence_view = 1});
+    CHECK_FALSE(leader->is_leader());
+    const auto fetches = leader.sent_to<GetState>(2);
+    REQUIRE(fetches.size() == 1);
+    CHECK(fetches[0].op == 0);  // its own state gives way whole
+}
