@@ -191,7 +191,8 @@ std::optional<ApiError> Access::recognise_peer(Call& call) const
     const bool peers_unknowable =
         config_.replication_keys.count == 0 && config_.tls_client_ca_file.empty();
     if (by_certificate || call.signed_by_peer || peers_unknowable) return std::nullopt;
-    for (const char* name : {kForwardedHeader, kWaitHereHeader, kOnBehalfOfHeader}) {
+    for (const char* name :
+         {kForwardedHeader, kWaitHereHeader, kOnBehalfOfHeader, kLocalViewHeader}) {
         if (!call.header(name)) continue;
         std::string message = std::string(name) + " is internal to the cell's replicas: a " +
                               "client may not send it";

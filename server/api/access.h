@@ -47,14 +47,15 @@ public:
     bool on() const { return on_; }
 
     // The headers only replicas send each other (api/leader_path.h: forwarding, waits held at a
-    // follower) are believed from a peer replica of this cell alone: one with its certificate
-    // (mTLS), or whose request carries the cell's replication key's signature (X-Voltlock-Peer-
-    // Auth, set as call.signed_by_peer). From a client they would make a follower refuse to
-    // forward, or a leader hold a wait nobody hears of. In a cell with neither a replication key
-    // nor client certificates a peer cannot be told from a client, and every request is
-    // believed, as the cell's datagrams are (docs/security.md). The 400 to answer a request that
-    // is not a peer's and carries one of them; checks the signature whatever the auth. Any
-    // thread, before check().
+    // follower, a follower asking the leader's /v1/cluster) are believed from a peer replica of
+    // this cell alone: one with its certificate (mTLS), or whose request carries the cell's
+    // replication key's signature (X-Voltlock-Peer-Auth, set as call.signed_by_peer). From a
+    // client they would make a follower refuse to forward, a leader hold a wait nobody hears
+    // of, or a follower's /v1/cluster leave out what the leader sees. In a cell with neither a
+    // replication key nor client certificates a peer cannot be told from a client, and every
+    // request is believed, as the cell's datagrams are (docs/security.md). The 400 to answer a
+    // request that is not a peer's and carries one of them; checks the signature whatever the
+    // auth. Any thread, before check().
     std::optional<ApiError> recognise_peer(Call& call) const;
     // Nothing when `call` may go on (its identity set), or the 401/403 to answer. Any thread.
     std::optional<ApiError> check(Call& call) const;

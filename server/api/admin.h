@@ -32,7 +32,6 @@ namespace voltlock::api {
 inline constexpr uint64_t kQuorumLostMs = 2'000;
 inline constexpr uint64_t kProbeMs = 500;
 inline constexpr uint64_t kLeaderViewDeadlineMs = 800;
-inline constexpr const char* kLocalViewHeader = "X-Voltlock-Local-View";
 
 // This replica's state as of the loop's last look, for any thread.
 class RoleBoard {

@@ -106,6 +106,8 @@ void Forwarder::work()
         out.path = r.target;
         out.body = r.body;
         for (const auto& [name, value] : r.headers) out.set_header(name, value);
+        if (auto signature = sign_peer_request(config_, r.method, r.target, unix_ms()))
+            out.set_header(kPeerAuthHeader, *signature);
         httplib::Result answer = client->send(out);
         Outcome outcome;
         if (answer) {
@@ -297,10 +299,6 @@ void LeaderPath::forward(const std::shared_ptr<Attempt>& a, ReplicaIndex leader,
                     {kForwardedHeader, std::to_string(node_.config().replica)}},
         .read_timeout_ms = uint64_t{kLeaderWaitMs} + a->wait_ms + kWaitGraceMs + 2'000};
     if (a->relay) request.headers.emplace_back(kWaitHereHeader, "1");
-    // Without it the leader would take the request for a client's, and refuse the headers above
-    // (Access::recognise_peer); with mTLS this replica's certificate does the same.
-    if (auto signature = sign_peer_request(node_.config(), call.method, call.target, unix_ms()))
-        request.headers.emplace_back(kPeerAuthHeader, *signature);
     // The leader authenticates the client's token again (its certificate, with mTLS, is not
     // passed on: the leader sees this replica's, a peer's, and trusts the check made here).
     if (auto authorization = call.header("Authorization"))

@@ -74,8 +74,14 @@ inline constexpr const char* kForwardedHeader = "X-Voltlock-Forwarded";
 inline constexpr const char* kOnBehalfOfHeader = "X-Voltlock-On-Behalf-Of";
 inline constexpr const char* kWaitHereHeader = "X-Voltlock-Wait-Here";
 inline constexpr const char* kWaitingHeader = "X-Voltlock-Waiting";
+// A follower's /v1/cluster asking the leader for its own look (api/admin.h): the leader answers
+// without asking on. Believed only from a peer replica too.
+inline constexpr const char* kLocalViewHeader = "X-Voltlock-Local-View";
 
-// Requests for the leader's HTTP port, sent by a few threads on kept-alive connections.
+// Requests for the leader's HTTP port, sent by a few threads on kept-alive connections. Each is
+// signed with the cell's replication key (X-Voltlock-Peer-Auth), so that the leader believes the
+// headers only replicas send (Access::recognise_peer); with mTLS this replica's certificate does
+// the same.
 class Forwarder {
 public:
     struct Request {

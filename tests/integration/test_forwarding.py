@@ -139,12 +139,12 @@ def test_a_retried_identity_through_followers_gets_the_first_answer(cell):
 
 
 def test_a_client_cannot_send_the_headers_replicas_send_each_other(cell):
-    """X-Voltlock-Forwarded, -Wait-Here and -On-Behalf-Of are believed from a peer replica only
-    (its request signed with the cell's key): from a client they are 400 naming the header, at
-    the leader and at a follower, and nothing is done. Before, Forwarded made a follower answer
-    503 not_leader, and Wait-Here on an acquire that had to wait got 202 with X-Voltlock-Waiting
-    while the wait stayed queued for nobody. Requests a follower forwards over HTTP, which carry
-    Forwarded, are still served."""
+    """X-Voltlock-Forwarded, -Wait-Here, -On-Behalf-Of and -Local-View are believed from a peer
+    replica only (its request signed with the cell's key): from a client they are 400 naming the
+    header, at the leader and at a follower, and nothing is done. Before, Forwarded made a
+    follower answer 503 not_leader, and Wait-Here on an acquire that had to wait got 202 with
+    X-Voltlock-Waiting while the wait stayed queued for nobody. Requests a follower forwards
+    over HTTP, which carry Forwarded, are still served."""
     leader = cell.wait_for_leader()
     f = followers(cell)[0]
     key = fresh("fwd-internal")
@@ -153,7 +153,8 @@ def test_a_client_cannot_send_the_headers_replicas_send_each_other(cell):
     waiter = call(cell, leader, "POST", "/v1/sessions", {"ttl_ms": 30_000})["session"]
     assert call(cell, leader, "POST", f"{lock}:acquire", {"session": holder})["granted"]
     for replica in (leader, f):
-        for name in ("X-Voltlock-Forwarded", "X-Voltlock-Wait-Here", "X-Voltlock-On-Behalf-Of"):
+        for name in ("X-Voltlock-Forwarded", "X-Voltlock-Wait-Here", "X-Voltlock-On-Behalf-Of",
+                     "X-Voltlock-Local-View"):
             put = call(cell, replica, "PUT", f"/v1/kv/{key}", {"value": "x"}, {name: "1"})
             assert put.status == 400 and put["details"]["field"] == name, (replica, put)
             wait = call(cell, replica, "POST", f"{lock}:acquire",
@@ -172,6 +173,22 @@ def test_a_client_cannot_send_the_headers_replicas_send_each_other(cell):
         before["forwarded"] - before["forwarded_as_requests"] + 2, (before, after)
     for session in (holder, waiter):
         call(cell, leader, "DELETE", f"/v1/sessions/{session}")
+
+
+def test_a_followers_cluster_is_the_leaders_look_asked_with_a_header_clients_may_not_send(cell):
+    """A follower's /v1/cluster asks the leader for its own look with X-Voltlock-Local-View,
+    signed with the cell's key as forwarded requests are: the leader answers it, and every
+    member is reachable. From a client the header is 400 (it made a follower answer with its own
+    look alone)."""
+    leader = cell.wait_for_leader()
+    f = followers(cell)[0]
+    cluster = call(cell, f, "GET", "/v1/cluster")
+    assert cluster.status == 200 and cluster["members_seen_by"] == leader, cluster.body
+    assert all(m["reachable"] for m in cluster["members"]), cluster.body
+    for replica in (leader, f):
+        asked = call(cell, replica, "GET", "/v1/cluster", headers={"X-Voltlock-Local-View": "1"})
+        assert asked.status == 400, (replica, asked)
+        assert asked["details"]["field"] == "X-Voltlock-Local-View", asked.body
 
 
 def test_a_lost_reply_is_sent_again_and_the_op_applied_once(cell):

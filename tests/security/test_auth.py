@@ -169,6 +169,21 @@ def test_cluster_says_auth_is_on(cell, tokens):
     assert status == 200 and body["auth"] == "on"
 
 
+def test_a_followers_cluster_is_the_leaders_look_and_clients_may_not_ask_for_a_local_one(
+        cell, tokens):
+    """The follower asks the leader's look with X-Voltlock-Local-View and the cell's signature
+    (no client certificate here): the leader answers, every member reachable. A client's
+    X-Voltlock-Local-View is 400, whatever its token."""
+    status, body, _ = request(cell, follower_of(cell), "GET", "/v1/cluster",
+                              token=tokens["reader"])
+    assert status == 200 and body["members_seen_by"] == cell.leader, body
+    assert all(m["reachable"] for m in body["members"]), body
+    for replica in (cell.leader, follower_of(cell)):
+        status, body, _ = request(cell, replica, "GET", "/v1/cluster", token=tokens["admin"],
+                                  headers={"X-Voltlock-Local-View": "1"})
+        assert status == 400 and body["details"]["field"] == "X-Voltlock-Local-View", body
+
+
 def test_roles_allow_and_deny(cell, tokens):
     admin, reader, writer = tokens["admin"], tokens["reader"], tokens["writer"]
     follower = follower_of(cell)

@@ -81,12 +81,13 @@ def context(cafile: str, client: tuple[str, str] | None = None) -> ssl.SSLContex
     return tls
 
 
-def https_get(cell, replica: int, path: str, tls: ssl.SSLContext) -> tuple[int, bytes]:
+def https_get(cell, replica: int, path: str, tls: ssl.SSLContext,
+              headers: dict | None = None) -> tuple[int, bytes]:
     r = cell.replicas[replica]
     with entered_netns(cell.endpoints["client_namespace"]):
         conn = http.client.HTTPSConnection(r["ip"], r["http_port"], timeout=5, context=tls)
         try:
-            conn.request("GET", path)
+            conn.request("GET", path, headers=headers or {})
             response = conn.getresponse()
             return response.status, response.read()
         finally:
@@ -143,6 +144,22 @@ print("sdk ok")
     status, body = https_get(cell, follower_of(cell), "/ui/",
                              context(pki["cell_ca"][0], pki["client"]))
     assert status == 200 and b"<html" in body.lower(), body[:200]
+
+
+def test_a_followers_cluster_is_the_leaders_look_over_tls(cell, pki):
+    """The follower asks the leader's look over TLS with its replica certificate: the leader
+    answers, every member reachable. A client's X-Voltlock-Local-View (its certificate is not a
+    replica's) is 400."""
+    good = context(pki["cell_ca"][0], pki["client"])
+    status, body = https_get(cell, follower_of(cell), "/v1/cluster", good)
+    cluster = json.loads(body)
+    assert status == 200 and cluster["members_seen_by"] == cell.leader, cluster
+    assert all(m["reachable"] for m in cluster["members"]), cluster
+    for replica in (cell.leader, follower_of(cell)):
+        status, body = https_get(cell, replica, "/v1/cluster", good,
+                                 {"X-Voltlock-Local-View": "1"})
+        assert status == 400, body
+        assert json.loads(body)["details"]["field"] == "X-Voltlock-Local-View", body
 
 
 def test_lockctl(cell, pki):
