@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shell/owner_only_files.h"
 #include "voltlock.h"
 
 namespace {
@@ -1484,12 +1484,9 @@ int cmd_snapshot(Context& ctx)
     const std::string& file = args.words[2];
     uint64_t op = 0, size = 0;
     {
-        // The backup holds every key and the token hashes: made for its owner only (0600),
-        // whatever the umask, from the first byte written (libvoltlock creates FILE.partial).
-        struct OwnerOnly {
-            mode_t before = ::umask(077);
-            ~OwnerOnly() { ::umask(before); }
-        } owner_only;
+        // A backup: its owner's only from the first byte of FILE.partial, which libvoltlock
+        // writes and then renames to FILE.
+        const voltlock::OwnerOnlyFiles owner_only;
         check(vl_snapshot_save(ctx.client(), -1, file.c_str(), &op, &size), ctx.client());
     }
     if (ctx.format() == Format::json)

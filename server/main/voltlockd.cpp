@@ -29,6 +29,7 @@
 #include "shell/event_loop.h"
 #include "shell/host_check.h"
 #include "shell/node.h"
+#include "shell/owner_only_files.h"
 #include "shell/peer_http.h"
 #include "shell/service_manager.h"
 #include "shell/auth.h"
@@ -61,7 +62,7 @@ Options:
                          new cell only if every other replica's answer shows that the cell
                          committed nothing)
   --export-snapshot FILE copy the newest snapshot in the (stopped) replica's data directory to
-                         FILE, and exit: a backup (docs/storage.md)
+                         FILE (mode 0600), and exit: a backup (docs/storage.md)
   --import-snapshot FILE write FILE's snapshot into the replica's new, empty data directory,
                          and exit: a restore, done on every replica before they start
   --check-config FILE    check FILE, with the options above that override it, and whether
@@ -249,6 +250,7 @@ Result<Ok> export_snapshot(const DaemonConfig& config, const std::string& file)
     if (!state.snapshot_op)
         return Error{0, "data directory " + config.data_dir + ": no snapshot written yet"};
     // Whole or not at all: written aside, synced, then renamed into place.
+    const OwnerOnlyFiles owner_only;
     const std::string partial = file + ".partial";
     FILE* out = std::fopen(partial.c_str(), "wb");
     if (!out) return os_error("--export-snapshot: cannot create " + partial);

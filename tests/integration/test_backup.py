@@ -15,8 +15,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not voltlockd_available(),
                                 reason="needs root (network namespaces) and build/voltlockd")
 
 
-def voltlockd(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([voltlockd_path(), *args], capture_output=True, text=True, timeout=60)
+def voltlockd(*args: str, umask: int | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([voltlockd_path(), *args], capture_output=True, text=True, timeout=60,
+                          preexec_fn=None if umask is None else lambda: os.umask(umask))
 
 
 def keys_under(client: Client, replica: int, prefix: str) -> set[str]:
@@ -75,6 +76,28 @@ def test_a_backup_restores_every_replica_to_its_state(tmp_path):
             assert client(1, "PUT", "/v1/kv/restored", {"value": "y"}).status == 200
         finally:
             client.close()
+
+
+def test_an_export_is_its_owners_only_whatever_the_umask(tmp_path):
+    """The backup holds every key and session: mode 0600 under umask 022, also over a 0644 file,
+    as lockctl snapshot save writes it (it was created as the umask said)."""
+    with Cell(replicas=1, snapshot_every_ops=10) as cell:
+        client = Client(cell)
+        try:
+            for i in range(15):
+                assert client(0, "PUT", f"/v1/kv/k{i}", {"value": "v"}).status == 200
+        finally:
+            client.close()
+        cell.stop(0)
+        fresh, over = tmp_path / "fresh.snap", tmp_path / "over.snap"
+        over.touch(mode=0o644)
+        os.chmod(over, 0o644)
+        for backup in (fresh, over):
+            exported = voltlockd("--config", config_of(cell, 0), "--export-snapshot", str(backup),
+                                 umask=0o022)
+            assert exported.returncode == 0, exported.stderr
+            assert oct(os.stat(backup).st_mode & 0o777) == oct(0o600), backup
+        assert sorted(os.listdir(tmp_path)) == ["fresh.snap", "over.snap"]  # no .partial
 
 
 def test_an_import_refuses_a_damaged_snapshot(tmp_path):
