@@ -179,6 +179,33 @@ def test_barrier_and_election(cell):
     run(cell, body)
 
 
+def test_an_election_call_has_a_time_of_its_own_beside_its_wait_with_asyncio(cell):
+    """As the sync client's: cut off from every replica, campaign() and leader() give up after
+    their own time, not the client's 30 s."""
+    async def body(client: aio.Client) -> None:
+        loop = asyncio.get_running_loop()
+        async with client.session(ttl=30) as s:
+            election = s.election(fresh("election"))
+
+            def cut_off_the_client() -> None:
+                for replica in cell.replicas:
+                    cell.partition(replica["index"], peers=["client"])
+            await loop.run_in_executor(None, cut_off_the_client)
+            started = time.monotonic()
+            try:
+                with pytest.raises(voltlock.Unavailable):
+                    await election.campaign("me", 0, call_timeout=0.5)
+                with pytest.raises(voltlock.Unavailable):
+                    await election.leader(timeout=0.5)
+                assert time.monotonic() - started < 5
+            finally:
+                await loop.run_in_executor(None, cell.heal)
+            assert (await election.campaign("me", 5, call_timeout=10)).generation > 0
+            assert await election.leader(timeout=10) == "me"
+            await election.resign(timeout=10)
+    run(cell, body, timeout=30)
+
+
 def test_a_leader_kill_with_asyncio(cell):
     async def body(client: aio.Client) -> None:
         prefix = fresh("fo") + "/"

@@ -314,6 +314,19 @@ def test_a_barrier_call_has_a_time_of_its_own_beside_its_wait(scripted):
     assert time.monotonic() - started < 2  # not the client's 30 s
 
 
+def test_an_election_call_has_a_time_of_its_own_beside_its_wait(scripted):
+    client, cell = scripted
+    client._protocol.timeout = 30
+    s = client.session(ttl=30).open()
+    cell.reachable = False
+    started = time.monotonic()
+    with pytest.raises(voltlock.Unavailable):
+        s.election("e").campaign("me", 0, call_timeout=0.3)
+    with pytest.raises(voltlock.Unavailable):
+        s.election("e").leader(timeout=0.3)
+    assert time.monotonic() - started < 2  # not the client's 30 s
+
+
 # --- the transports over local sockets ---------------------------------------------------------
 
 def test_a_held_wait_has_its_connection_probed_and_others_do_not():

@@ -362,6 +362,28 @@ def test_leader_election_recipe(cell, client):
     assert client.get(name) is None  # the leader's key went with its session
 
 
+def test_an_election_call_has_a_time_of_its_own_beside_its_wait(cell):
+    """Cut off from every replica, campaign() gives up after its wait plus its call_timeout, and
+    leader() after its timeout, not after the client's 30 s: Unavailable, as a barrier's call
+    does."""
+    with voltlock.Client(cell.urls(), timeout=30) as client, client.session(ttl=30) as s:
+        election = s.election(fresh("election"))
+        for replica in cell.replicas:
+            cell.partition(replica["index"], peers=["client"])
+        started = time.monotonic()
+        try:
+            with pytest.raises(voltlock.Unavailable):
+                election.campaign("me", 0, call_timeout=0.5)
+            with pytest.raises(voltlock.Unavailable):
+                election.leader(timeout=0.5)
+            assert time.monotonic() - started < 5
+        finally:
+            cell.heal()
+        assert election.campaign("me", 5, call_timeout=10).generation > 0
+        assert election.leader(timeout=10) == "me"
+        election.resign(timeout=10)
+
+
 def test_bad_input_is_refused_and_changes_nothing(cell, client):
     before = client.cluster()["api"]["revision"]
     with pytest.raises(ValueError):

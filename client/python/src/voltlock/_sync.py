@@ -613,35 +613,40 @@ class Election:
         self._session = session
         self._lock = session.lock(name)
 
-    def campaign(self, value: Value, timeout: Optional[float] = None) -> Sequencer:
-        """Waits to become the leader, then publishes `value`; returns the leadership's
-        sequencer (fence your writes with it)."""
-        seq = self._lock.acquire(timeout)
+    def campaign(self, value: Value, timeout: Optional[float] = None, *,
+                 call_timeout: Optional[float] = None) -> Sequencer:
+        """Waits to become the leader (``timeout`` as in ``Lock.acquire``), then publishes
+        `value`; returns the leadership's sequencer (fence your writes with it).
+        ``call_timeout``: the time of the acquire on top of its wait, and of the publishing
+        (the client's by default), as for ``Lock.acquire``."""
+        seq = self._lock.acquire(timeout, call_timeout=call_timeout)
         self._session._call(self._session._client._protocol.put(
             self.name, value, prev_revision=None, sequencer=seq, session=self._session.id,
-            timeout=None))
+            timeout=call_timeout))
         return seq
 
-    def leader(self) -> Optional[Value]:
+    def leader(self, *, timeout: Optional[float] = None) -> Optional[Value]:
         """The current leader's value, or None."""
-        kv = self._session._client.get(self.name)
+        kv = self._session._client.get(self.name, timeout=timeout)
         return kv.value if kv is not None else None
 
-    def resign(self) -> None:
-        """Withdraws this session's value and leadership."""
+    def resign(self, *, timeout: Optional[float] = None) -> None:
+        """Withdraws this session's value and leadership (``timeout`` for each of the two)."""
         seq = self._lock.sequencer
         if seq is not None and not self._session.lost.is_set():
             try:
-                self._session._client.delete(self.name, sequencer=seq)
+                self._session._client.delete(self.name, sequencer=seq, timeout=timeout)
             except errors.SequencerInvalid:
                 pass
-        self._lock.release()
+        self._lock.release(timeout=timeout)
 
-    def observe(self) -> Iterator[Optional[Value]]:
-        """The leader's value now and after every change (None: no leader), for ever."""
-        kv, revision = self._session._client.get_revision(self.name)
+    def observe(self, *, timeout: Optional[float] = None) -> Iterator[Optional[Value]]:
+        """The leader's value now and after every change (None: no leader), for ever.
+        ``timeout``: for the first read, and to place the watch (``Client.watch``)."""
+        kv, revision = self._session._client.get_revision(self.name, timeout=timeout)
         yield kv.value if kv is not None else None
-        with self._session._client.watch(self.name, start_revision=revision + 1) as changes:
+        with self._session._client.watch(self.name, start_revision=revision + 1,
+                                         timeout=timeout) as changes:
             for event in changes:
                 yield event.value if event.type == "put" else None
 

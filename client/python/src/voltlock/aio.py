@@ -548,31 +548,33 @@ class Election:
         self._session = session
         self._lock = session.lock(name)
 
-    async def campaign(self, value: Value, timeout: Optional[float] = None) -> Sequencer:
-        seq = await self._lock.acquire(timeout)
+    async def campaign(self, value: Value, timeout: Optional[float] = None, *,
+                       call_timeout: Optional[float] = None) -> Sequencer:
+        seq = await self._lock.acquire(timeout, call_timeout=call_timeout)
         await self._session._call(self._session._client._protocol.put(
             self.name, value, prev_revision=None, sequencer=seq, session=self._session.id,
-            timeout=None))
+            timeout=call_timeout))
         return seq
 
-    async def leader(self) -> Optional[Value]:
-        kv = await self._session._client.get(self.name)
+    async def leader(self, *, timeout: Optional[float] = None) -> Optional[Value]:
+        kv = await self._session._client.get(self.name, timeout=timeout)
         return kv.value if kv is not None else None
 
-    async def resign(self) -> None:
+    async def resign(self, *, timeout: Optional[float] = None) -> None:
         seq = self._lock.sequencer
         if seq is not None and not self._session.lost.is_set():
             try:
-                await self._session._client.delete(self.name, sequencer=seq)
+                await self._session._client.delete(self.name, sequencer=seq, timeout=timeout)
             except errors.SequencerInvalid:
                 pass
-        await self._lock.release()
+        await self._lock.release(timeout=timeout)
 
-    async def observe(self) -> AsyncIterator[Optional[Value]]:
-        kv, revision = await self._session._client.get_revision(self.name)
+    async def observe(self, *, timeout: Optional[float] = None
+                      ) -> AsyncIterator[Optional[Value]]:
+        kv, revision = await self._session._client.get_revision(self.name, timeout=timeout)
         yield kv.value if kv is not None else None
-        async with self._session._client.watch(self.name,
-                                               start_revision=revision + 1) as changes:
+        async with self._session._client.watch(self.name, start_revision=revision + 1,
+                                               timeout=timeout) as changes:
             async for event in changes:
                 yield event.value if event.type == "put" else None
 
