@@ -239,6 +239,13 @@ Result<Ok> HttpApi::reload_auth()
     return loaded;
 }
 
+Result<Ok> HttpApi::reload_tls()
+{
+    if (auto loaded = server_.reload_tls(); !loaded.ok()) return loaded;
+    tls_expiries_ = tls_certificate_expiries(node_.config());
+    return Ok{};
+}
+
 Result<Ok> HttpApi::start(const std::string& ip, uint16_t port)
 {
     if (service_)
@@ -258,6 +265,8 @@ Result<Ok> HttpApi::start(const std::string& ip, uint16_t port)
         spdlog::warn("r{}: AUTH IS OFF: any client that reaches {}:{} may read, write, lock and "
                      "close every session; set auth_token_file (docs/security-auth.md)",
                      node_.config().replica, ip, port);
+    // The files the server loads as it starts (below).
+    tls_expiries_ = tls_certificate_expiries(node_.config());
     return server_.start(ip, port, node_.config().http_io_threads == 0 ? &loop_ : nullptr);
 }
 
@@ -270,6 +279,10 @@ void HttpApi::stop()
 Json HttpApi::api_stats() const
 {
     const HttpServerCounters& http = server_.counters();
+    Json tls_certificates = Json::array();
+    for (const CertificateExpiry& expiry : tls_expiries_)
+        tls_certificates.push_back(
+            Json{{"file", expiry.file}, {"not_after_unix_s", expiry.not_after_unix_s}});
     return Json{{"forwarded", leader_.forwarded()},
                 {"forwarded_as_requests", leader_.forwarded_as_requests()},
                 {"request_retransmits", leader_.request_retransmits()},
@@ -290,7 +303,8 @@ Json HttpApi::api_stats() const
                 {"clients_hung_up", http.hung_up.load()},
                 {"slow_readers_cut", waits_ ? waits_->slow_readers_cut() : 0},
                 {"watches_unauthorized_cut", waits_ ? waits_->unauthorized_cut() : 0},
-                {"waits_withdrawn", waits_ ? waits_->waits_withdrawn() : 0}};
+                {"waits_withdrawn", waits_ ? waits_->waits_withdrawn() : 0},
+                {"tls_certificates", tls_certificates}};
 }
 
 void HttpApi::install_routes()

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "api/admin.h"
 #include "api/auth_admin.h"
@@ -33,6 +34,7 @@
 #include "shell/event_loop.h"
 #include "shell/node.h"
 #include "shell/result.h"
+#include "shell/tls.h"
 
 namespace voltlock::api {
 
@@ -51,8 +53,9 @@ public:
     // Binds ip:port and starts serving; registers the loop's half.
     Result<Ok> start(const std::string& ip, uint16_t port);
     void stop();
-    // SIGHUP: the TLS certificate, key and client CA, loaded again for new connections.
-    Result<Ok> reload_tls() { return server_.reload_tls(); }
+    // SIGHUP: the TLS certificate, key and client CA, loaded again for new connections; then
+    // every TLS file's expiry read again for /metrics.
+    Result<Ok> reload_tls();
     // SIGHUP: the auth token and roles files, read again (open watches authorized again); on an
     // error the ones in use stay.
     Result<Ok> reload_auth();
@@ -130,6 +133,8 @@ private:
     uint64_t keepalives_asked_again_ = 0;
     // Withdrawals of hung-up waits that found the wait over already (a grant stays).
     uint64_t withdrawals_too_late_ = 0;
+    // When the TLS files in use expire, as of their last load (start, SIGHUP). Loop thread.
+    std::vector<CertificateExpiry> tls_expiries_;
 
     EventLoop& loop_;
     Node& node_;

@@ -144,6 +144,37 @@ void write_info(Writer& w, const Json& cluster)
              "1");
 }
 
+// /v1/cluster's api.tls_certificates (TLS on), for alerts before a certificate expires.
+void write_tls_expiries(Writer& w, const Json& certificates)
+{
+    if (certificates.empty()) return;
+    const std::string name = "voltlock_tls_cert_expiry_timestamp_seconds";
+    w.family(name, "gauge",
+             "When a TLS certificate file in use stops being valid: the earliest notAfter of "
+             "its certificates, in Unix seconds.");
+    for (const Json& certificate : certificates)
+        w.sample(name, label("file", certificate.value("file", "")),
+                 number(certificate.value("not_after_unix_s", Json(0))));
+}
+
+// /v1/cluster's api figures.
+void write_api(Writer& w, const Json& api)
+{
+    for (const auto& [field, help] : kApiGauges) {
+        if (!api.contains(field)) continue;
+        const std::string name = std::string("voltlock_") + field;
+        w.family(name, "gauge", help);
+        w.sample(name, "", number(api[field]));
+    }
+    for (const auto& [field, help] : kApiCounters) {
+        if (!api.contains(field)) continue;
+        const std::string name = std::string("voltlock_api_") + field + "_total";
+        w.family(name, "counter", help);
+        w.sample(name, "", number(api[field]));
+    }
+    if (api.contains("tls_certificates")) write_tls_expiries(w, api["tls_certificates"]);
+}
+
 }  // namespace
 
 std::string render_metrics(const Json& cluster,
@@ -205,19 +236,7 @@ std::string render_metrics(const Json& cluster,
 
     if (cluster.contains("event_loop")) write_event_loop(w, cluster["event_loop"]);
 
-    const Json& api = cluster.contains("api") ? cluster["api"] : kNoCounters;
-    for (const auto& [field, help] : kApiGauges) {
-        if (!api.contains(field)) continue;
-        const std::string name = std::string("voltlock_") + field;
-        w.family(name, "gauge", help);
-        w.sample(name, "", number(api[field]));
-    }
-    for (const auto& [field, help] : kApiCounters) {
-        if (!api.contains(field)) continue;
-        const std::string name = std::string("voltlock_api_") + field + "_total";
-        w.family(name, "counter", help);
-        w.sample(name, "", number(api[field]));
-    }
+    if (cluster.contains("api")) write_api(w, cluster["api"]);
 
     w.family("voltlock_http_requests_total", "counter",
              "HTTP requests answered, by method, endpoint and status code.");

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gnutls/crypto.h>
 
+#include <algorithm>
 #include <array>
 #include <ctime>
 #include <fstream>
@@ -214,6 +215,28 @@ std::optional<std::string> TlsClientTrust::refusal(gnutls_session_t session) con
     }
     for (gnutls_x509_crt_t certificate : chain) gnutls_x509_crt_deinit(certificate);
     return why;
+}
+
+// ---- Expiry (/metrics) --------------------------------------------------------------------------
+
+std::vector<CertificateExpiry> tls_certificate_expiries(const DaemonConfig& config)
+{
+    std::vector<CertificateExpiry> expiries;
+    for (const std::string* file :
+         {&config.tls_cert_file, &config.tls_ca_file, &config.tls_client_ca_file}) {
+        const bool seen = std::ranges::any_of(
+            expiries, [&](const CertificateExpiry& expiry) { return expiry.file == *file; });
+        if (file->empty() || seen) continue;
+        auto pem = read_file(*file);
+        CertificateList certificates;
+        if (!pem.ok() || !import_certificates(pem.value(), certificates).ok()) continue;
+        time_t earliest = gnutls_x509_crt_get_expiration_time(certificates.certs[0]);
+        for (unsigned i = 1; i < certificates.count; i++)
+            earliest =
+                std::min(earliest, gnutls_x509_crt_get_expiration_time(certificates.certs[i]));
+        expiries.push_back({*file, static_cast<int64_t>(earliest)});
+    }
+    return expiries;
 }
 
 // ---- --check-config -----------------------------------------------------------------------------

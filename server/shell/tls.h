@@ -9,6 +9,7 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,17 @@ private:
     TlsClientTrust() = default;
     gnutls_x509_trust_list_t list_ = nullptr;
 };
+
+// When a TLS file's certificates stop being valid: the earliest notAfter among them (a chain or
+// a CA bundle fails with its first certificate to expire), in Unix seconds.
+struct CertificateExpiry {
+    std::string file;
+    int64_t not_after_unix_s = 0;
+};
+// Each of the config's certificate files (tls_cert_file, tls_ca_file, tls_client_ca_file), once
+// each; one that cannot be read or holds no certificate is left out (loading it fails, and
+// --check-config names it). Empty when TLS is off.
+std::vector<CertificateExpiry> tls_certificate_expiries(const DaemonConfig& config);
 
 // Every problem of the config's TLS files, one per line of --check-config: unreadable, not PEM,
 // a key that is not the certificate's, expired or not yet valid, not for this replica's

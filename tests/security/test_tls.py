@@ -5,8 +5,10 @@ CA, an expired one, a rotated one) are made here with `openssl`; none is committ
 from __future__ import annotations
 
 import http.client
+import calendar
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -208,6 +210,40 @@ def test_refused(cell, pki):
     assert https_get(cell, replica, "/healthz", good)[0] == 200
 
 
+def not_after(pem_file: str) -> int:
+    """The earliest notAfter of the file's certificates, in Unix seconds, as `openssl x509
+    -enddate -noout` says it of each."""
+    with open(pem_file) as f:
+        blocks = re.findall(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----\n?",
+                            f.read(), re.S)
+    ends = []
+    for block in blocks:
+        said = subprocess.run(["openssl", "x509", "-enddate", "-noout"], input=block,
+                              capture_output=True, text=True, check=True).stdout
+        date = said.strip().removeprefix("notAfter=")  # "Mar  2 05:11:52 2029 GMT"
+        ends.append(calendar.timegm(time.strptime(date, "%b %d %H:%M:%S %Y %Z")))
+    assert ends, f"no certificate in {pem_file}"
+    return min(ends)
+
+
+def tls_expiries(cell, replica: int, tls: ssl.SSLContext) -> dict[str, int]:
+    """voltlock_tls_cert_expiry_timestamp_seconds in the replica's /metrics, by file."""
+    status, body = https_get(cell, replica, "/metrics", tls)
+    assert status == 200, body
+    return {file: int(value) for file, value in re.findall(
+        r'^voltlock_tls_cert_expiry_timestamp_seconds\{file="([^"]*)"\} (\S+)$',
+        body.decode(), re.M)}
+
+
+def test_metrics_say_when_each_tls_file_expires(cell, pki):
+    """The replica's certificate and the cell CA (tls_ca_file, also tls_client_ca_file here:
+    one series), each at its notAfter."""
+    good = context(pki["cell_ca"][0], pki["client"])
+    for index in range(len(cell.replicas)):
+        files = [os.path.join(pki["tls"], name) for name in (f"r{index}.pem", "ca.pem")]
+        assert tls_expiries(cell, index, good) == {file: not_after(file) for file in files}
+
+
 def test_sighup_serves_a_new_certificate_to_new_connections(cell, pki):
     """A rotated certificate and key, then SIGHUP: a new connection gets the new certificate, a
     connection opened before keeps working, and the replica stays in the cell."""
@@ -262,6 +298,10 @@ def test_sighup_serves_a_new_certificate_to_new_connections(cell, pki):
     status, body = https_get(cell, index, "/v1/cluster/replicas", good)
     assert status == 200
     assert all(rep["reachable"] for rep in json.loads(body)["replicas"])
+    # /metrics tells the new certificate's expiry (2 days: VoltlockTlsCertExpiresSoon's range).
+    certificate = os.path.join(pki["tls"], f"r{index}.pem")
+    assert tls_expiries(cell, index, good)[certificate] == not_after(rotated[0])
+    assert not_after(rotated[0]) - time.time() < 14 * 86400
 
     # A reload that cannot load the files (a key that is not PEM) keeps the ones in use.
     key = os.path.join(pki["tls"], f"r{index}-key.pem")
