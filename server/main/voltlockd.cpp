@@ -252,6 +252,7 @@ Result<Ok> export_snapshot(const DaemonConfig& config, const std::string& file)
     // Whole or not at all: written aside, synced, then renamed into place.
     const OwnerOnlyFiles owner_only;
     const std::string partial = file + ".partial";
+    std::remove(partial.c_str());  // a failed run's, of any mode: created anew under the umask
     FILE* out = std::fopen(partial.c_str(), "wb");
     if (!out) return os_error("--export-snapshot: cannot create " + partial);
     const bool written = std::fwrite(state.snapshot.data(), 1, state.snapshot.size(), out) ==

@@ -79,8 +79,9 @@ def test_a_backup_restores_every_replica_to_its_state(tmp_path):
 
 
 def test_an_export_is_its_owners_only_whatever_the_umask(tmp_path):
-    """The backup holds every key and session: mode 0600 under umask 022, also over a 0644 file,
-    as lockctl snapshot save writes it (it was created as the umask said)."""
+    """The backup holds every key and session: mode 0600 under umask 022, also over a 0644 file
+    and beside a failed run's 0644 FILE.partial, as lockctl snapshot save writes it (it was
+    created as the umask said)."""
     with Cell(replicas=1, snapshot_every_ops=10) as cell:
         client = Client(cell)
         try:
@@ -90,8 +91,10 @@ def test_an_export_is_its_owners_only_whatever_the_umask(tmp_path):
             client.close()
         cell.stop(0)
         fresh, over = tmp_path / "fresh.snap", tmp_path / "over.snap"
-        over.touch(mode=0o644)
-        os.chmod(over, 0o644)
+        leftover = tmp_path / "over.snap.partial"
+        for file in (over, leftover):
+            file.touch(mode=0o644)
+            os.chmod(file, 0o644)
         for backup in (fresh, over):
             exported = voltlockd("--config", config_of(cell, 0), "--export-snapshot", str(backup),
                                  umask=0o022)

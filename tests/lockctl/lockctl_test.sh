@@ -544,6 +544,7 @@ same "$(stat -c %s "$work/backup.snap")" "$size"
 # It holds every key and the token hashes: 0600, whatever the umask, even over a 0644 file.
 same "$(stat -c %a "$work/backup.snap")" 600
 install -m 0644 /dev/null "$work/simple.snap"
+install -m 0644 /dev/null "$work/simple.snap.partial"  # a failed run's
 expect 0 lockctl snapshot save "$work/simple.snap"
 same "$(stat -c %a "$work/simple.snap")" 600
 contains "$out" "saved to $work/simple.snap"

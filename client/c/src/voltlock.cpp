@@ -1266,6 +1266,7 @@ vl_status vl_snapshot_save(vl_client* c, int endpoint_index, const char* path, u
         // Whole or not at all: written aside, synced, then renamed into place.
         const std::string target = path;
         const std::string partial = target + ".partial";
+        std::remove(partial.c_str());  // a failed run's, of any mode: created anew
         std::FILE* out = std::fopen(partial.c_str(), "wb");
         if (!out)
             return c->errors.set(VL_ERR_INVALID_ARGUMENT, "cannot create " + partial + ": " +
