@@ -173,7 +173,7 @@ void Admin::serve_cluster(const CallPtr& call)
 {
     probe_wanted_ = true;
     const Replica& r = node_.replica();
-    if (r.is_leader() || r.status() != Status::normal || call->header(kLocalViewHeader))
+    if (r.is_leader() || !r.known_leader() || call->header(kLocalViewHeader))
         return call->answer_json(200, cluster_json());
     cluster_at_follower(call);
 }

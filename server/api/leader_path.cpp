@@ -254,15 +254,17 @@ void LeaderPath::attempt(const std::shared_ptr<Attempt>& a)
         // The forwarder picks the leader again; a forwarded request never travels twice.
         ApiError error = unavailable("this replica is not the leader");
         error.code = "not_leader";
-        if (r.status() == Status::normal) error.details = Json{{"leader", r.leader()}};
+        if (r.known_leader()) error.details = Json{{"leader", *r.known_leader()}};
         HttpResponse response = error_response(error);
         response.set_header("X-Voltlock-Not-Leader", "1");
         a->call->answer(std::move(response));
-    } else if (r.status() == Status::normal && r.leader() != node_.config().replica) {
+    } else if (const std::optional<ReplicaIndex> leader = r.known_leader()) {
+        // A follower that no longer hears its leader sends it nothing: it waits for a view
+        // change here, and the request fails in kLeaderWaitMs if none comes.
         if (a->finish && !a->over_http)
-            send_request(a, r.leader());
+            send_request(a, *leader);
         else
-            forward(a, r.leader(), started);
+            forward(a, *leader, started);
     } else {
         try_again(a, started);
     }
@@ -365,9 +367,10 @@ void LeaderPath::request_timer(const std::shared_ptr<Attempt>& a)
         return a->finish(a->identity, Proposed{.kind = Proposed::Kind::timed_out});
     }
     const Replica& r = node_.replica();
-    if (r.is_leader() || r.status() != Status::normal || r.leader() != a->request_leader) {
-        // A view change: the new leader (or this replica, if it is the one) is asked with the
-        // same identity, and its client table has the op if the old leader committed it.
+    if (r.is_leader() || r.known_leader() != a->request_leader) {
+        // A view change, or the leader lost: the new leader (or this replica, if it is the one)
+        // is asked with the same identity, and its client table has the op if the old leader
+        // committed it.
         forget_request(a);
         return attempt(a);
     }

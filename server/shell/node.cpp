@@ -610,9 +610,7 @@ void Node::propose(ClientId client_id, RequestNumber request_number, Bytes paylo
                    ProposeDone done)
 {
     if (!replica_.is_leader()) {
-        std::optional<ReplicaIndex> leader;
-        if (replica_.status() == Status::normal) leader = replica_.leader();
-        done(ProposeOutcome{.committed = false, .leader = leader});
+        done(ProposeOutcome{.committed = false, .leader = replica_.known_leader()});
         return;
     }
     // One Reply answers everyone waiting under a pair, so a second payload under it must not
