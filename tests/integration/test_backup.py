@@ -35,6 +35,17 @@ def config_of(cell: Cell, replica: int) -> str:
     return os.path.join(os.path.dirname(cell.replicas[replica]["log"]), "config.json")
 
 
+def write_keys_and_stop(cell: Cell, keys: int) -> None:
+    """Writes `keys` keys at the cell of one replica, then stops it (a snapshot to export)."""
+    client = Client(cell)
+    try:
+        for i in range(keys):
+            assert client(0, "PUT", f"/v1/kv/k{i}", {"value": "v"}).status == 200
+    finally:
+        client.close()
+    cell.stop(0)
+
+
 def test_a_backup_restores_every_replica_to_its_state(tmp_path):
     with Cell(replicas=3, snapshot_every_ops=100) as cell:
         client = Client(cell)
@@ -83,13 +94,7 @@ def test_an_export_is_its_owners_only_whatever_the_umask(tmp_path):
     and beside a failed run's 0644 FILE.partial, as lockctl snapshot save writes it (it was
     created as the umask said)."""
     with Cell(replicas=1, snapshot_every_ops=10) as cell:
-        client = Client(cell)
-        try:
-            for i in range(15):
-                assert client(0, "PUT", f"/v1/kv/k{i}", {"value": "v"}).status == 200
-        finally:
-            client.close()
-        cell.stop(0)
+        write_keys_and_stop(cell, 15)
         fresh, over = tmp_path / "fresh.snap", tmp_path / "over.snap"
         leftover = tmp_path / "over.snap.partial"
         for file in (over, leftover):
@@ -105,13 +110,7 @@ def test_an_export_is_its_owners_only_whatever_the_umask(tmp_path):
 
 def test_an_import_refuses_a_damaged_snapshot(tmp_path):
     with Cell(replicas=1, snapshot_every_ops=10) as cell:
-        client = Client(cell)
-        try:
-            for i in range(30):
-                assert client(0, "PUT", f"/v1/kv/k{i}", {"value": "v"}).status == 200
-        finally:
-            client.close()
-        cell.stop(0)
+        write_keys_and_stop(cell, 30)
         backup = tmp_path / "cell.snap"
         exported = voltlockd("--config", config_of(cell, 0), "--export-snapshot", str(backup))
         assert exported.returncode == 0, exported.stderr
