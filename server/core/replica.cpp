@@ -704,9 +704,14 @@ void Replica::start_view_change(View view)
 {
     VL_ASSERT(view > view_, "view changes only move forward");
     VL_ASSERT(status_ != Status::recovering, "a recovering replica takes no part in views");
+    view_ = view;
+    enter_view_change();
+}
+
+void Replica::enter_view_change()
+{
     reset_view_state();
     status_ = Status::view_change;
-    view_ = view;
     status_since_tick_ = tick_;
     status_messages_sent_tick_ = tick_;
     broadcast(StartViewChange{.view = view_, .replica = config_.replica});

@@ -487,6 +487,7 @@ private:
 
     // View change (§4.2).
     void start_view_change(View view);
+    void enter_view_change();  // of view_: our StartViewChange, and a fresh count
     uint64_t view_change_timeout_ticks() const;
     DoViewChange own_do_view_change() const;
     void maybe_send_do_view_change();

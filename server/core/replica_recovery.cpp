@@ -232,13 +232,25 @@ bool Replica::maybe_bootstrap()
 bool Replica::join_restart(View view)
 {
     // Another restarting replica started the restart's view change before we counted a quorum
-    // of votes (or a live cell is changing views): take part with what we restored. Only with
-    // durability sync: our log then holds everything we acknowledged. With durability snapshot
-    // it ends at our snapshot, and a live cell's view change that counted it could lose ops we
-    // acknowledged after it (vr_sim seed 1 x 3: one crash lost ops 571-586); we join a restart
-    // only by counting a quorum of restarting replicas ourselves (maybe_restart_cell).
-    if (!restored_ || !restored_whole_ || view <= view_) return false;
+    // of votes (or a live cell is changing views): take part with what we restored, if it is
+    // whole (durability sync, or a clean stop): our log then holds everything we acknowledged.
+    // A state restored from a snapshot alone ends at the snapshot, and a live cell's view
+    // change that counted it could lose ops acknowledged after it (vr_sim seed 1 x 3: one crash
+    // lost ops 571-586); it joins a restart only by counting a quorum of restarting replicas
+    // itself (maybe_restart_cell).
+    if (!restored_ || !restored_whole_) return false;
+    if (view > view_) {
+        leave_restart_for_view_change();  // the caller starts the view change to `view`
+        return true;
+    }
+    // A view change to our view or an earlier one: if we stopped in ours, never having run its
+    // view, we go on with it as if we had not stopped. A leader that heard no quorum steps down
+    // into one, and a replica changing views with too few others climbs no further (on_tick):
+    // it waits for us (CI, 2026-11-29: a cell whose leader stepped down, stopped and restarted
+    // stayed without a leader for good).
+    if (last_normal_view_ == view_) return false;
     leave_restart_for_view_change();
+    enter_view_change();
     return true;
 }
 

@@ -679,6 +679,59 @@ TEST_CASE("restart, durability snapshot: a replica that stopped cleanly goes on 
           "send r1 recovery_response v1 op5 commit3 lnv0 restarting");
 }
 
+TEST_CASE("restart: a replica that stopped cleanly while changing views takes part in that view "
+          "change again")
+{
+    // A leader that heard no quorum stepped down into view 1 and stopped there; r1, changing to
+    // view 1 with nobody else, climbs no further and asks only for view 1. Before, the restarted
+    // replica joined only a later view: the cell stayed without a leader (CI, 2026-11-29).
+    for (const bool persist_log : {false, true}) {
+        CAPTURE(persist_log);
+        CompactedLeader c;  // c.snapshot: of op 3, view 0
+        TestReplica restarted(snapshot_config(0, 0, persist_log),
+                              StartRestored{.nonce = 40, .snapshot = c.snapshot,
+                                            .log = {entry(104, 1, "Wv")}, .view = 1,
+                                            .last_normal_view = 0, .clean_stop = true});
+        restarted.tick();
+        CHECK(describe(restarted.effects()) == "broadcast recovery nonce41; kernel_state");
+        restarted.receive(StartViewChange{.view = 1, .replica = 1});
+        CHECK(describe(restarted.effects()) ==
+              "broadcast start_view_change v1; send r1 do_view_change v1 lnv0 op4 commit3; "
+              "kernel_state");
+        CHECK(restarted->status() == Status::view_change);
+        CHECK(restarted->counters().cell_restarts == 1);
+    }
+    // Stopped in a view change to view 2: one to an earlier view brings it back to its own.
+    CompactedLeader c;
+    TestReplica further(snapshot_config(0, 0),
+                        StartRestored{.nonce = 40, .snapshot = c.snapshot, .view = 2,
+                                      .last_normal_view = 0, .clean_stop = true});
+    further.tick();
+    further.effects();
+    further.receive(StartViewChange{.view = 1, .replica = 1});
+    CHECK(describe(further.effects()) == "broadcast start_view_change v2; kernel_state");
+    further.receive(StartViewChange{.view = 2, .replica = 1});
+    CHECK(describe(further.effects()) == "send r2 do_view_change v2 lnv0 op3 commit3");
+    // One that ran view 1 recorded last normal view 1; a StartViewChange for it is stale.
+    TestReplica ran_it(snapshot_config(0, 0),
+                       StartRestored{.nonce = 40, .snapshot = c.snapshot, .view = 1,
+                                     .last_normal_view = 1, .clean_stop = true});
+    ran_it.tick();
+    ran_it.effects();
+    ran_it.receive(StartViewChange{.view = 1, .replica = 1});
+    CHECK(describe(ran_it.effects()) == "");
+    CHECK(ran_it->status() == Status::recovering);
+    // One that crashed, durability snapshot: its state ends at its snapshot; it joins nothing.
+    TestReplica crashed(snapshot_config(0, 0),
+                        StartRestored{.nonce = 40, .snapshot = c.snapshot, .view = 1});
+    crashed.tick();
+    crashed.effects();
+    crashed.receive(StartViewChange{.view = 1, .replica = 1});
+    crashed.receive(StartViewChange{.view = 2, .replica = 1});
+    CHECK(describe(crashed.effects()) == "");
+    CHECK(crashed->status() == Status::recovering);
+}
+
 TEST_CASE("restart: a replica restored from its snapshot and log rejoins a running cell (§4.3)")
 {
     TestCell cell(3, [](ReplicaConfig& config) {
