@@ -725,6 +725,46 @@ TEST_CASE("a replica that lost its disk, started without --recover while the oth
     finish(cluster);
 }
 
+TEST_CASE("durability snapshot: a leader that stepped down and was stopped in its view change "
+          "goes on with it once restarted; the replica it left in the same view change follows")
+{
+    // As above, but the leader first steps down (it hears no quorum) and is stopped gracefully.
+    // Before, the restarted leader joined only a later view change, and the lagging replica,
+    // changing to the same view with too few others, climbs no further: no leader for good
+    // (CI, 2026-11-29, test_safety_edges scenario 10).
+    Cluster cluster(storage_options(3, 706, false));
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= 50; }, 1'000,
+                    "50 operations before the partition");
+    REQUIRE(cluster.leader() == ReplicaIndex{0});
+    const ReplicaIndex lagging = 1;
+    const ReplicaIndex wiped = 2;
+    cluster.network().partition(isolating(cluster, lagging));
+    const size_t completed = cluster.completed_ops();
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; }, 3'000,
+                    "100 operations held by r0 and r2 alone");
+    const std::vector<CommittedOp> committed = cluster.committed();
+    cluster.crash(wiped);
+    require_reaches(cluster, [&] { return cluster.replica(0).status() == Status::view_change; },
+                    1'000, "r0 steps down");
+    const View stopped_in = cluster.replica(0).view();
+    cluster.stop(0);
+    cluster.network().heal();
+    cluster.restart(wiped, /*without --recover*/ true);
+    require_reaches(cluster,
+                    [&] { return cluster.replica(lagging).status() == Status::view_change; },
+                    1'000, "r1 changes views, asked by r2's recovery");
+    cluster.run_ticks(300);
+    REQUIRE(cluster.replica(lagging).view() == stopped_in);
+
+    cluster.restart_from_disk(0);
+    require_reaches(cluster, [&] { return cluster.down_count() == 0; }, 3'000,
+                    "r0 and r1 finish that view change, r2 recovers");
+    CHECK(cluster.replica(wiped).counters().bootstraps == 0);
+    require_serves_keeping(cluster, committed);
+    CHECK(cluster.storage_counters().acknowledged_ops_lost == 0);
+    finish(cluster);
+}
+
 TEST_CASE("a replica on a lost disk restarted before it recovered holds nothing: it does not "
           "restart the cell with an older snapshot while the replica holding the writes is down")
 {
