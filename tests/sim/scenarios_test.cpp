@@ -690,22 +690,33 @@ TEST_CASE("§4.3 + §5.2: a replica that lost its disk recovers from nothing by 
     finish(cluster);
 }
 
+namespace {
+
+// 50 operations, then 100 more with `lagging` cut off, held by r0 (the leader) and the third
+// replica alone: every op committed so far.
+std::vector<CommittedOp> commit_while_cut_off(Cluster& cluster, ReplicaIndex lagging)
+{
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= 50; }, 1'000,
+                    "50 operations before the partition");
+    REQUIRE(cluster.leader() == ReplicaIndex{0});
+    cluster.network().partition(isolating(cluster, lagging));
+    const size_t completed = cluster.completed_ops();
+    require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; }, 3'000,
+                    "100 operations held by the leader and one follower alone");
+    return cluster.committed();
+}
+
+}  // namespace
+
 TEST_CASE("a replica that lost its disk, started without --recover while the other holder of "
           "the newest ops is down, waits for it rather than starting a new cell")
 {
     // Before, voltlockd started it as StartFresh: with the replica that missed those ops it
     // formed a view without them, and they were lost once the holder came back.
     Cluster cluster(storage_options(3, 705, true));
-    require_reaches(cluster, [&] { return cluster.completed_ops() >= 50; }, 1'000,
-                    "50 operations before the partition");
-    REQUIRE(cluster.leader() == ReplicaIndex{0});
     const ReplicaIndex lagging = 1;
     const ReplicaIndex wiped = 2;
-    cluster.network().partition(isolating(cluster, lagging));
-    const size_t completed = cluster.completed_ops();
-    require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; }, 3'000,
-                    "100 operations held by r0 and r2 alone");
-    const std::vector<CommittedOp> committed = cluster.committed();
+    const std::vector<CommittedOp> committed = commit_while_cut_off(cluster, lagging);
     cluster.crash(wiped);
     cluster.crash(0);
     cluster.network().heal();
@@ -733,16 +744,9 @@ TEST_CASE("durability snapshot: a leader that stepped down and was stopped in it
     // changing to the same view with too few others, climbs no further: no leader for good
     // (CI, 2026-11-29, test_safety_edges scenario 10).
     Cluster cluster(storage_options(3, 706, false));
-    require_reaches(cluster, [&] { return cluster.completed_ops() >= 50; }, 1'000,
-                    "50 operations before the partition");
-    REQUIRE(cluster.leader() == ReplicaIndex{0});
     const ReplicaIndex lagging = 1;
     const ReplicaIndex wiped = 2;
-    cluster.network().partition(isolating(cluster, lagging));
-    const size_t completed = cluster.completed_ops();
-    require_reaches(cluster, [&] { return cluster.completed_ops() >= completed + 100; }, 3'000,
-                    "100 operations held by r0 and r2 alone");
-    const std::vector<CommittedOp> committed = cluster.committed();
+    const std::vector<CommittedOp> committed = commit_while_cut_off(cluster, lagging);
     cluster.crash(wiped);
     require_reaches(cluster, [&] { return cluster.replica(0).status() == Status::view_change; },
                     1'000, "r0 steps down");
