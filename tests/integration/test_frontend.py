@@ -530,8 +530,10 @@ def test_past_the_connection_cap_the_oldest_idle_connections_make_room(cell):
             return out
         wait_until(lambda: len(closed_ones()) >= over, timeout=10, what="room made")
         gone = closed_ones()
-        # The oldest went: a pass accepts up to 64 at the same millisecond, hence the slack.
-        assert max(gone) < len(gone) + 128, (len(gone), max(gone))
+        # The oldest went, in the order they began to wait (a little slack for handshakes that
+        # complete out of order). Hundreds are accepted in one millisecond: ties in milliseconds
+        # went by address, and a CI run closed the 500th among the first 320.
+        assert max(gone) < len(gone) + 8, (len(gone), max(gone))
     finally:
         for sock in held:
             sock.close()
