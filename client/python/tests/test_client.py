@@ -301,11 +301,17 @@ def test_bad_client_arguments_are_refused():
     client.close()
 
 
-def test_a_barrier_call_has_a_time_of_its_own_beside_its_wait(scripted):
+def session_on_a_cell_gone_unreachable(scripted):
+    """A session opened with the client's calls given 30 s each; then the cell answers no more."""
     client, cell = scripted
     client._protocol.timeout = 30
     s = client.session(ttl=30).open()
     cell.reachable = False
+    return s
+
+
+def test_a_barrier_call_has_a_time_of_its_own_beside_its_wait(scripted):
+    s = session_on_a_cell_gone_unreachable(scripted)
     started = time.monotonic()
     with pytest.raises(voltlock.Unavailable):
         s.barrier("b", 2).enter(0, call_timeout=0.3)
@@ -315,10 +321,7 @@ def test_a_barrier_call_has_a_time_of_its_own_beside_its_wait(scripted):
 
 
 def test_an_election_call_has_a_time_of_its_own_beside_its_wait(scripted):
-    client, cell = scripted
-    client._protocol.timeout = 30
-    s = client.session(ttl=30).open()
-    cell.reachable = False
+    s = session_on_a_cell_gone_unreachable(scripted)
     started = time.monotonic()
     with pytest.raises(voltlock.Unavailable):
         s.election("e").campaign("me", 0, call_timeout=0.3)
