@@ -19,12 +19,15 @@ Electrode needs), and one more with Electrode off on 127.0.0.1 (voltlock-off-lo)
 and ZooKeeper take: between namespaces every packet crosses two veth pairs and the bridge, which
 the sender pays for, so that column is the like-for-like one against them.
 
-    sudo .venv/bin/python bench/service.py                      # everything (about 19 min)
-    sudo .venv/bin/python bench/service.py --smoke              # Voltlock only, 1 s points
-    sudo .venv/bin/python bench/service.py --at all --workloads put,get --clients 64
+    sudo python3 bench/service.py                      # everything (about 19 min)
+    sudo python3 bench/service.py --smoke              # Voltlock only, 1 s points
+    sudo python3 bench/service.py --at all --workloads put,get --clients 64
 
-Needs root (network namespaces). Every process, namespace and tmpfs directory it makes is
-removed at the end, also on Ctrl-C, SIGTERM or an error.
+Needs root (network namespaces). Like scripts/start, it first installs what it needs
+(scripts/install-deps --bench: etcd, ZooKeeper and its C client from Debian) and builds what it
+runs (Release, in build/); --no-install measures the build there as it is. Every process,
+namespace and tmpfs directory it makes is removed at the end, also on Ctrl-C, SIGTERM or an
+error.
 """
 import argparse
 import json
@@ -59,6 +62,18 @@ LOOPBACK_SUFFIX = "-lo"  # a cell on 127.0.0.1, like etcd's and ZooKeeper's memb
 
 class Stopped(Exception):
     """SIGTERM or SIGHUP: unwind like Ctrl-C so every finally block cleans up."""
+
+
+def install_and_build(peers: bool, zookeeper: bool) -> None:
+    """As scripts/start does: Debian's packages (with --bench, the peers), then the programs
+    this benchmark runs, in Release like scripts/test, so that a fresh clone measures as is."""
+    install = [os.path.join(REPO, "scripts", "install-deps")] + (["--bench"] if peers else [])
+    subprocess.run(install, check=True)
+    subprocess.run(["cmake", "-S", REPO, "-B", BUILD, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"],
+                   check=True, stdout=subprocess.DEVNULL)
+    targets = ["voltlockd", "vl_http_load", "vl_loadgen", "vl_udp_floor"]
+    subprocess.run(["cmake", "--build", BUILD, "--target", *targets,
+                    *(["vl_zk_load"] if zookeeper else [])], check=True)
 
 
 def stop_on_signal(signum, frame):
@@ -513,6 +528,9 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="a quick check: Voltlock (Electrode off) only, 1 s points, 1 and 16 "
                              "clients, spread, no replication benchmark")
+    parser.add_argument("--no-install", action="store_true",
+                        help="install nothing, build nothing: measure the build in build/ as it "
+                             "is (a column is skipped if its programs are missing)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--report", metavar="JSON",
                         help="measure nothing: print the report of a run saved with --json")
@@ -545,20 +563,23 @@ def main() -> int:
                      "ports are fixed, so it cannot sit beside voltlock-off-lo): compare it "
                      "with --network netns --electrode off")
     if os.geteuid() != 0:
-        parser.error("needs root (network namespaces): sudo .venv/bin/python bench/service.py")
+        parser.error("needs root (network namespaces): sudo python3 bench/service.py")
+    if not args.no_install:
+        install_and_build(peers=not (args.no_etcd and args.no_zookeeper),
+                          zookeeper=not args.no_zookeeper)
     if not os.path.exists(HTTP_LOAD):
-        parser.error(f"{HTTP_LOAD} is missing: cmake --build build --target vl_http_load "
-                     "voltlockd vl_loadgen vl_udp_floor")
+        parser.error(f"{HTTP_LOAD} is missing: run without --no-install, which builds it")
     notes = []
     if not args.no_etcd and not shutil.which("etcd"):
         args.no_etcd = True
-        notes.append("etcd column skipped: no etcd binary (apt-get install etcd-server)")
+        notes.append("etcd column skipped: no etcd binary (run without --no-install, which "
+                     "installs Debian's etcd-server)")
     if not args.no_zookeeper and not (os.path.exists(ZK_LOAD) and shutil.which("java") and
                                       os.path.exists("/usr/share/java/zookeeper.jar")):
         args.no_zookeeper = True
         notes.append("ZooKeeper column skipped: needs Debian's zookeeper and libzookeeper-st-dev "
-                     "(apt-get install zookeeper libzookeeper-st-dev) and build/vl_zk_load "
-                     "(cmake -S . -B build, then cmake --build build --target vl_zk_load)")
+                     "and build/vl_zk_load (run without --no-install, which installs and builds "
+                     "them)")
     for note in notes:
         print(f"service: {note}", file=sys.stderr)
 
