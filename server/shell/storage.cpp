@@ -1,10 +1,12 @@
 #include "shell/storage.h"
 
+#include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/iterator.h>
 #include <rocksdb/options.h>
 #include <rocksdb/rate_limiter.h>
+#include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -226,6 +228,10 @@ public:
         std::vsnprintf(line, sizeof line, format, ap);
         std::string_view text = line;
         while (text.ends_with('\n')) text.remove_suffix(1);
+        // Said of the first ingested table file a process opens (ingest_chunks), and of every
+        // thousandth after: RocksDB keeps no unique ID for those to check against its manifest.
+        // The chunks in them carry CRC-32Cs of their own.
+        if (text.find("opened without unique ID to verify") != std::string_view::npos) return;
         spdlog::log(spdlog_level, "r{}: data directory {}: rocksdb: {}", replica_, path_, text);
     }
 
@@ -246,15 +252,17 @@ rocksdb::Options database_options(const std::string& path, const CellIdentity& i
     options.allow_fallocate = false;
     options.manifest_preallocation_size = 64 << 10;
     options.max_manifest_file_size = 4 << 20;
-    // A snapshot is written as one batch and so lands in one memtable whatever its size; a small
+    // A snapshot's chunks pass no memtable (ingest_chunks), but a rewrite of the stored
+    // snapshot's own op goes as one batch and so lands in one memtable whatever its size; a small
     // write buffer flushes it soon after, which lets the WAL that also holds it be deleted.
     options.write_buffer_size = 4 << 20;
     options.max_write_buffer_number = 2;
-    // Each snapshot deletes the previous one; compacting after two L0 files rather than four
+    // Each snapshot deletes the log it covers; compacting after two L0 files rather than four
     // reclaims that space sooner.
     options.level0_file_num_compaction_trigger = 2;
-    // A snapshot is flushed and compacted in the background while the loop fsyncs each step's
-    // log (durability sync): background writes go out a MiB at a time and at most
+    // A snapshot's table file is written, and the memtables flushed and compacted, in the
+    // background while the loop fsyncs each step's log (durability sync): background writes
+    // (ingest_chunks' too, at IO_LOW) go out a MiB at a time and at most
     // kBackgroundWriteBytesPerSecond, so that they never queue a burst of tens of MiB on the
     // disk ahead of the loop's small sync (docs/frontend.md, "The loop around a snapshot").
     options.bytes_per_sync = 1 << 20;
@@ -331,7 +339,7 @@ Result<Op> last_op_under(rocksdb::DB& db, const std::string& path, const Bytes& 
     options.iterate_upper_bound = &upper;
     std::unique_ptr<rocksdb::Iterator> it(db.NewIterator(options));
     // Forward from the prefix, not SeekToLast: that reads the last block of every file below
-    // the bound, such as a file of snapshot chunks alone (write_chunks_unlogged), and a damaged
+    // the bound, such as a file of snapshot chunks alone (ingest_chunks), and a damaged
     // chunk there would fail this instead of the snapshot that holds it (refused, recovered from
     // peers).
     Op last = 0;
@@ -411,13 +419,12 @@ Result<Ok> Storage::recover_from_failed_write(const std::string& what)
     // assertions abort on the next append. Reopening replays the WAL up to the failed record
     // and starts a new one. The store's extent is read again: a write that failed after its
     // record reached the WAL takes effect now.
-    std::unique_lock closing(db_lifetime_);  // no flush_unlogged() under way
+    std::unique_lock closing(db_lifetime_);  // no ingestion under way
     db_.reset();  // one process cannot hold the database open twice
     auto db = VL_TRY(open_database(path_, identity_, what + ": reopening after a failed write"));
     auto attached = attach(std::move(db));
     if (!attached.ok()) return attached;
     last_write_failed_ = false;
-    reopens_ += 1;
     return Ok{};
 }
 
@@ -549,40 +556,57 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
     if (op == 0) return error(what, "ops are numbered from 1");
 
     const storage_records::SnapshotManifest manifest = make_manifest(op, snapshot);
-    const auto chunk_count = static_cast<uint32_t>(manifest.chunk_crcs.size());
-    // One synced write per chunk, each holding mutex_ for its own length only: as one batch, a
-    // snapshot of tens of MiB held every write() of the loop (durability sync: each step's log)
-    // for the whole of its write and fsync, 0.3-0.6 s at 34 MiB (docs/frontend.md). The chunks
-    // go under their own op's keys, which no manifest names until the final batch below: a
-    // crash before it restarts from the stored snapshot, and the next snapshot drops them. The
-    // stored snapshot's own op again (snapshot_write_mutex_ in Node keeps these calls in turn)
-    // would rewrite chunks its manifest names: that one goes whole in the final batch.
-    bool same_op = false;
-    uint64_t generation = 0;
+    // The chunks go under their own op's keys, which no manifest names until the final batch
+    // below: a crash before it restarts from the stored snapshot, and a later snapshot drops
+    // them. The stored snapshot's own op again (snapshot_write_mutex_ in Node keeps these calls
+    // in turn) would rewrite chunks its manifest names: that one goes whole in the final batch.
+    Op stored_op = 0;
     {
         std::lock_guard lock(mutex_);
-        VL_TRY(recover_from_failed_write(what));  // first, so that `generation` is the one used
-        same_op = op == snapshot_op_;
-        generation = reopens_;
+        VL_TRY(recover_from_failed_write(what));
+        stored_op = snapshot_op_;
     }
-    if (!same_op) VL_TRY(write_chunks_unlogged(op, snapshot, chunk_count, generation, what));
+    const bool same_op = op == stored_op;
+    if (!same_op && !snapshot.empty())  // RocksDB makes no empty table file
+        VL_TRY(ingest_chunks(op, snapshot, what));
+    const auto others = other_snapshots_chunks(op, stored_op);
+    VL_TRY(replace_stored_snapshot(manifest, snapshot, others, what));
+    free_files_within(others, what);
+    return Ok{};
+}
 
+std::vector<Storage::KeyRange> Storage::other_snapshots_chunks(Op op, Op stored_op)
+{
+    // Below op's chunks, every older snapshot's; above them only up to the stored snapshot's,
+    // if that is newer (a replica that discarded its state for its cell's). A deletion open to
+    // the end would cover the next snapshots' keys too, and RocksDB takes a table file in under
+    // a deletion of its keys only after flushing it, holding every write meanwhile. Chunks of a
+    // newer op that never became the stored snapshot (a crash before its manifest) go with the
+    // first snapshot past them.
+    std::vector<KeyRange> ranges{{chunk_prefix, op_key(chunk_prefix, op)}};
+    if (stored_op > op)
+        ranges.push_back({op_key(chunk_prefix, op + 1), op_key(chunk_prefix, stored_op + 1)});
+    return ranges;
+}
+
+Result<Ok> Storage::replace_stored_snapshot(const storage_records::SnapshotManifest& manifest,
+                                            const Bytes& snapshot,
+                                            const std::vector<KeyRange>& other_chunks,
+                                            const std::string& what)
+{
+    const Op op = manifest.op;
     std::lock_guard lock(mutex_);
     VL_TRY(recover_from_failed_write(what));
     rocksdb::WriteBatch batch;
     // Drop every other stored snapshot and the log entries this one covers, in the batch that
     // makes it the stored one, so that no crash separates the two. An older snapshot than the
-    // stored one (a replica that discarded its state for its cell's) replaces everything: the
-    // whole log goes too.
+    // stored one replaces everything: the whole log goes too.
     batch.DeleteRange(manifest_prefix, prefix_end(manifest_prefix));
-    if (same_op) {
-        batch.DeleteRange(chunk_prefix, prefix_end(chunk_prefix));
-        for (uint32_t index = 0; index < chunk_count; index++)
+    for (const auto& [begin, end] : other_chunks) batch.DeleteRange(begin, end);
+    if (op == snapshot_op_) {
+        batch.DeleteRange(op_key(chunk_prefix, op), op_key(chunk_prefix, op + 1));
+        for (uint32_t index = 0; index < manifest.chunk_crcs.size(); index++)
             batch.Put(storage_keys::snapshot_chunk(op, index), chunk_of(snapshot, index));
-    } else {
-        // op_key(chunk_prefix, op) sorts before op's chunks, op_key(chunk_prefix, op + 1) after.
-        batch.DeleteRange(chunk_prefix, op_key(chunk_prefix, op));
-        batch.DeleteRange(op_key(chunk_prefix, op + 1), prefix_end(chunk_prefix));
     }
     const bool older = op < snapshot_op_;
     batch.DeleteRange(log_prefix, older ? prefix_end(log_prefix)
@@ -595,64 +619,67 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
     return Ok{};
 }
 
-Result<Ok> Storage::write_chunks_unlogged(Op op, const Bytes& snapshot, uint32_t chunk_count,
-                                          uint64_t generation, const std::string& what)
+void Storage::free_files_within(const std::vector<KeyRange>& ranges, const std::string& what)
 {
-    // Not through the WAL: the chunks reach the disk once, in the SST files the flush below
-    // writes and syncs, and the loop's synced log writes meanwhile sync only their own records,
-    // not tens of MiB of chunks queued before them.
-    rocksdb::WriteOptions unlogged;
-    unlogged.disableWAL = true;
-    for (uint32_t index = 0; index < chunk_count; index++) {
-        wait_for_memtable_room();
-        std::lock_guard lock(mutex_);
-        VL_TRY(recover_from_failed_write(what));
-        rocksdb::WriteBatch batch;
-        batch.Put(storage_keys::snapshot_chunk(op, index), chunk_of(snapshot, index));
-        VL_TRY(commit(batch, unlogged, what));
+    // The other snapshots' table files, ingested whole at the bottom level, would otherwise wait
+    // there for a compaction to carry the deletion down to them. Only files wholly inside the
+    // deleted ranges go, and no key there is wanted any more.
+    std::vector<rocksdb::Slice> bounds;
+    bounds.reserve(2 * ranges.size());
+    std::vector<rocksdb::RangePtr> dropped;
+    for (const auto& [begin, end] : ranges) {
+        bounds.emplace_back(begin);
+        bounds.emplace_back(end);
+        dropped.emplace_back(&bounds[bounds.size() - 2], &bounds.back());
     }
-    return flush_unlogged(generation, what);
+    std::shared_lock alive(db_lifetime_);  // not mutex_: the loop's writes go on
+    if (!db_) return;
+    const auto freed = rocksdb::DeleteFilesInRanges(db_.get(), db_->DefaultColumnFamily(),
+                                                    dropped.data(), dropped.size(), false);
+    if (!freed.ok())
+        spdlog::warn("data directory {}: {}: freeing the older snapshots' files: {} (compactions "
+                     "free them later)",
+                     path_, what, freed.ToString());
 }
 
-Result<Ok> Storage::flush_unlogged(uint64_t generation, const std::string& what)
+Result<Ok> Storage::ingest_chunks(Op op, const Bytes& snapshot, const std::string& what)
 {
-    // Waited for without mutex_, so that the loop's writes go on meanwhile; db_lifetime_ keeps
-    // a reopen (after a failed write of the loop's) from closing the database under it.
-    std::shared_lock alive(db_lifetime_);
+    // A table file written beside the database and then taken into it whole: the chunks never
+    // pass the memtables, so they neither fill them nor pile up level-0 files (one per 4 MiB
+    // memtable, which past 20 files slowed and then stopped every write, the loop's synced log
+    // among them, for seconds at 140 MiB: docs/storage.md). The file is written at the
+    // background rate limit and synced a MiB at a time, like a flush, and lands at the bottom
+    // level, as no other file holds this op's keys.
+    const std::string file = path_ + "/snapshot-being-written.sst";  // not a name RocksDB uses
+    std::remove(file.c_str());  // a crashed write's
+    rocksdb::Options options;
     {
         std::lock_guard lock(mutex_);
-        if (reopens_ != generation || !db_)
-            return error(what, "the database was reopened after a failed write meanwhile, "
-                               "which dropped the chunks written without the WAL");
+        if (!db_) return error(what, "closed: reopening it after a failed write failed");
+        options = db_->GetOptions();
     }
-    // Until the flush is installed (its SST files synced), the chunks are in memory only: the
-    // manifest that names them must not be written before.
-    rocksdb::FlushOptions flush;
-    flush.wait = true;
-    if (const auto flushed = db_->Flush(flush); !flushed.ok()) {
-        std::lock_guard lock(mutex_);
-        last_write_failed_ = true;  // the next write reopens it, as after a failed WAL write
-        return error(what + ": flushing its chunks", flushed.ToString());
+    rocksdb::EnvOptions file_options(options);
+    rocksdb::SstFileWriter writer(file_options, options, nullptr, true, rocksdb::Env::IO_LOW);
+    auto written = writer.Open(file);
+    for (uint32_t index = 0; written.ok() && size_t{index} * snapshot_chunk_bytes < snapshot.size();
+         index++)
+        written = writer.Put(storage_keys::snapshot_chunk(op, index), chunk_of(snapshot, index));
+    if (written.ok()) written = writer.Finish();  // synced
+    if (!written.ok()) {
+        std::remove(file.c_str());
+        return error(what + ": writing its table file", written.ToString());
     }
+    // Without mutex_, so that the loop's writes go on; RocksDB holds them only while it adds
+    // the file to its manifest. db_lifetime_ keeps a reopen from closing the database under it.
+    std::shared_lock alive(db_lifetime_);
+    rocksdb::IngestExternalFileOptions ingest;
+    ingest.move_files = true;
+    const auto ingested =
+        db_ ? db_->IngestExternalFile({file}, ingest)
+            : rocksdb::Status::Aborted("closed: reopening it after a failed write failed");
+    std::remove(file.c_str());  // taken in, RocksDB removed this name; refused, it stays
+    if (!ingested.ok()) return error(what + ": taking in its table file", ingested.ToString());
     return Ok{};
-}
-
-void Storage::wait_for_memtable_room()
-{
-    // A chunk that found the memtables full (max_write_buffer_number) would stall every writer
-    // until a flush ends; the writer thread waits here instead while a memtable is still being
-    // flushed (a few MiB at the rate limit below: a fraction of a second), up to 10 s, after
-    // which the write goes ahead and RocksDB's own stall applies.
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    const auto flushing = [this] {
-        std::lock_guard lock(mutex_);
-        uint64_t immutable = 0;
-        return db_ &&
-               db_->GetIntProperty(rocksdb::DB::Properties::kNumImmutableMemTable, &immutable) &&
-               immutable > 0;
-    };
-    while (flushing() && std::chrono::steady_clock::now() < give_up)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 Result<Ok> Storage::write(const StorageBatch& batch, bool sync)

@@ -27,6 +27,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/types.h"
@@ -39,6 +40,10 @@ struct WriteOptions;
 }  // namespace rocksdb
 
 namespace voltlock {
+
+namespace storage_records {
+struct SnapshotManifest;
+}  // namespace storage_records
 
 // Which replica of which cell a data directory belongs to. Written when the directory is created
 // and checked on every open, so a replica never starts from another replica's (or cell's) state.
@@ -114,9 +119,10 @@ public:
     Result<StoredState> load() const;
     // Stores the snapshot reflecting ops 1..op, replacing the stored one and dropping the log
     // entries it covers (all of them if it is older than the stored one); synced. Its chunks go
-    // in one synced write each, so a write() from another thread meanwhile waits for one chunk
-    // at most, not for the whole snapshot; the snapshot replaces the stored one only with its
-    // last, small write (the manifest), so a crash before leaves the old one whole.
+    // into a table file of their own, written beside the database and taken into it whole, so
+    // a write() from another thread meanwhile never waits for them; the snapshot replaces the
+    // stored one only with its last, small write (the manifest), so a crash before leaves the
+    // old one whole.
     Result<Ok> write_snapshot(Op op, const Bytes& snapshot);
     // `sync`: fsync before returning, for the changes that must survive a crash of the machine.
     Result<Ok> write(const StorageBatch& batch, bool sync);
@@ -132,15 +138,18 @@ private:
     Result<Ok> commit(rocksdb::WriteBatch& batch, bool sync, const std::string& what);
     Result<Ok> commit(rocksdb::WriteBatch& batch, const rocksdb::WriteOptions& options,
                       const std::string& what);
-    // Waits (off the loop: write_snapshot's thread) until the memtables a chunk goes into have
-    // room, so that the chunks never stall RocksDB's writes, the loop's among them.
-    void wait_for_memtable_room();
-    // write_snapshot's chunks, each a write of its own past the WAL, then flushed to disk.
-    Result<Ok> write_chunks_unlogged(Op op, const Bytes& snapshot, uint32_t chunk_count,
-                                     uint64_t generation, const std::string& what);
-    // Flushes the memtables and waits until the flush is installed; an error if the database
-    // was reopened since `generation` (reopens_), which lost what was written without the WAL.
-    Result<Ok> flush_unlogged(uint64_t generation, const std::string& what);
+    using KeyRange = std::pair<Bytes, Bytes>;  // [first, second)
+    // write_snapshot's chunks, in a table file of their own taken into the database whole.
+    Result<Ok> ingest_chunks(Op op, const Bytes& snapshot, const std::string& what);
+    // The chunk keys a snapshot of `op` drops, the stored one being `stored_op`'s.
+    static std::vector<KeyRange> other_snapshots_chunks(Op op, Op stored_op);
+    // The final, synced batch: the manifest, and the other snapshots and the log it covers gone.
+    Result<Ok> replace_stored_snapshot(const storage_records::SnapshotManifest& manifest,
+                                       const Bytes& snapshot,
+                                       const std::vector<KeyRange>& other_chunks,
+                                       const std::string& what);
+    // Deletes the table files that hold only keys within `ranges`, dropped by the last batch.
+    void free_files_within(const std::vector<KeyRange>& ranges, const std::string& what);
     Error error(const std::string& what, const std::string& reason) const;
 
     std::string path_;
@@ -151,12 +160,11 @@ private:
     Op last_op_ = 0;      // the last op the stored state reaches: the log's last entry, or the
                           // snapshot's
     bool last_write_failed_ = false;  // the database must be reopened before the next write
-    uint64_t reopens_ = 0;            // times recover_from_failed_write reopened it
     // Held by each write (a log batch, one snapshot chunk, a snapshot's final batch) and by what
     // it reads and changes above: write() and write_snapshot() may run on two threads.
     std::mutex mutex_;
-    // Shared by flush_unlogged() while it waits for a flush without mutex_; exclusive to close
-    // and reopen db_ (recover_from_failed_write, under mutex_).
+    // Shared by what uses db_ without mutex_ (ingest_chunks, free_files_within);
+    // exclusive to close and reopen db_ (recover_from_failed_write, under mutex_).
     std::shared_mutex db_lifetime_;
 };
 
