@@ -51,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="power-cut needs sync: snapshot mode documents losing writes after the "
                         "last snapshot when the whole cell dies")
     p.add_argument("--electrode", choices=["on", "off"], default="off")
+    p.add_argument("--snapshot-every-ops", type=int, default=None,
+                   help="the replicas' snapshot_every_ops (default: the daemon's, 100,000): a "
+                        "few thousand puts snapshot writes among the faults")
     p.add_argument("--register-workers", type=int, default=6)
     p.add_argument("--lock-workers", type=int, default=4)
     p.add_argument("--set-workers", type=int, default=2)
@@ -124,11 +127,12 @@ def run(args: argparse.Namespace) -> dict:
     writes: dict = {}
     report: dict = {"seed": args.seed, "replicas": args.replicas, "seconds": args.seconds,
                     "nemeses": args.nemeses, "durability": args.durability,
-                    "electrode": args.electrode, "violations": [], "errors": []}
+                    "electrode": args.electrode, "snapshot_every_ops": args.snapshot_every_ops,
+                    "violations": [], "errors": []}
     clocks = (steppable_clocks.SteppableClocks(voltlockd_path())
               if set(CLOCK_KINDS) & set(args.nemeses) else None)
     with Cell(replicas=args.replicas, name=unique_name("fs"), electrode=args.electrode,
-              durability=args.durability, timeout=60,
+              durability=args.durability, timeout=60, snapshot_every_ops=args.snapshot_every_ops,
               voltlockd=clocks.voltlockd if clocks else None) as cell:
         recorder = Recorder(time.monotonic())
         endpoints = cell.endpoints
