@@ -3,7 +3,8 @@
 //
 // What survives a restart is exactly what load() returns: the snapshot is the base, the log is
 // the ops after it, in order, with no gap. Two writes keep it so:
-//   - write_snapshot(op) stores one snapshot and, in the same atomic batch, drops every older
+//   - write_snapshot(op) stores one snapshot: its chunks first, in a table file taken in whole
+//     under keys nothing names yet, then one atomic batch that names them and drops every other
 //     snapshot and every log entry <= op, so a crash leaves either the old base or the new one;
 //   - write(StorageBatch) replaces a suffix of the log and/or the view (group commit), and is
 //     refused if it would leave a gap after the stored log or rewrite ops under the snapshot.
