@@ -659,7 +659,8 @@ Result<Ok> Storage::ingest_chunks(Op op, const Bytes& snapshot, const std::strin
         options = db_->GetOptions();
     }
     rocksdb::EnvOptions file_options(options);
-    rocksdb::SstFileWriter writer(file_options, options, nullptr, true, rocksdb::Env::IO_LOW);
+    // Its pages left in the page cache, as a flush leaves its file: a restart reads them back.
+    rocksdb::SstFileWriter writer(file_options, options, nullptr, false, rocksdb::Env::IO_LOW);
     auto written = writer.Open(file);
     for (uint32_t index = 0; written.ok() && size_t{index} * snapshot_chunk_bytes < snapshot.size();
          index++)
