@@ -13,12 +13,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <shared_mutex>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 #include "core/assert.h"
@@ -567,8 +565,9 @@ Result<Ok> Storage::write_snapshot(Op op, const Bytes& snapshot)
         stored_op = snapshot_op_;
     }
     const bool same_op = op == stored_op;
-    if (!same_op && !snapshot.empty())  // RocksDB makes no empty table file
-        VL_TRY(ingest_chunks(op, snapshot, what));
+    const auto chunk_count = static_cast<uint32_t>(manifest.chunk_crcs.size());
+    if (!same_op && chunk_count > 0)  // RocksDB makes no empty table file
+        VL_TRY(ingest_chunks(op, snapshot, chunk_count, what));
     const auto others = other_snapshots_chunks(op, stored_op);
     VL_TRY(replace_stored_snapshot(manifest, snapshot, others, what));
     free_files_within(others, what);
@@ -642,7 +641,8 @@ void Storage::free_files_within(const std::vector<KeyRange>& ranges, const std::
                      path_, what, freed.ToString());
 }
 
-Result<Ok> Storage::ingest_chunks(Op op, const Bytes& snapshot, const std::string& what)
+Result<Ok> Storage::ingest_chunks(Op op, const Bytes& snapshot, uint32_t chunk_count,
+                                  const std::string& what)
 {
     // A table file written beside the database and then taken into it whole: the chunks never
     // pass the memtables, so they neither fill them nor pile up level-0 files (one per 4 MiB
@@ -662,8 +662,7 @@ Result<Ok> Storage::ingest_chunks(Op op, const Bytes& snapshot, const std::strin
     // Its pages left in the page cache, as a flush leaves its file: a restart reads them back.
     rocksdb::SstFileWriter writer(file_options, options, nullptr, false, rocksdb::Env::IO_LOW);
     auto written = writer.Open(file);
-    for (uint32_t index = 0; written.ok() && size_t{index} * snapshot_chunk_bytes < snapshot.size();
-         index++)
+    for (uint32_t index = 0; written.ok() && index < chunk_count; index++)
         written = writer.Put(storage_keys::snapshot_chunk(op, index), chunk_of(snapshot, index));
     if (written.ok()) written = writer.Finish();  // synced
     if (!written.ok()) {

@@ -141,7 +141,8 @@ private:
                       const std::string& what);
     using KeyRange = std::pair<Bytes, Bytes>;  // [first, second)
     // write_snapshot's chunks, in a table file of their own taken into the database whole.
-    Result<Ok> ingest_chunks(Op op, const Bytes& snapshot, const std::string& what);
+    Result<Ok> ingest_chunks(Op op, const Bytes& snapshot, uint32_t chunk_count,
+                             const std::string& what);
     // The chunk keys a snapshot of `op` drops, the stored one being `stored_op`'s.
     static std::vector<KeyRange> other_snapshots_chunks(Op op, Op stored_op);
     // The final, synced batch: the manifest, and the other snapshots and the log it covers gone.
